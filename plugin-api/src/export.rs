@@ -1,0 +1,288 @@
+//! The `extern "C"` shims behind [`crate::export_plugin!`]: they turn raw ABI arguments into the
+//! safe types of [`crate::Plugin`], catch panics, and keep the last error text for the host.
+//!
+//! This is the one module of plugin-api with `unsafe` code; every block says what the host
+//! guarantees for it.
+#![allow(unsafe_code)]
+
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crate::abi::{
+    self, PluginDescriptor, RawCreateContext, RawFormats, RawFrame, RawProcessContext, RawStr,
+};
+use crate::error::{Error, Result};
+use crate::format::FrameFormat;
+use crate::frame::{DeviceBuffer, FrameInfo, InputFrame, OutputFrame};
+use crate::plugin::{CreateContext, Domain, Plugin, ProcessContext};
+
+thread_local! {
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+fn set_last_error(message: String) {
+    LAST_ERROR.with_borrow_mut(|e| *e = message);
+}
+
+/// Run `f`, turning an error or a panic into a status code and the last error text.
+fn guarded(f: impl FnOnce() -> Result<()>) -> i32 {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => abi::STATUS_OK,
+        Ok(Err(e)) => {
+            set_last_error(e.message().to_owned());
+            abi::STATUS_ERROR
+        }
+        Err(payload) => {
+            let text = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".to_owned());
+            set_last_error(format!("panicked: {text}"));
+            abi::STATUS_PANIC
+        }
+    }
+}
+
+/// Deserialise a stage's params (TOML text) and refuse keys the params type did not read.
+pub fn parse_params<P: Plugin>(text: &str) -> Result<P::Params> {
+    let deserializer = toml::de::Deserializer::parse(text).map_err(|e| params_error(text, &e))?;
+    let mut unknown = Vec::new();
+    let params = serde_ignored::deserialize(deserializer, |path| unknown.push(path.to_string()))
+        .map_err(|e| params_error(text, &e))?;
+    match unknown.first() {
+        None => Ok(params),
+        Some(key) => Err(Error::new(format!("unknown param `{key}`"))),
+    }
+}
+
+/// Name the key an error is about: the span points into `text`, one `key = value` a line.
+fn params_error(text: &str, e: &toml::de::Error) -> Error {
+    let message = e.message().trim_end();
+    let key = e.span().and_then(|span| {
+        let line_start = text[..span.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
+        let line = text[line_start..].lines().next()?;
+        let key = line.split_once('=')?.0.trim();
+        (!key.is_empty()).then(|| key.trim_matches('"').to_owned())
+    });
+    match key {
+        Some(key) => Error::new(format!("param `{key}`: {message}")),
+        None => Error::new(message.to_owned()),
+    }
+}
+
+/// The descriptor of plugin `P`, built at compile time by [`crate::export_plugin!`].
+pub const fn descriptor<P: Plugin>() -> PluginDescriptor {
+    let info = P::INFO;
+    let mut domains = 0;
+    let mut i = 0;
+    while i < info.domains.len() {
+        domains |= match info.domains[i] {
+            Domain::Cpu => abi::DOMAIN_CPU,
+            Domain::Cuda => abi::DOMAIN_CUDA,
+        };
+        i += 1;
+    }
+    PluginDescriptor {
+        abi_major: abi::ABI_MAJOR,
+        abi_minor: abi::ABI_MINOR,
+        size: size_of::<PluginDescriptor>(),
+        name: RawStr::from_str(info.name),
+        version: RawStr::from_str(info.version),
+        description: RawStr::from_str(info.description),
+        domains,
+        min_inputs: info.min_inputs,
+        max_inputs: info.max_inputs,
+        // PixelFormat is repr(u32), so a slice of it is a slice of codes.
+        accepts: RawFormats { ptr: info.accepts.as_ptr() as *const u32, len: info.accepts.len() },
+        produces: RawFormats { ptr: info.produces.as_ptr() as *const u32, len: info.produces.len() },
+        negotiate: negotiate::<P>,
+        create: create::<P>,
+        process: process::<P>,
+        flush: flush::<P>,
+        destroy: destroy::<P>,
+        last_error,
+    }
+}
+
+/// # Safety
+/// `raw` must describe readable UTF-8 for the duration of the call (the host's contract).
+unsafe fn params_text(raw: RawStr) -> String {
+    // SAFETY: forwarded from the caller.
+    unsafe { raw.to_string_lossy() }
+}
+
+/// # Safety
+/// `ptr` must point to `n` formats, or be anything when `n` is 0.
+unsafe fn formats<'a>(ptr: *const FrameFormat, n: usize) -> &'a [FrameFormat] {
+    if n == 0 {
+        return &[];
+    }
+    // SAFETY: the host passes `n` initialised formats that outlive the call.
+    unsafe { std::slice::from_raw_parts(ptr, n) }
+}
+
+unsafe extern "C" fn negotiate<P: Plugin>(
+    params: RawStr,
+    inputs: *const FrameFormat,
+    n_inputs: usize,
+    output: *mut FrameFormat,
+    has_output: *mut u32,
+) -> i32 {
+    guarded(|| {
+        // SAFETY: host contract: params text and `n_inputs` formats are valid for the call,
+        // `output` and `has_output` are writable.
+        let (text, inputs) = unsafe { (params_text(params), formats(inputs, n_inputs)) };
+        let params = parse_params::<P>(&text)?;
+        let result = P::negotiate(&params, inputs)?;
+        // SAFETY: see above.
+        unsafe {
+            *has_output = result.is_some() as u32;
+            if let Some(format) = result {
+                *output = format;
+            }
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn create<P: Plugin>(
+    params: RawStr,
+    inputs: *const FrameFormat,
+    n_inputs: usize,
+    output: *const FrameFormat,
+    ctx: *const RawCreateContext,
+    instance: *mut *mut c_void,
+) -> i32 {
+    guarded(|| {
+        // SAFETY: host contract: every pointer is valid for the call; `output` may be null.
+        let (text, inputs, output, ctx) = unsafe {
+            (params_text(params), formats(inputs, n_inputs), output.as_ref().copied(), &*ctx)
+        };
+        crate::log::install(ctx.log);
+        // SAFETY: the stage name and cache dir are valid strings for the call.
+        let (stage, cache_dir) =
+            unsafe { (ctx.stage.to_string_lossy(), ctx.kernel_cache_dir.to_string_lossy()) };
+        let cache_dir = std::path::PathBuf::from(cache_dir);
+        let context = CreateContext {
+            stage: &stage,
+            domain: if ctx.domain == abi::DOMAIN_CUDA { Domain::Cuda } else { Domain::Cpu },
+            device_ordinal: u32::try_from(ctx.device_ordinal).ok(),
+            cuda_context: ctx.cuda_context as usize,
+            cuda_stream: ctx.cuda_stream as usize,
+            kernel_cache_dir: (!cache_dir.as_os_str().is_empty()).then_some(cache_dir.as_path()),
+        };
+        let params = parse_params::<P>(&text)?;
+        let plugin = P::create(params, inputs, output, &context)?;
+        // SAFETY: `instance` is writable; the box is reclaimed by `destroy`.
+        unsafe { *instance = Box::into_raw(Box::new(plugin)) as *mut c_void };
+        Ok(())
+    })
+}
+
+fn frame_info(raw: &RawFrame) -> FrameInfo {
+    FrameInfo { format: raw.format, layout: raw.layout, seq: raw.seq, timestamp_ns: raw.timestamp_ns }
+}
+
+/// # Safety
+/// A host-domain `raw` must point to `raw.len` bytes readable for `'a` and not written by
+/// anyone during that time.
+unsafe fn input_frame<'a>(raw: &RawFrame) -> Result<InputFrame<'a>> {
+    let info = frame_info(raw);
+    if raw.domain == abi::DOMAIN_CUDA {
+        return Ok(InputFrame::device(info, DeviceBuffer { addr: raw.addr, len: raw.len }));
+    }
+    // SAFETY: forwarded from the caller.
+    let bytes = unsafe { std::slice::from_raw_parts(raw.addr as *const u8, raw.len as usize) };
+    InputFrame::host(info, bytes).ok_or_else(|| Error::new("input frame shorter than its layout"))
+}
+
+/// # Safety
+/// A host-domain `raw` must point to `raw.len` bytes writable for `'a` that nothing else reads
+/// or writes during that time.
+unsafe fn output_frame<'a>(raw: &RawFrame) -> Result<OutputFrame<'a>> {
+    let info = frame_info(raw);
+    if raw.domain == abi::DOMAIN_CUDA {
+        return Ok(OutputFrame::device(info, DeviceBuffer { addr: raw.addr, len: raw.len }));
+    }
+    // SAFETY: forwarded from the caller.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(raw.addr as *mut u8, raw.len as usize) };
+    OutputFrame::host(info, bytes).ok_or_else(|| Error::new("output frame shorter than its layout"))
+}
+
+unsafe extern "C" fn process<P: Plugin>(
+    instance: *mut c_void,
+    inputs: *const RawFrame,
+    n_inputs: usize,
+    output: *mut RawFrame,
+    ctx: *const RawProcessContext,
+) -> i32 {
+    guarded(|| {
+        // SAFETY: host contract: `instance` came from `create` and is used by one thread at a
+        // time; `inputs` holds `n_inputs` frames whose memory the host keeps valid and
+        // unwritten for the call, `output` (or null) is a frame only this call writes.
+        let (plugin, raw_inputs, raw_output, ctx) = unsafe {
+            let raw_inputs: &[RawFrame] =
+                if n_inputs == 0 { &[] } else { std::slice::from_raw_parts(inputs, n_inputs) };
+            (&mut *(instance as *mut P), raw_inputs, output.as_ref(), &*ctx)
+        };
+        let mut frames = Vec::with_capacity(raw_inputs.len());
+        for raw in raw_inputs {
+            // SAFETY: see above.
+            frames.push(unsafe { input_frame(raw)? });
+        }
+        // SAFETY: see above.
+        let mut out = match raw_output {
+            Some(raw) => Some(unsafe { output_frame(raw)? }),
+            None => None,
+        };
+        let context =
+            ProcessContext { frame_index: ctx.frame_index, cuda_stream: ctx.cuda_stream as usize };
+        plugin.process(&frames, out.as_mut(), &context)
+    })
+}
+
+unsafe extern "C" fn flush<P: Plugin>(instance: *mut c_void) -> i32 {
+    // SAFETY: `instance` came from `create` and is not used concurrently.
+    guarded(|| unsafe { &mut *(instance as *mut P) }.flush())
+}
+
+unsafe extern "C" fn destroy<P: Plugin>(instance: *mut c_void) {
+    if instance.is_null() {
+        return;
+    }
+    // SAFETY: `instance` came from `create` and the host calls `destroy` once, last.
+    let _ = guarded(|| {
+        drop(unsafe { Box::from_raw(instance as *mut P) });
+        Ok(())
+    });
+}
+
+unsafe extern "C" fn last_error(len: *mut usize) -> *const u8 {
+    LAST_ERROR.with_borrow(|e| {
+        // SAFETY: `len` is writable (host contract). The pointer stays valid until this
+        // thread's next call into the plugin, which is what the ABI promises.
+        unsafe { *len = e.len() };
+        e.as_ptr()
+    })
+}
+
+/// Export a [`Plugin`] implementation as this cdylib's plugin.
+///
+/// ```ignore
+/// gpuipc_plugin_api::export_plugin!(MyStage);
+/// ```
+#[macro_export]
+macro_rules! export_plugin {
+    ($plugin:ty) => {
+        /// The plugin's entry symbol, looked up by the gpuipc host.
+        #[allow(unsafe_code)]
+        #[unsafe(no_mangle)]
+        pub extern "C" fn gpuipc_plugin_entry_v1() -> *const $crate::abi::PluginDescriptor {
+            static DESCRIPTOR: $crate::abi::DescriptorCell =
+                $crate::abi::DescriptorCell($crate::export::descriptor::<$plugin>());
+            &DESCRIPTOR.0
+        }
+    };
+}

@@ -1,0 +1,236 @@
+//! Safe views of the frames a plugin reads and writes.
+//!
+//! In the cpu domain a frame is a byte slice cut into planes by its [`FrameLayout`]. In the
+//! cuda domain it is a device address the plugin hands to its kernels.
+
+use crate::format::{FrameFormat, FrameLayout, PixelFormat, PlaneLayout};
+
+/// A frame in GPU memory: the device address of byte 0 and how many bytes follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceBuffer {
+    pub addr: u64,
+    pub len: u64,
+}
+
+/// Where a frame's bytes are.
+#[derive(Debug)]
+pub enum FrameData<'a> {
+    Host(&'a [u8]),
+    Device(DeviceBuffer),
+}
+
+/// Where an output frame's bytes are.
+#[derive(Debug)]
+pub enum FrameDataMut<'a> {
+    Host(&'a mut [u8]),
+    Device(DeviceBuffer),
+}
+
+/// What every frame carries besides its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameInfo {
+    pub format: FrameFormat,
+    pub layout: FrameLayout,
+    /// Sequence number given by the source; passed on unchanged by other stages.
+    pub seq: u64,
+    /// When the source made the frame, nanoseconds since the Unix epoch.
+    pub timestamp_ns: u64,
+}
+
+impl FrameInfo {
+    pub fn new(format: FrameFormat, seq: u64, timestamp_ns: u64) -> Option<FrameInfo> {
+        Some(FrameInfo { format, layout: FrameLayout::for_format(format)?, seq, timestamp_ns })
+    }
+
+    pub fn pixel(&self) -> PixelFormat {
+        self.format.pixel_format().expect("frames only carry pixel formats the host validated")
+    }
+
+    pub fn width(&self) -> u32 {
+        self.format.width
+    }
+
+    pub fn height(&self) -> u32 {
+        self.format.height
+    }
+}
+
+/// Bytes a frame needs so that every plane's last row fits.
+fn bytes_needed(layout: &FrameLayout) -> u64 {
+    layout.planes().iter().map(plane_span).max().unwrap_or(0)
+}
+
+fn plane_span(p: &PlaneLayout) -> u64 {
+    p.offset + p.pitch * p.rows.saturating_sub(1) + p.row_bytes
+}
+
+fn plane_range(p: &PlaneLayout) -> std::ops::Range<usize> {
+    p.offset as usize..plane_span(p) as usize
+}
+
+/// A frame given to a plugin to read.
+#[derive(Debug)]
+pub struct InputFrame<'a> {
+    pub info: FrameInfo,
+    data: FrameData<'a>,
+}
+
+impl<'a> InputFrame<'a> {
+    /// A frame in host memory. `None` if `bytes` is too short for `info.layout`.
+    pub fn host(info: FrameInfo, bytes: &'a [u8]) -> Option<InputFrame<'a>> {
+        (bytes.len() as u64 >= bytes_needed(&info.layout))
+            .then_some(InputFrame { info, data: FrameData::Host(bytes) })
+    }
+
+    /// A frame in device memory.
+    pub fn device(info: FrameInfo, buffer: DeviceBuffer) -> InputFrame<'a> {
+        InputFrame { info, data: FrameData::Device(buffer) }
+    }
+
+    pub fn data(&self) -> &FrameData<'a> {
+        &self.data
+    }
+
+    /// The whole frame in host memory, or `None` in the cuda domain.
+    pub fn host_bytes(&self) -> Option<&'a [u8]> {
+        match self.data {
+            FrameData::Host(b) => Some(b),
+            FrameData::Device(_) => None,
+        }
+    }
+
+    pub fn device_buffer(&self) -> Option<DeviceBuffer> {
+        match self.data {
+            FrameData::Device(d) => Some(d),
+            FrameData::Host(_) => None,
+        }
+    }
+
+    /// Plane `index` in host memory.
+    pub fn plane(&self, index: usize) -> Option<Plane<'a>> {
+        let layout = *self.info.layout.planes().get(index)?;
+        let bytes = &self.host_bytes()?[plane_range(&layout)];
+        Some(Plane { bytes, layout })
+    }
+}
+
+/// The frame a plugin writes.
+#[derive(Debug)]
+pub struct OutputFrame<'a> {
+    pub info: FrameInfo,
+    data: FrameDataMut<'a>,
+}
+
+impl<'a> OutputFrame<'a> {
+    /// A frame in host memory. `None` if `bytes` is too short for `info.layout`.
+    pub fn host(info: FrameInfo, bytes: &'a mut [u8]) -> Option<OutputFrame<'a>> {
+        (bytes.len() as u64 >= bytes_needed(&info.layout))
+            .then_some(OutputFrame { info, data: FrameDataMut::Host(bytes) })
+    }
+
+    pub fn device(info: FrameInfo, buffer: DeviceBuffer) -> OutputFrame<'a> {
+        OutputFrame { info, data: FrameDataMut::Device(buffer) }
+    }
+
+    pub fn data(&mut self) -> &mut FrameDataMut<'a> {
+        &mut self.data
+    }
+
+    pub fn device_buffer(&self) -> Option<DeviceBuffer> {
+        match self.data {
+            FrameDataMut::Device(d) => Some(d),
+            FrameDataMut::Host(_) => None,
+        }
+    }
+
+    /// Every plane, writable at once (host memory only).
+    pub fn planes_mut(&mut self) -> Option<Vec<PlaneMut<'_>>> {
+        let FrameDataMut::Host(bytes) = &mut self.data else { return None };
+        let mut rest: &mut [u8] = bytes;
+        let mut consumed = 0usize;
+        let mut planes = Vec::with_capacity(self.info.layout.n_planes as usize);
+        for layout in self.info.layout.planes() {
+            let range = plane_range(layout);
+            let tail = std::mem::take(&mut rest).split_at_mut(range.start - consumed).1;
+            let (bytes, after) = tail.split_at_mut(range.len());
+            planes.push(PlaneMut { bytes, layout: *layout });
+            rest = after;
+            consumed = range.end;
+        }
+        Some(planes)
+    }
+
+    /// Plane `index`, writable (host memory only).
+    pub fn plane_mut(&mut self, index: usize) -> Option<PlaneMut<'_>> {
+        let layout = *self.info.layout.planes().get(index)?;
+        let FrameDataMut::Host(bytes) = &mut self.data else { return None };
+        Some(PlaneMut { bytes: &mut bytes[plane_range(&layout)], layout })
+    }
+}
+
+/// One plane of a frame in host memory, read-only.
+#[derive(Debug, Clone, Copy)]
+pub struct Plane<'a> {
+    bytes: &'a [u8],
+    pub layout: PlaneLayout,
+}
+
+impl<'a> Plane<'a> {
+    pub fn rows(&self) -> usize {
+        self.layout.rows as usize
+    }
+
+    /// Row `y`, pixels only (no padding).
+    pub fn row(&self, y: usize) -> &'a [u8] {
+        let start = y * self.layout.pitch as usize;
+        &self.bytes[start..start + self.layout.row_bytes as usize]
+    }
+}
+
+/// One plane of a frame in host memory, writable.
+#[derive(Debug)]
+pub struct PlaneMut<'a> {
+    bytes: &'a mut [u8],
+    pub layout: PlaneLayout,
+}
+
+impl PlaneMut<'_> {
+    pub fn rows(&self) -> usize {
+        self.layout.rows as usize
+    }
+
+    /// Row `y`, pixels only (no padding).
+    pub fn row_mut(&mut self, y: usize) -> &mut [u8] {
+        let start = y * self.layout.pitch as usize;
+        &mut self.bytes[start..start + self.layout.row_bytes as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn planes_mut_splits_a_frame_into_its_planes() {
+        let info = FrameInfo::new(FrameFormat::new(PixelFormat::I420, 3, 3), 0, 0).unwrap();
+        let mut bytes = vec![0u8; info.layout.total_bytes as usize];
+        let mut out = OutputFrame::host(info, &mut bytes).unwrap();
+        for (i, mut plane) in out.planes_mut().unwrap().into_iter().enumerate() {
+            for y in 0..plane.rows() {
+                plane.row_mut(y).fill(i as u8 + 1);
+            }
+        }
+        let input = InputFrame::host(info, &bytes).unwrap();
+        assert_eq!(input.plane(0).unwrap().row(2), &[1, 1, 1]);
+        assert_eq!(input.plane(1).unwrap().row(1), &[2, 2]);
+        assert_eq!(input.plane(2).unwrap().row(0), &[3, 3]);
+        assert!(input.plane(3).is_none());
+    }
+
+    #[test]
+    fn a_short_buffer_is_refused() {
+        let info = FrameInfo::new(FrameFormat::new(PixelFormat::Rgb8, 4, 4), 0, 0).unwrap();
+        let bytes = vec![0u8; 100];
+        assert!(InputFrame::host(info, &bytes).is_none());
+    }
+}

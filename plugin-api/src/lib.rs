@@ -1,0 +1,52 @@
+//! What a gpuipc plugin author depends on.
+//!
+//! Implement [`Plugin`] for a type holding the stage's state, then call
+//! [`export_plugin!`] once in the crate's `lib.rs`. The macro writes the `extern "C"` entry
+//! point and shims; panics are caught there and reported as errors of the stage.
+//!
+//! ```ignore
+//! use gpuipc_plugin_api::*;
+//!
+//! #[derive(serde::Deserialize)]
+//! #[serde(deny_unknown_fields)]
+//! struct Params { level: u8 }
+//!
+//! struct Fill { level: u8 }
+//!
+//! impl Plugin for Fill {
+//!     type Params = Params;
+//!     const INFO: PluginInfo = PluginInfo {
+//!         name: "fill", version: "0.1.0", description: "fills gray frames",
+//!         domains: &[Domain::Cpu], min_inputs: 1, max_inputs: 1,
+//!         accepts: &[PixelFormat::Gray8], produces: &[PixelFormat::Gray8],
+//!     };
+//!     fn negotiate(_: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
+//!         Ok(Some(inputs[0]))
+//!     }
+//!     fn create(p: Params, _: &[FrameFormat], _: Option<FrameFormat>, _: &CreateContext)
+//!         -> Result<Self> { Ok(Fill { level: p.level }) }
+//!     fn process(&mut self, _: &[InputFrame], out: Option<&mut OutputFrame>, _: &ProcessContext)
+//!         -> Result<()> {
+//!         let mut plane = out.unwrap().plane_mut(0).unwrap();
+//!         for y in 0..plane.rows() { plane.row_mut(y).fill(self.level) }
+//!         Ok(())
+//!     }
+//! }
+//! export_plugin!(Fill);
+//! ```
+#![deny(unsafe_code)]
+
+pub mod abi;
+mod error;
+#[doc(hidden)]
+pub mod export;
+pub mod format;
+pub mod frame;
+pub mod log;
+mod plugin;
+
+pub use error::{Error, Result};
+pub use export::parse_params;
+pub use format::{FrameFormat, FrameLayout, PixelFormat, PlaneLayout};
+pub use frame::{DeviceBuffer, FrameData, FrameDataMut, FrameInfo, InputFrame, OutputFrame, Plane, PlaneMut};
+pub use plugin::{CreateContext, Domain, Plugin, PluginInfo, ProcessContext};
