@@ -1,0 +1,142 @@
+//! The pipeline file's serde types. Unknown keys are errors; every value keeps its span so the
+//! planner can point at it.
+
+use std::fmt;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineFile {
+    #[serde(default)]
+    pub pipeline: PipelineSection,
+    #[serde(default, rename = "stage")]
+    pub stages: Vec<Spanned<StageSection>>,
+}
+
+/// `[pipeline]`: defaults for the whole run.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSection {
+    /// Shown in plans and reports; defaults to the file's stem.
+    pub name: Option<Spanned<String>>,
+    /// Frames each source emits; none: run until stopped.
+    pub frames: Option<Spanned<u64>>,
+    /// Default device of stages.
+    pub device: Option<Spanned<DeviceSpec>>,
+    pub isolation: Option<Spanned<Isolation>>,
+    /// Microseconds a waiting stage spins before it sleeps on a futex (default 20).
+    pub spin_us: Option<Spanned<u32>>,
+}
+
+/// `[[stage]]`: one process running one plugin.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageSection {
+    pub name: Spanned<String>,
+    /// A built-in plugin name, or a path to a plugin cdylib (relative to the pipeline file).
+    pub plugin: Spanned<String>,
+    /// Names of the stages whose output this stage reads.
+    #[serde(default)]
+    pub inputs: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Slots in this stage's output ring (default 4).
+    pub depth: Option<Spanned<u32>>,
+    /// Overrides `[pipeline] device`.
+    pub device: Option<Spanned<DeviceSpec>>,
+    /// How this stage takes frames from its input links (default `block`).
+    pub policy: Option<Spanned<Policy>>,
+    /// How this stage's output ring is shared on the GPU (default `auto`).
+    pub transport: Option<Spanned<Transport>>,
+    /// The plugin's own settings.
+    pub params: Option<Spanned<toml::Table>>,
+}
+
+/// Where a stage runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceSpec {
+    Auto,
+    Cpu,
+    /// `cuda` (device 0) or `cuda:N`.
+    Cuda(u32),
+}
+
+impl<'de> Deserialize<'de> for DeviceSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        DeviceSpec::parse(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "invalid device `{text}`, expected \"cpu\", \"cuda\", \"cuda:N\" or \"auto\""
+            ))
+        })
+    }
+}
+
+impl DeviceSpec {
+    pub fn parse(text: &str) -> Option<DeviceSpec> {
+        match text {
+            "auto" => Some(DeviceSpec::Auto),
+            "cpu" => Some(DeviceSpec::Cpu),
+            "cuda" => Some(DeviceSpec::Cuda(0)),
+            _ => text.strip_prefix("cuda:")?.parse().ok().map(DeviceSpec::Cuda),
+        }
+    }
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceSpec::Auto => f.write_str("auto"),
+            DeviceSpec::Cpu => f.write_str("cpu"),
+            DeviceSpec::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+/// How stages on one GPU share it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    #[default]
+    Auto,
+    Mps,
+    Process,
+}
+
+/// What a consumer does when it falls behind its producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// The producer waits for this consumer: nothing is lost.
+    #[default]
+    Block,
+    /// The producer never waits; when the ring is full the oldest unread frame is overwritten.
+    /// The consumer reads in order.
+    DropOldest,
+    /// The producer never waits; the consumer always takes the newest frame.
+    Latest,
+}
+
+impl Policy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Block => "block",
+            Policy::DropOldest => "drop_oldest",
+            Policy::Latest => "latest",
+        }
+    }
+}
+
+/// How a GPU ring's memory is shared between processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// VMM with POSIX file-descriptor handles where the device supports it, else legacy.
+    #[default]
+    Auto,
+    /// `cuMemCreate` + file descriptors passed with SCM_RIGHTS.
+    Vmm,
+    /// `cuIpcGetMemHandle`.
+    Legacy,
+}

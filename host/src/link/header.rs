@@ -1,0 +1,161 @@
+//! The control block of a ring, as laid out in shared memory.
+//!
+//! The creator (the host) fills it in, then stores `version` last with Release; whoever opens
+//! it loads `version` with Acquire and checks it and the magic before reading anything else.
+//! After that, the plain fields are read-only and all traffic goes through the atomics.
+#![allow(unsafe_code)]
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+use gpuipc_plugin_api::{FrameFormat, FrameLayout};
+
+pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUIPCRG");
+pub const VERSION: u32 = 1;
+/// Most slots a ring can have.
+pub const MAX_SLOTS: usize = 64;
+/// Most consumers a ring can have: claim and pending masks are 16 bits each.
+pub const MAX_CONSUMERS: usize = 16;
+/// Slot data starts on a page, and each slot is a whole number of pages (so a GPU can register
+/// the memory as pinned).
+pub const PAGE: u64 = 4096;
+
+/// `closed` values.
+pub const OPEN: u32 = 0;
+pub const END_OF_STREAM: u32 = 1;
+pub const ABORTED: u32 = 2;
+
+/// Consumer policy codes, one byte per consumer.
+pub const POLICY_BLOCK: u8 = 0;
+pub const POLICY_DROP_OLDEST: u8 = 1;
+pub const POLICY_LATEST: u8 = 2;
+
+/// Keeps hot counters of different writers on different cache lines.
+#[repr(C, align(64))]
+pub struct CacheLine<T>(pub T);
+
+/// Written by the producer.
+#[repr(C)]
+pub struct ProducerState {
+    /// Frames published so far.
+    pub published: AtomicU64,
+    /// Bumped on every publish and on close; consumers sleep on it.
+    pub publish_futex: AtomicU32,
+    pub consumers_sleeping: AtomicU32,
+    /// `OPEN`, `END_OF_STREAM` or `ABORTED`. Stored after the last publish (Release).
+    pub closed: AtomicU32,
+}
+
+/// Written by consumers; the producer sleeps on `release_futex` when the ring is full.
+#[repr(C)]
+pub struct ReleaseState {
+    pub release_futex: AtomicU32,
+    pub producer_sleeping: AtomicU32,
+}
+
+/// Written by one consumer.
+#[repr(C)]
+pub struct ConsumerState {
+    /// The sequence number this consumer expects next.
+    pub next_seq: AtomicU64,
+    pub received: AtomicU64,
+    pub dropped: AtomicU64,
+}
+
+/// A slot's frame metadata; written by the producer while it owns the slot (state WRITING),
+/// read by consumers while they hold a claim.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct SlotMeta {
+    pub seq: u64,
+    pub timestamp_ns: u64,
+    pub flags: u32,
+    pub format: FrameFormat,
+    pub layout: FrameLayout,
+}
+
+/// One slot's synchronisation word and metadata.
+#[repr(C)]
+pub struct SlotState {
+    /// Bits 0-15: consumers reading it now (claims). Bits 16-31: consumers that have yet to
+    /// read it (pending). Bit 32: the producer is writing it. Bits 33-63: low bits of seq + 1,
+    /// so a slot rewritten with another frame never compares equal (no ABA).
+    pub state: AtomicU64,
+    /// Full sequence number of the frame in the slot.
+    pub seq: AtomicU64,
+    pub meta: UnsafeCell<SlotMeta>,
+}
+
+pub const WRITING: u64 = 1 << 32;
+const GEN_SHIFT: u32 = 33;
+
+pub fn claim_bit(consumer: usize) -> u64 {
+    1 << consumer
+}
+
+pub fn pending_bit(consumer: usize) -> u64 {
+    1 << (16 + consumer)
+}
+
+pub fn claims(state: u64) -> u64 {
+    state & 0xffff
+}
+
+pub fn pendings(state: u64) -> u64 {
+    (state >> 16) & 0xffff
+}
+
+/// The state word of a slot just published with `seq`, pending for `consumers` (a mask).
+pub fn published_state(seq: u64, consumers: u64) -> u64 {
+    ((seq.wrapping_add(1)) << GEN_SHIFT) | (consumers << 16)
+}
+
+/// The whole control block.
+#[repr(C)]
+pub struct RingHeader {
+    pub magic: u64,
+    pub version: AtomicU32,
+    pub depth: u32,
+    pub n_consumers: u32,
+    pub policies: [u8; MAX_CONSUMERS],
+    /// Bytes per slot of frame data in this memory (0 when frames live on a GPU).
+    pub slot_bytes: u64,
+    /// Offset of slot 0's data from the start of the mapping.
+    pub data_offset: u64,
+    pub format: FrameFormat,
+    pub layout: FrameLayout,
+    pub producer: CacheLine<ProducerState>,
+    pub release: CacheLine<ReleaseState>,
+    pub consumers: [CacheLine<ConsumerState>; MAX_CONSUMERS],
+    pub slots: [CacheLine<SlotState>; MAX_SLOTS],
+}
+
+// SAFETY: shared between threads only through atomics, and through `SlotMeta` cells whose
+// access is serialised by each slot's state word (see `ring`).
+unsafe impl Sync for RingHeader {}
+
+/// What a ring is made with.
+#[derive(Debug, Clone)]
+pub struct RingParams {
+    pub format: FrameFormat,
+    pub layout: FrameLayout,
+    pub depth: u32,
+    /// One policy code per consumer.
+    pub policies: Vec<u8>,
+    /// Whether frame data lives in the ring's own memory.
+    pub host_data: bool,
+}
+
+impl RingParams {
+    pub fn slot_bytes(&self) -> u64 {
+        if self.host_data { self.layout.total_bytes.next_multiple_of(PAGE) } else { 0 }
+    }
+
+    pub fn data_offset() -> u64 {
+        (size_of::<RingHeader>() as u64).next_multiple_of(PAGE)
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        RingParams::data_offset() + self.slot_bytes() * self.depth as u64
+    }
+}

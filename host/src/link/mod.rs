@@ -1,0 +1,17 @@
+//! Links: rings of frame slots shared between one producer stage and its consumers.
+//!
+//! - [`shm`]: memfd shared memory, mapped.
+//! - [`header`]: the ring's control block layout in that memory.
+//! - [`wait`]: spin-then-futex waiting on shared counters, with deadlines.
+//! - [`ring`]: the protocol, as a [`Producer`] and [`Consumer`] endpoint.
+//! - [`stats`]: per-stage counters the host reads for live statistics, and its stop flag.
+
+pub mod header;
+pub mod ring;
+pub mod shm;
+pub mod stats;
+pub mod wait;
+
+pub use header::RingParams;
+pub use ring::{Consumer, LinkError, Producer, ReadSlot, RingMap, WriteSlot};
+pub use stats::StatsMap;

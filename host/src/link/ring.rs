@@ -1,0 +1,384 @@
+//! The ring protocol over a control block in shared memory.
+//!
+//! Each slot has one state word (see [`header::SlotState`]). The producer takes a slot by
+//! compare-and-swap to WRITING, which succeeds only while no consumer holds a claim on it and
+//! no `block` consumer still has it pending; it writes the frame, then stores the published
+//! state (Release). A consumer claims a frame by compare-and-swap adding its claim bit to the
+//! exact state it saw (Acquire), reads, then clears its claim and pending bits. So a frame is
+//! never overwritten while read, and a `block` consumer never misses one; `drop_oldest` and
+//! `latest` consumers never hold the producer back (they count the frames they missed).
+#![allow(unsafe_code)]
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use gpuipc_plugin_api::{FrameFormat, FrameLayout};
+
+use super::header::{
+    self, ABORTED, END_OF_STREAM, MAGIC, MAX_CONSUMERS, MAX_SLOTS, OPEN, POLICY_BLOCK, POLICY_LATEST, RingHeader,
+    RingParams, SlotMeta, VERSION, WRITING,
+};
+use super::shm::SharedMemory;
+use super::wait::{TimedOut, Waiter, wake_all};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("cannot create or map the ring's shared memory: {0}")]
+    Memory(#[from] std::io::Error),
+    #[error("the ring's control block is invalid: {0}")]
+    Invalid(String),
+    #[error("the run was aborted")]
+    Aborted,
+    #[error("timed out waiting for the other end of the link")]
+    TimedOut,
+}
+
+impl From<TimedOut> for LinkError {
+    fn from(_: TimedOut) -> LinkError {
+        LinkError::TimedOut
+    }
+}
+
+/// A mapped ring: control block plus, for host rings, the slots' frame data.
+pub struct RingMap {
+    shm: SharedMemory,
+}
+
+impl RingMap {
+    /// Create and initialise a ring (the host does this, before any stage starts).
+    pub fn create(name: &str, params: &RingParams) -> Result<RingMap, LinkError> {
+        if params.depth == 0 || params.depth as usize > MAX_SLOTS {
+            return Err(LinkError::Invalid(format!("depth {} not in 1..={MAX_SLOTS}", params.depth)));
+        }
+        if params.policies.len() > MAX_CONSUMERS {
+            return Err(LinkError::Invalid(format!("{} consumers, at most {MAX_CONSUMERS}", params.policies.len())));
+        }
+        let shm = SharedMemory::create(name, params.total_bytes() as usize)?;
+        let header = shm.as_ptr() as *mut RingHeader;
+        // SAFETY: the memory is fresh, zeroed, at least a header long, page-aligned, and not
+        // yet shared with anyone; zero is a valid value for every field.
+        unsafe {
+            (*header).magic = MAGIC;
+            (*header).depth = params.depth;
+            (*header).n_consumers = params.policies.len() as u32;
+            for (k, &policy) in params.policies.iter().enumerate() {
+                (*header).policies[k] = policy;
+            }
+            (*header).slot_bytes = params.slot_bytes();
+            (*header).data_offset = RingParams::data_offset();
+            (*header).format = params.format;
+            (*header).layout = params.layout;
+            // Written last: pairs with the Acquire load in `open`, publishing every field above.
+            (*header).version.store(VERSION, Ordering::Release);
+        }
+        Ok(RingMap { shm })
+    }
+
+    /// Map a ring received as a file descriptor and check its header.
+    pub fn open(fd: OwnedFd) -> Result<RingMap, LinkError> {
+        let shm = SharedMemory::open(fd)?;
+        if shm.len() < size_of::<RingHeader>() {
+            return Err(LinkError::Invalid(format!("{} bytes, smaller than a ring header", shm.len())));
+        }
+        let map = RingMap { shm };
+        let h = map.header();
+        // Acquire: pairs with the creator's Release store of `version`.
+        let version = h.version.load(Ordering::Acquire);
+        if h.magic != MAGIC || version != VERSION {
+            return Err(LinkError::Invalid(format!("magic {:#x} version {version}", h.magic)));
+        }
+        if h.depth == 0 || h.depth as usize > MAX_SLOTS || h.n_consumers as usize > MAX_CONSUMERS {
+            return Err(LinkError::Invalid(format!("depth {} consumers {}", h.depth, h.n_consumers)));
+        }
+        let needed = h.data_offset + h.slot_bytes * h.depth as u64;
+        if (map.shm.len() as u64) < needed {
+            return Err(LinkError::Invalid(format!("{} bytes, the header says {needed}", map.shm.len())));
+        }
+        Ok(map)
+    }
+
+    pub fn header(&self) -> &RingHeader {
+        // SAFETY: the mapping is page-aligned and at least a header long (checked in `open`,
+        // sized in `create`); the header is only mutated through atomics and UnsafeCells.
+        unsafe { &*(self.shm.as_ptr() as *const RingHeader) }
+    }
+
+    pub fn shared_memory(&self) -> &SharedMemory {
+        &self.shm
+    }
+
+    pub fn depth(&self) -> usize {
+        self.header().depth as usize
+    }
+
+    pub fn format(&self) -> FrameFormat {
+        self.header().format
+    }
+
+    pub fn layout(&self) -> FrameLayout {
+        self.header().layout
+    }
+
+    /// Host address of slot `i`'s frame data, or `None` when frames live on a GPU.
+    pub fn slot_data(&self, i: usize) -> Option<(*mut u8, u64)> {
+        let h = self.header();
+        (h.slot_bytes > 0 && i < self.depth()).then(|| {
+            // SAFETY: within the mapping: `open`/`create` checked data_offset + depth * slot_bytes.
+            let ptr = unsafe { self.shm.as_ptr().add((h.data_offset + h.slot_bytes * i as u64) as usize) };
+            (ptr, h.slot_bytes)
+        })
+    }
+
+    /// End the run for everyone on this ring: waiters wake and see `Aborted`.
+    pub fn abort(&self) {
+        let p = &self.header().producer.0;
+        p.closed.store(ABORTED, Ordering::Release);
+        wake_all(&p.publish_futex, &p.consumers_sleeping);
+        let r = &self.header().release.0;
+        wake_all(&r.release_futex, &r.producer_sleeping);
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.header().producer.0.closed.load(Ordering::Acquire) == ABORTED
+    }
+
+    /// Frames consumer `c` missed.
+    pub fn dropped(&self, c: usize) -> u64 {
+        self.header().consumers[c].0.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// A slot the producer owns until it publishes.
+#[derive(Debug)]
+pub struct WriteSlot {
+    pub index: usize,
+}
+
+/// The producing end of a ring.
+pub struct Producer {
+    ring: RingMap,
+    waiter: Waiter,
+    next_seq: u64,
+    /// Consumers the producer must wait for (`block` policy).
+    block_mask: u64,
+    all_mask: u64,
+}
+
+impl Producer {
+    pub fn new(ring: RingMap, waiter: Waiter) -> Producer {
+        let h = ring.header();
+        let n = h.n_consumers as usize;
+        let block_mask = (0..n).filter(|&c| h.policies[c] == POLICY_BLOCK).fold(0, |m, c| m | (1 << c));
+        Producer { ring, waiter, next_seq: 0, block_mask, all_mask: (1u64 << n) - 1 }
+    }
+
+    pub fn ring(&self) -> &RingMap {
+        &self.ring
+    }
+
+    /// Take a slot to write the next frame into: a free one, else (when no `block` consumer
+    /// needs it) the one holding the oldest frame. Waits while none can be taken.
+    pub fn acquire(&mut self, deadline: Option<Instant>) -> Result<WriteSlot, LinkError> {
+        let h = self.ring.header();
+        let r = &h.release.0;
+        let preferred = (self.next_seq % h.depth as u64) as usize;
+        let block_mask = self.block_mask;
+        self.waiter.wait(&r.release_futex, &r.producer_sleeping, deadline, || {
+            if self.ring.is_aborted() {
+                return Some(Err(LinkError::Aborted));
+            }
+            let pick = pick_write_slot(h, preferred, block_mask)?;
+            let slot = &h.slots[pick.0].0;
+            // Acquire: pairs with consumers' release of their claim, so their reads of the
+            // old frame happen before we overwrite it.
+            slot.state
+                .compare_exchange(pick.1, WRITING, Ordering::Acquire, Ordering::Relaxed)
+                .ok()
+                .map(|_| Ok(WriteSlot { index: pick.0 }))
+        })?
+    }
+
+    /// Publish the frame written into `slot` with the next sequence number (or `seq`).
+    pub fn publish(&mut self, slot: WriteSlot, seq: u64, timestamp_ns: u64) {
+        let h = self.ring.header();
+        let s = &h.slots[slot.index].0;
+        // SAFETY: the slot is ours (state WRITING): no consumer can claim it, so nobody reads
+        // the metadata while we write it.
+        unsafe {
+            *s.meta.get() = SlotMeta { seq, timestamp_ns, flags: 0, format: h.format, layout: h.layout };
+        }
+        s.seq.store(seq, Ordering::Relaxed);
+        // Release: publishes the frame data and metadata written above to whoever claims the
+        // slot with Acquire.
+        s.state.store(header::published_state(seq, self.all_mask), Ordering::Release);
+        let p = &h.producer.0;
+        p.published.fetch_add(1, Ordering::Relaxed);
+        self.next_seq = seq + 1;
+        wake_all(&p.publish_futex, &p.consumers_sleeping);
+    }
+
+    /// Give a taken slot back without publishing (the plugin failed).
+    pub fn cancel(&mut self, slot: WriteSlot) {
+        self.ring.header().slots[slot.index].0.state.store(0, Ordering::Release);
+    }
+
+    /// End of stream: consumers drain what was published, then stop.
+    pub fn close(&mut self) {
+        let p = &self.ring.header().producer.0;
+        // Release: every publish above happens before a consumer sees the stream closed.
+        let _ = p.closed.compare_exchange(OPEN, END_OF_STREAM, Ordering::Release, Ordering::Relaxed);
+        wake_all(&p.publish_futex, &p.consumers_sleeping);
+    }
+}
+
+/// A slot a producer may take now and the exact state seen, or `None` to wait.
+fn pick_write_slot(h: &RingHeader, preferred: usize, block_mask: u64) -> Option<(usize, u64)> {
+    let depth = h.depth as usize;
+    let load = |i: usize| h.slots[i].0.state.load(Ordering::Relaxed);
+    // A slot nobody needs any more, the preferred one first.
+    for i in (0..depth).map(|k| (preferred + k) % depth) {
+        let st = load(i);
+        if st & WRITING == 0 && header::claims(st) == 0 && header::pendings(st) == 0 {
+            return Some((i, st));
+        }
+    }
+    // Else the oldest frame that only non-blocking consumers still want and nobody reads now.
+    (0..depth)
+        .filter_map(|i| {
+            let st = load(i);
+            let free = st & WRITING == 0 && header::claims(st) == 0 && header::pendings(st) & block_mask == 0;
+            free.then(|| (i, st, h.slots[i].0.seq.load(Ordering::Relaxed)))
+        })
+        .min_by_key(|&(_, _, seq)| seq)
+        .map(|(i, st, _)| (i, st))
+}
+
+/// A frame a consumer holds until it releases it.
+#[derive(Debug)]
+pub struct ReadSlot {
+    pub index: usize,
+    pub meta: SlotMeta,
+}
+
+/// One consuming end of a ring.
+pub struct Consumer {
+    ring: RingMap,
+    waiter: Waiter,
+    index: usize,
+    latest: bool,
+    expected: u64,
+}
+
+impl Consumer {
+    pub fn new(ring: RingMap, index: usize, waiter: Waiter) -> Result<Consumer, LinkError> {
+        let h = ring.header();
+        if index >= h.n_consumers as usize {
+            return Err(LinkError::Invalid(format!("consumer {index} of a ring with {}", h.n_consumers)));
+        }
+        let latest = h.policies[index] == POLICY_LATEST;
+        Ok(Consumer { ring, waiter, index, latest, expected: 0 })
+    }
+
+    pub fn ring(&self) -> &RingMap {
+        &self.ring
+    }
+
+    /// Frames this consumer missed so far.
+    pub fn dropped(&self) -> u64 {
+        self.ring.dropped(self.index)
+    }
+
+    /// The next frame at or after sequence number `at_least` (and after the last one read):
+    /// the oldest such, or the newest for a `latest` consumer. `None` at end of stream.
+    pub fn acquire(&mut self, at_least: u64, deadline: Option<Instant>) -> Result<Option<ReadSlot>, LinkError> {
+        let h = self.ring.header();
+        let p = &h.producer.0;
+        let want = at_least.max(self.expected);
+        let found = self.waiter.wait(&p.publish_futex, &p.consumers_sleeping, deadline, || {
+            match p.closed.load(Ordering::Acquire) {
+                ABORTED => return Some(Err(LinkError::Aborted)),
+                // Closed (Acquire above): every frame ever published is visible, so a scan
+                // that finds none means the stream is over.
+                END_OF_STREAM => return Some(Ok(self.try_claim(want))),
+                _ => {}
+            }
+            self.try_claim(want).map(|slot| Ok(Some(slot)))
+        })??;
+        if let Some(slot) = &found {
+            let c = &h.consumers[self.index].0;
+            // Everything between what we expected and what we got was lost to us: overwritten
+            // (drop_oldest), skipped (latest), or passed over to align inputs.
+            c.dropped.fetch_add(slot.meta.seq - self.expected, Ordering::Relaxed);
+            c.received.fetch_add(1, Ordering::Relaxed);
+            self.expected = slot.meta.seq + 1;
+            c.next_seq.store(self.expected, Ordering::Relaxed);
+        }
+        Ok(found)
+    }
+
+    /// Claim the best published frame with seq >= `want`, if any.
+    fn try_claim(&self, want: u64) -> Option<ReadSlot> {
+        let h = self.ring.header();
+        let pending = header::pending_bit(self.index);
+        loop {
+            let mut best: Option<(usize, u64, u64)> = None;
+            for i in 0..h.depth as usize {
+                let slot = &h.slots[i].0;
+                let st = slot.state.load(Ordering::Acquire);
+                if st & WRITING != 0 || st & pending == 0 {
+                    continue;
+                }
+                let seq = slot.seq.load(Ordering::Relaxed);
+                let better = match best {
+                    None => true,
+                    Some((_, _, b)) => if self.latest { seq > b } else { seq < b },
+                };
+                if seq >= want && better {
+                    best = Some((i, st, seq));
+                }
+            }
+            let (i, st, _) = best?;
+            let slot = &h.slots[i].0;
+            // Acquire: pairs with the producer's Release publish of this exact state, so the
+            // frame and metadata are visible; failing means the slot changed under us.
+            if slot
+                .state
+                .compare_exchange(st, st | header::claim_bit(self.index), Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                // SAFETY: our claim keeps the producer out of this slot until we release it.
+                let meta = unsafe { *slot.meta.get() };
+                return Some(ReadSlot { index: i, meta });
+            }
+        }
+    }
+
+    /// Done reading: the slot may be reused once every `block` consumer released it too.
+    pub fn release(&mut self, slot: ReadSlot) {
+        let h = self.ring.header();
+        let bits = header::claim_bit(self.index) | header::pending_bit(self.index);
+        // Release: our reads of the frame happen before the producer's Acquire takes the slot.
+        h.slots[slot.index].0.state.fetch_and(!bits, Ordering::Release);
+        if self.latest {
+            self.forget_older(slot.meta.seq);
+        }
+        let r = &h.release.0;
+        wake_all(&r.release_futex, &r.producer_sleeping);
+    }
+
+    /// A `latest` consumer will never read frames older than the one it just read: clear its
+    /// pending bit on them so the producer sees those slots free.
+    fn forget_older(&self, seq: u64) {
+        let h = self.ring.header();
+        let pending = header::pending_bit(self.index);
+        for i in 0..h.depth as usize {
+            let slot = &h.slots[i].0;
+            let st = slot.state.load(Ordering::Acquire);
+            if st & WRITING == 0 && st & pending != 0 && slot.seq.load(Ordering::Relaxed) < seq {
+                // Only the exact state seen: a slot rewritten meanwhile holds a newer frame.
+                let _ = slot.state.compare_exchange(st, st & !pending, Ordering::AcqRel, Ordering::Relaxed);
+            }
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! Waiting on shared counters: spin briefly, then sleep on a futex shared between processes.
+//! Never a fixed sleep; every wait has a deadline so a dead peer is noticed.
+//!
+//! The waker bumps the futex word and wakes only if someone sleeps. The sleeper registers in
+//! `sleepers` before it reads the futex word and checks its condition one last time, so a
+//! wake between check and sleep is never lost (both sides use SeqCst on the pair).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use rustix::thread::futex;
+
+/// How long a sleeping waiter sleeps before it looks again (at the abort flag, the deadline).
+const SLEEP_SLICE: Duration = Duration::from_millis(50);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("timed out")]
+pub struct TimedOut;
+
+/// Spin-then-sleep policy of one waiting thread.
+#[derive(Debug, Clone, Copy)]
+pub struct Waiter {
+    pub spin: Duration,
+}
+
+impl Waiter {
+    pub fn new(spin_us: u32) -> Waiter {
+        Waiter { spin: Duration::from_micros(spin_us as u64) }
+    }
+
+    /// Call `poll` until it returns `Some`, spinning for `self.spin`, then sleeping on `word`
+    /// (registered in `sleepers`) until woken or `deadline`.
+    pub fn wait<T>(
+        &self,
+        word: &AtomicU32,
+        sleepers: &AtomicU32,
+        deadline: Option<Instant>,
+        mut poll: impl FnMut() -> Option<T>,
+    ) -> Result<T, TimedOut> {
+        if let Some(v) = poll() {
+            return Ok(v);
+        }
+        if !self.spin.is_zero() {
+            let spin_until = Instant::now() + self.spin;
+            while Instant::now() < spin_until {
+                std::hint::spin_loop();
+                if let Some(v) = poll() {
+                    return Ok(v);
+                }
+            }
+        }
+        loop {
+            sleepers.fetch_add(1, Ordering::SeqCst);
+            let seen = word.load(Ordering::SeqCst);
+            if let Some(v) = poll() {
+                sleepers.fetch_sub(1, Ordering::SeqCst);
+                return Ok(v);
+            }
+            let slice = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(SLEEP_SLICE),
+                None => SLEEP_SLICE,
+            };
+            let timeout = rustix::fs::Timespec { tv_sec: slice.as_secs() as i64, tv_nsec: slice.subsec_nanos() as i64 };
+            // Not FUTEX_PRIVATE: the word lives in memory shared with other processes. EAGAIN
+            // (word changed), EINTR and ETIMEDOUT all mean "look again".
+            let _ = futex::wait(word, futex::Flags::empty(), seen, Some(&timeout));
+            sleepers.fetch_sub(1, Ordering::SeqCst);
+            if let Some(v) = poll() {
+                return Ok(v);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(TimedOut);
+            }
+        }
+    }
+}
+
+/// Tell every waiter on `word` that something changed.
+pub fn wake_all(word: &AtomicU32, sleepers: &AtomicU32) {
+    word.fetch_add(1, Ordering::SeqCst);
+    if sleepers.load(Ordering::SeqCst) > 0 {
+        // Shared futex (no PRIVATE flag): the sleepers are other processes.
+        let _ = futex::wake(word, futex::Flags::empty(), u32::MAX);
+    }
+}

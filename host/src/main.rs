@@ -1,0 +1,141 @@
+//! `gpuipc-host`: the command line. Parsing arguments and setting up logging only; the work
+//! is in the modules, in the order a pipeline goes through them:
+//! config → plan → supervisor → stage → link → plugin.
+#![deny(unsafe_code)]
+
+mod config;
+mod control;
+mod link;
+mod plan;
+mod plugin;
+mod stage;
+mod supervisor;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use clap::{Parser, Subcommand};
+
+/// Multi-stage image pipelines, one process per stage, frames shared without copies.
+#[derive(Parser)]
+#[command(name = "gpuipc-host", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a pipeline file.
+    Run {
+        file: PathBuf,
+        /// Frames each source emits (overrides the file's `frames`).
+        #[arg(long)]
+        frames: Option<u64>,
+        /// Run every stage in this process, one frame at a time, without links (cpu only).
+        #[arg(long)]
+        in_process: bool,
+        /// Also write the run report as JSON to this file.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// No live statistics.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Check a pipeline file and print its plan, or every error in it.
+    Validate { file: PathBuf },
+    /// Print a pipeline's graph in Graphviz dot.
+    Graph { file: PathBuf },
+    /// A stage process; started by `run`, not by hand.
+    #[command(name = "__stage", hide = true)]
+    Stage { name: String },
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GPUIPC_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).without_time().with_target(false).init();
+}
+
+/// Parse and plan a file, printing every error on failure.
+fn load_plan(file: &Path) -> Result<plan::Plan, ExitCode> {
+    let result = config::load(file).and_then(|(source, parsed)| plan::build(&source, parsed));
+    result.map_err(|diags| {
+        eprintln!("{diags}");
+        ExitCode::from(2)
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match cli.command {
+        Command::Stage { .. } => ExitCode::from(stage::main() as u8),
+        Command::Validate { file } => match load_plan(&file) {
+            Ok(plan) => {
+                print!("{}", plan::render_text(&plan));
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Command::Graph { file } => match load_plan(&file) {
+            Ok(plan) => {
+                print!("{}", plan::render_dot(&plan));
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Command::Run { file, frames, in_process, report, quiet } => {
+            let plan = match load_plan(&file) {
+                Ok(p) => p,
+                Err(code) => return code,
+            };
+            run(&plan, frames, in_process, report.as_deref(), !quiet)
+        }
+    }
+}
+
+fn run(plan: &plan::Plan, frames: Option<u64>, in_process: bool, report_path: Option<&Path>, live: bool) -> ExitCode {
+    let result = if in_process {
+        let stop = Arc::new(AtomicBool::new(false));
+        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            let _ = signal_hook::flag::register(signal, stop.clone());
+        }
+        supervisor::in_process::run(plan, frames.or(plan.frames), &stop)
+    } else {
+        let shutdown = match supervisor::Shutdown::install() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error: cannot install signal handlers: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        let stage_exe = match std::env::current_exe() {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("error: cannot find the gpuipc-host executable: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        let options = supervisor::RunOptions { frames, stage_exe, live };
+        supervisor::run(plan, &options, &shutdown).map_err(|e| e.to_string())
+    };
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    println!("{}", report.render());
+    if let Some(path) = report_path {
+        let json = serde_json::to_string_pretty(&report).expect("the report serialises");
+        if let Err(e) = std::fs::write(path, json) {
+            eprintln!("error: cannot write the report to {}: {e}", path.display());
+            return ExitCode::from(1);
+        }
+    }
+    if report.succeeded() { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}

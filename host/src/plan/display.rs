@@ -1,0 +1,107 @@
+//! Showing a plan: the text `validate` prints and the Graphviz `graph` prints.
+
+use std::fmt::Write;
+
+use super::{LinkMemory, Plan};
+
+fn megabytes(bytes: u64) -> String {
+    format!("{:.2} MB", bytes as f64 / 1e6)
+}
+
+/// The plan as a person reads it: stages in run order, then links.
+pub fn render_text(plan: &Plan) -> String {
+    let mut out = String::new();
+    let frames = plan.frames.map_or("until stopped".to_owned(), |n| format!("{n} frames per source"));
+    let _ = writeln!(
+        out,
+        "pipeline '{}' ({}): {} stages, {} links, {frames}, isolation {:?}",
+        plan.name,
+        plan.file.display(),
+        plan.stages.len(),
+        plan.links.len(),
+        plan.isolation
+    );
+    let _ = writeln!(out, "stages (in run order):");
+    let width = plan.stages.iter().map(|s| s.name.as_str().len()).max().unwrap_or(0);
+    for s in &plan.stages {
+        let device = match s.device {
+            Some(n) => format!("{}:{n}", s.domain.name()),
+            None => s.domain.name().to_owned(),
+        };
+        let inputs = if s.inputs.is_empty() {
+            "source".to_owned()
+        } else {
+            let from: Vec<String> = s.inputs.iter().map(|i| format!("{} ({})", plan.stages[i.from].name, i.format)).collect();
+            format!("reads {} [{}]", from.join(", "), s.policy.name())
+        };
+        let output = match &s.output {
+            None => "sink".to_owned(),
+            Some(o) if o.link.is_none() => format!("-> {} (no consumer: private output)", o.format),
+            Some(o) => format!("-> {}", o.format),
+        };
+        let note = s.domain_note.as_ref().map_or(String::new(), |n| format!(" ({n})"));
+        let _ = writeln!(
+            out,
+            "  {:width$}  {} {}  {device}{note}  {inputs}  {output}",
+            s.name.as_str(),
+            s.plugin.name, s.plugin.version
+        );
+    }
+    if !plan.links.is_empty() {
+        let _ = writeln!(out, "links:");
+    }
+    for (i, l) in plan.links.iter().enumerate() {
+        let memory = match l.memory {
+            LinkMemory::Host => "host shared memory".to_owned(),
+            LinkMemory::HostStaged => "host shared memory, copied to/from the GPU on the cuda side".to_owned(),
+            LinkMemory::Device { transport } => format!("GPU memory shared between processes ({transport:?})"),
+        };
+        let _ = writeln!(
+            out,
+            "  {}  {}, {} slots x {}, {memory}",
+            plan.link_name(i),
+            l.format,
+            l.depth,
+            megabytes(l.layout.total_bytes)
+        );
+    }
+    out
+}
+
+fn dot_id(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\\\""))
+}
+
+/// The plan as Graphviz dot: stages as boxes, links as edges labelled with format and policy.
+pub fn render_dot(plan: &Plan) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "digraph {} {{", dot_id(&plan.name));
+    let _ = writeln!(out, "  rankdir=LR;");
+    let _ = writeln!(out, "  node [shape=box, fontname=\"monospace\"];");
+    for s in &plan.stages {
+        let _ = writeln!(
+            out,
+            "  {} [label=\"{}\\n{} ({})\"];",
+            dot_id(s.name.as_str()),
+            s.name,
+            s.plugin.name,
+            s.domain.name()
+        );
+    }
+    for edge in plan.graph.edge_indices() {
+        let (from, to) = plan.graph.edge_endpoints(edge).expect("the edge exists");
+        let (producer, consumer) = (&plan.stages[plan.graph[from]], &plan.stages[plan.graph[to]]);
+        let link = &plan.links[plan.graph[edge]];
+        let policy = consumer.policy.name();
+        let _ = writeln!(
+            out,
+            "  {} -> {} [label=\"{}\\n{} slots, {policy}\"];",
+            dot_id(producer.name.as_str()),
+            dot_id(consumer.name.as_str()),
+            link.format,
+            link.depth,
+        );
+    }
+    let _ = writeln!(out, "}}");
+    out
+}

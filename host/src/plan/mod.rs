@@ -1,0 +1,140 @@
+//! The plan: a pipeline file resolved into stages, links and negotiated formats.
+//!
+//! Everything downstream (validate, graph, run, in-process run) takes a [`Plan`]; nothing after
+//! this point sees raw TOML. Building one checks the whole file and reports every problem.
+
+mod display;
+mod domain;
+mod resolve;
+
+pub use display::{render_dot, render_text};
+pub use domain::resolve_domain;
+pub use resolve::build;
+
+use std::path::PathBuf;
+
+use gpuipc_plugin_api::{Domain, FrameFormat, FrameLayout};
+use petgraph::graph::DiGraph;
+
+use crate::config::{Isolation, Policy, StageName, Transport};
+
+/// Default slots in a stage's output ring.
+pub const DEFAULT_DEPTH: u32 = 4;
+/// Most slots a ring may have.
+pub const MAX_DEPTH: u32 = 64;
+/// Most consumers one link may have (fan-out).
+pub const MAX_CONSUMERS: usize = 16;
+/// Default microseconds a waiting stage spins before it sleeps.
+pub const DEFAULT_SPIN_US: u32 = 20;
+
+/// A checked pipeline, ready to run.
+#[derive(Debug)]
+pub struct Plan {
+    pub name: String,
+    pub file: PathBuf,
+    /// Frames each source emits; `None`: until stopped.
+    pub frames: Option<u64>,
+    pub isolation: Isolation,
+    pub spin_us: u32,
+    /// In topological order: every stage comes after the stages it reads.
+    pub stages: Vec<StagePlan>,
+    pub links: Vec<LinkPlan>,
+    /// Stages as nodes (their index in `stages`), links' consumer edges as edges.
+    pub graph: DiGraph<usize, usize>,
+}
+
+/// One stage: a process running one plugin.
+#[derive(Debug, Clone)]
+pub struct StagePlan {
+    pub name: StageName,
+    pub plugin: PluginRef,
+    /// The `params` table as TOML text, handed to the plugin verbatim.
+    pub params: String,
+    pub domain: Domain,
+    /// CUDA device ordinal in the cuda domain.
+    pub device: Option<u32>,
+    /// Why the domain is what it is, when `auto` decided.
+    pub domain_note: Option<String>,
+    pub inputs: Vec<InputPlan>,
+    pub output: Option<OutputPlan>,
+    /// Slots in the output ring.
+    pub depth: u32,
+    pub policy: Policy,
+    /// How the output ring is shared when it lives on a GPU.
+    pub transport: Transport,
+}
+
+impl StagePlan {
+    pub fn is_source(&self) -> bool {
+        self.inputs.is_empty()
+    }
+
+    pub fn input_formats(&self) -> Vec<FrameFormat> {
+        self.inputs.iter().map(|i| i.format).collect()
+    }
+
+    pub fn output_format(&self) -> Option<FrameFormat> {
+        self.output.as_ref().map(|o| o.format)
+    }
+}
+
+/// The plugin a stage runs.
+#[derive(Debug, Clone)]
+pub struct PluginRef {
+    pub path: PathBuf,
+    pub name: String,
+    pub version: String,
+}
+
+/// One input of a stage: which link, and which consumer of that link this stage is.
+#[derive(Debug, Clone)]
+pub struct InputPlan {
+    pub link: usize,
+    /// This stage's index among the link's consumers.
+    pub consumer: usize,
+    /// The producing stage.
+    pub from: usize,
+    pub format: FrameFormat,
+    pub policy: Policy,
+}
+
+#[derive(Debug, Clone)]
+pub struct OutputPlan {
+    pub format: FrameFormat,
+    pub layout: FrameLayout,
+    /// `None`: nobody reads the output; the stage still does its work, into private memory.
+    pub link: Option<usize>,
+}
+
+/// Where a link's frames live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkMemory {
+    /// Host shared memory (memfd), both ends in the cpu domain.
+    Host,
+    /// Host shared memory with a cuda end: that end copies through pinned staging.
+    HostStaged,
+    /// Device memory on one GPU shared between processes, zero copies.
+    Device { transport: Transport },
+}
+
+/// A ring of `depth` slots from one producer to its consumers.
+#[derive(Debug, Clone)]
+pub struct LinkPlan {
+    pub producer: usize,
+    /// Stage indices, in consumer order.
+    pub consumers: Vec<usize>,
+    pub policies: Vec<Policy>,
+    pub format: FrameFormat,
+    pub layout: FrameLayout,
+    pub depth: u32,
+    pub memory: LinkMemory,
+}
+
+impl Plan {
+    /// A short name for a link: `producer -> consumer, consumer`.
+    pub fn link_name(&self, link: usize) -> String {
+        let l = &self.links[link];
+        let consumers: Vec<&str> = l.consumers.iter().map(|&c| self.stages[c].name.as_str()).collect();
+        format!("{} -> {}", self.stages[l.producer].name, consumers.join(", "))
+    }
+}

@@ -1,0 +1,487 @@
+//! Building a [`Plan`] from a parsed pipeline file: names, graph, plugins, domains, formats.
+//!
+//! Each step collects every problem it finds; later steps run only when the earlier ones left
+//! a graph they can trust (no plugin is loaded for a file with a cycle, say).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use gpuipc_plugin_api::{Domain, FrameFormat, FrameLayout};
+use petgraph::algo::{tarjan_scc, toposort};
+use petgraph::graph::{DiGraph, NodeIndex};
+use toml::Spanned;
+
+use super::{
+    DEFAULT_DEPTH, DEFAULT_SPIN_US, InputPlan, LinkMemory, LinkPlan, MAX_CONSUMERS, MAX_DEPTH, OutputPlan, Plan,
+    PluginRef, StagePlan,
+};
+use crate::config::{
+    DeviceSpec, Diagnostics, PipelineFile, Policy, SourceFile, StageName, StageSection,
+};
+use crate::plugin::{self, LoadedPlugin};
+
+/// Check a parsed pipeline file and turn it into a plan, loading each plugin to negotiate
+/// formats. Returns every problem found.
+pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostics> {
+    let mut diags = Diagnostics::default();
+    let settings = pipeline_settings(source, &file, &mut diags);
+    let stages: Vec<&Spanned<StageSection>> = file.stages.iter().collect();
+    let names = stage_names(source, &stages, &mut diags);
+    if stages.is_empty() {
+        diags.push(source.error_at(0..0, "the pipeline has no stages; add a [[stage]] table"));
+    }
+    let edges = input_edges(source, &stages, &names, &mut diags);
+    let depths: Vec<u32> = stages.iter().map(|s| stage_depth(source, s, &mut diags)).collect();
+    diags.into_result()?;
+
+    let graph = stage_graph(stages.len(), &edges);
+    let order = topological_order(source, &stages, &graph)?;
+
+    let mut diags = Diagnostics::default();
+    let base_dir = source.path().parent().map(Path::to_owned).unwrap_or_default();
+    let plugins = load_plugins(source, &stages, &base_dir, &mut diags);
+    let mut planned: Vec<Option<StagePlan>> = vec![None; stages.len()];
+    for &i in &order {
+        let stage = stages[i].get_ref();
+        let Some(plugin) = &plugins[i] else { continue };
+        // A stage whose inputs failed cannot be negotiated; their errors were reported.
+        let inputs: Option<Vec<(usize, FrameFormat)>> = edges[i]
+            .iter()
+            .map(|&(from, _)| planned[from].as_ref().and_then(|p| p.output_format()).map(|f| (from, f)))
+            .collect();
+        let Some(inputs) = inputs else { continue };
+        planned[i] = plan_stage(source, stage, plugin, &names[i], &inputs, settings.device, depths[i], &stages, &mut diags);
+    }
+    diags.into_result()?;
+
+    // Re-order by topological order, then wire links.
+    let position: HashMap<usize, usize> = order.iter().enumerate().map(|(pos, &i)| (i, pos)).collect();
+    let mut stages_out: Vec<StagePlan> =
+        order.iter().map(|&i| planned[i].take().expect("every stage planned when no error was found")).collect();
+    let links = wire_links(&mut stages_out, &edges, &order, &position);
+    let mut diags = Diagnostics::default();
+    for link in &links {
+        if link.consumers.len() > MAX_CONSUMERS {
+            let producer = &stages_out[link.producer];
+            let span = stages[order[link.producer]].span();
+            diags.push(source.error_at(
+                span,
+                format!(
+                    "stage '{}' has {} consumers; a link supports at most {MAX_CONSUMERS}",
+                    producer.name,
+                    link.consumers.len()
+                ),
+            ));
+        }
+    }
+    diags.into_result()?;
+    let mut plan_graph = DiGraph::new();
+    let nodes: Vec<NodeIndex> = (0..stages_out.len()).map(|i| plan_graph.add_node(i)).collect();
+    for (li, link) in links.iter().enumerate() {
+        for &c in &link.consumers {
+            plan_graph.add_edge(nodes[link.producer], nodes[c], li);
+        }
+    }
+    Ok(Plan {
+        name: settings.name,
+        file: source.path().to_owned(),
+        frames: settings.frames,
+        isolation: settings.isolation,
+        spin_us: settings.spin_us,
+        stages: stages_out,
+        links,
+        graph: plan_graph,
+    })
+}
+
+struct Settings {
+    name: String,
+    frames: Option<u64>,
+    device: DeviceSpec,
+    isolation: crate::config::Isolation,
+    spin_us: u32,
+}
+
+fn pipeline_settings(source: &SourceFile, file: &PipelineFile, diags: &mut Diagnostics) -> Settings {
+    let p = &file.pipeline;
+    let stem = source.path().file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = p.name.as_ref().map_or(stem, |n| n.get_ref().clone());
+    if let Some(n) = &p.name
+        && n.get_ref().trim().is_empty()
+    {
+        diags.push(source.error_at(n.span(), "pipeline name is empty"));
+    }
+    if let Some(f) = &p.frames
+        && *f.get_ref() == 0
+    {
+        diags.push(source.error_at(f.span(), "frames must be at least 1 (leave it out to run until stopped)"));
+    }
+    if let Some(s) = &p.spin_us
+        && *s.get_ref() > 1_000_000
+    {
+        diags.push(source.error_at(s.span(), "spin_us must be at most 1000000 (one second)"));
+    }
+    Settings {
+        name,
+        frames: p.frames.as_ref().map(|f| *f.get_ref()),
+        device: p.device.as_ref().map_or(DeviceSpec::Auto, |d| *d.get_ref()),
+        isolation: p.isolation.as_ref().map(|i| *i.get_ref()).unwrap_or_default(),
+        spin_us: p.spin_us.as_ref().map_or(DEFAULT_SPIN_US, |s| *s.get_ref()),
+    }
+}
+
+/// Each stage's name, checked; a bad or duplicate name is reported and stays as written so
+/// later messages can still mention it.
+fn stage_names(source: &SourceFile, stages: &[&Spanned<StageSection>], diags: &mut Diagnostics) -> Vec<String> {
+    let mut first_seen: HashMap<&str, usize> = HashMap::new();
+    for s in stages {
+        let name = &s.get_ref().name;
+        if let Err(message) = StageName::parse(name.get_ref()) {
+            diags.push(source.error_at(name.span(), message));
+        }
+        match first_seen.get(name.get_ref().as_str()) {
+            Some(&at) => {
+                let (line, _) = source.line_col(at);
+                diags.push(source.error_at(
+                    name.span(),
+                    format!("duplicate stage name '{}' (first defined on line {line})", name.get_ref()),
+                ));
+            }
+            None => {
+                first_seen.insert(name.get_ref(), name.span().start);
+            }
+        }
+    }
+    stages.iter().map(|s| s.get_ref().name.get_ref().clone()).collect()
+}
+
+/// For each stage, the (stage index, span) of each input.
+fn input_edges(
+    source: &SourceFile,
+    stages: &[&Spanned<StageSection>],
+    names: &[String],
+    diags: &mut Diagnostics,
+) -> Vec<Vec<(usize, std::ops::Range<usize>)>> {
+    let index: HashMap<&str, usize> = names.iter().enumerate().rev().map(|(i, n)| (n.as_str(), i)).collect();
+    stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let stage = s.get_ref();
+            let mut edges = Vec::new();
+            for input in stage.inputs.iter().flat_map(|v| v.get_ref()) {
+                let name = input.get_ref();
+                match index.get(name.as_str()) {
+                    None => diags.push(source.error_at(
+                        input.span(),
+                        format!("stage '{}' has unknown input '{name}'", names[i]),
+                    )),
+                    Some(&j) if j == i => diags.push(source.error_at(
+                        input.span(),
+                        format!("stage '{}' lists itself as an input", names[i]),
+                    )),
+                    Some(&j) if edges.iter().any(|&(e, _)| e == j) => diags.push(source.error_at(
+                        input.span(),
+                        format!("stage '{}' lists input '{name}' twice", names[i]),
+                    )),
+                    Some(&j) => edges.push((j, input.span())),
+                }
+            }
+            edges
+        })
+        .collect()
+}
+
+fn stage_depth(source: &SourceFile, stage: &Spanned<StageSection>, diags: &mut Diagnostics) -> u32 {
+    let Some(depth) = &stage.get_ref().depth else { return DEFAULT_DEPTH };
+    let d = *depth.get_ref();
+    if !(1..=MAX_DEPTH).contains(&d) {
+        diags.push(source.error_at(
+            depth.span(),
+            format!("stage '{}': depth must be between 1 and {MAX_DEPTH}, not {d}", stage.get_ref().name.get_ref()),
+        ));
+    }
+    d
+}
+
+fn stage_graph(n: usize, edges: &[Vec<(usize, std::ops::Range<usize>)>]) -> DiGraph<usize, ()> {
+    let mut g = DiGraph::new();
+    let nodes: Vec<NodeIndex> = (0..n).map(|i| g.add_node(i)).collect();
+    for (to, inputs) in edges.iter().enumerate() {
+        for &(from, _) in inputs {
+            g.add_edge(nodes[from], nodes[to], ());
+        }
+    }
+    g
+}
+
+/// Stage indices in an order where producers come first, or an error per cycle naming its
+/// stages in order.
+fn topological_order(
+    source: &SourceFile,
+    stages: &[&Spanned<StageSection>],
+    graph: &DiGraph<usize, ()>,
+) -> Result<Vec<usize>, Diagnostics> {
+    if let Ok(order) = toposort(graph, None) {
+        return Ok(order.into_iter().map(|n| graph[n]).collect());
+    }
+    let mut diags = Diagnostics::default();
+    for scc in tarjan_scc(graph) {
+        if scc.len() < 2 {
+            continue;
+        }
+        let cycle = cycle_path(graph, &scc);
+        let first = cycle[0];
+        let mut names: Vec<&str> = cycle.iter().map(|&i| stages[i].get_ref().name.get_ref().as_str()).collect();
+        names.push(names[0]);
+        diags.push(source.error_at(
+            stages[first].get_ref().name.span(),
+            format!("the stages form a cycle: {}", names.join(" -> ")),
+        ));
+    }
+    diags.into_result().map(|_| Vec::new())
+}
+
+/// One cycle through a strongly connected set, as stage indices in data-flow order, starting
+/// from the stage defined first in the file.
+fn cycle_path(graph: &DiGraph<usize, ()>, scc: &[NodeIndex]) -> Vec<usize> {
+    let start = *scc.iter().min_by_key(|n| graph[**n]).expect("a cycle has stages");
+    let mut path = vec![start];
+    let mut current = start;
+    loop {
+        let next = graph
+            .neighbors(current)
+            .filter(|n| scc.contains(n))
+            .min_by_key(|n| graph[*n])
+            .expect("every stage on a cycle has a successor on it");
+        if next == start || path.contains(&next) {
+            break;
+        }
+        path.push(next);
+        current = next;
+    }
+    path.into_iter().map(|n| graph[n]).collect()
+}
+
+/// Resolve and load every stage's plugin once per file path.
+fn load_plugins(
+    source: &SourceFile,
+    stages: &[&Spanned<StageSection>],
+    base_dir: &Path,
+    diags: &mut Diagnostics,
+) -> Vec<Option<std::rc::Rc<LoadedPlugin>>> {
+    let mut cache: HashMap<PathBuf, std::rc::Rc<LoadedPlugin>> = HashMap::new();
+    stages
+        .iter()
+        .map(|s| {
+            let stage = s.get_ref();
+            let spec = &stage.plugin;
+            let located = |message: String| source.error_at(spec.span(), format!("stage '{}': {message}", stage.name.get_ref()));
+            let path = match plugin::resolve(spec.get_ref(), base_dir) {
+                Ok(p) => p,
+                Err(e) => {
+                    diags.push(located(e.to_string()));
+                    return None;
+                }
+            };
+            if let Some(p) = cache.get(&path) {
+                return Some(p.clone());
+            }
+            match LoadedPlugin::load(&path) {
+                Ok(p) => {
+                    let p = std::rc::Rc::new(p);
+                    cache.insert(path, p.clone());
+                    Some(p)
+                }
+                Err(e) => {
+                    diags.push(located(e.to_string()));
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// Check one stage against its plugin and negotiate its output.
+#[allow(clippy::too_many_arguments)]
+fn plan_stage(
+    source: &SourceFile,
+    stage: &StageSection,
+    plugin: &LoadedPlugin,
+    name: &str,
+    inputs: &[(usize, FrameFormat)],
+    default_device: DeviceSpec,
+    depth: u32,
+    stages: &[&Spanned<StageSection>],
+    diags: &mut Diagnostics,
+) -> Option<StagePlan> {
+    let meta = plugin.meta();
+    let at_stage = |message: String| source.error_at(stage.name.span(), message);
+    let n = inputs.len() as u32;
+    let inputs_span = stage.inputs.as_ref().map_or(stage.name.span(), |i| i.span());
+    if meta.max_inputs == 0 && n > 0 {
+        diags.push(source.error_at(
+            inputs_span,
+            format!("stage '{name}' runs plugin `{}`, a source, which takes no inputs; remove `inputs`", meta.name),
+        ));
+        return None;
+    }
+    if n < meta.min_inputs {
+        diags.push(at_stage(format!(
+            "stage '{name}' runs plugin `{}`, which needs at least {} input{}; it has {n} (add `inputs = [\"...\"]`)",
+            meta.name,
+            meta.min_inputs,
+            if meta.min_inputs == 1 { "" } else { "s" }
+        )));
+        return None;
+    }
+    if n > meta.max_inputs {
+        diags.push(source.error_at(
+            inputs_span,
+            format!("stage '{name}' runs plugin `{}`, which takes at most {} input(s); it has {n}", meta.name, meta.max_inputs),
+        ));
+        return None;
+    }
+    let mut ok = true;
+    for (&(from, format), input) in inputs.iter().zip(stage.inputs.iter().flat_map(|v| v.get_ref())) {
+        let accepted = format.pixel_format().is_some_and(|p| meta.accepts.contains(&p));
+        if !accepted {
+            let from_name = stages[from].get_ref().name.get_ref();
+            let accepts: Vec<&str> = meta.accepts.iter().map(|p| p.name()).collect();
+            diags.push(source.error_at(
+                input.span(),
+                format!(
+                    "format mismatch: stage '{from_name}' outputs {format}, but stage '{name}' (plugin `{}`) accepts {}",
+                    meta.name,
+                    accepts.join(", ")
+                ),
+            ));
+            ok = false;
+        }
+    }
+    let device_spec = stage.device.as_ref().map_or(default_device, |d| *d.get_ref());
+    let domain = match super::resolve_domain(device_spec, meta) {
+        Ok(d) => Some(d),
+        Err(message) => {
+            let span = stage.device.as_ref().map_or(stage.name.span(), |d| d.span());
+            diags.push(source.error_at(span, format!("stage '{name}': {message}")));
+            None
+        }
+    };
+    let params = match &stage.params {
+        Some(p) => toml::to_string(p.get_ref()).expect("a parsed TOML table serialises"),
+        None => String::new(),
+    };
+    let params_span = stage.params.as_ref().map_or(stage.name.span(), |p| p.span());
+    if !ok {
+        return None;
+    }
+    let input_formats: Vec<FrameFormat> = inputs.iter().map(|&(_, f)| f).collect();
+    let output = match plugin.negotiate(&params, &input_formats) {
+        Ok(o) => o,
+        Err(e) => {
+            diags.push(source.error_at(params_span, format!("stage '{name}': {e}")));
+            return None;
+        }
+    };
+    let output = match output.map(|f| checked_output(meta, f)) {
+        None => None,
+        Some(Ok(o)) => Some(o),
+        Some(Err(message)) => {
+            diags.push(at_stage(format!("stage '{name}': plugin `{}` {message}", meta.name)));
+            return None;
+        }
+    };
+    let (domain, device, domain_note) = domain?;
+    let policy = stage.policy.as_ref().map(|p| *p.get_ref()).unwrap_or_default();
+    if policy != Policy::Block && inputs.is_empty() {
+        let span = stage.policy.as_ref().map_or(stage.name.span(), |p| p.span());
+        diags.push(source.error_at(span, format!("stage '{name}' has no inputs, so `policy` has no effect; remove it")));
+        return None;
+    }
+    Some(StagePlan {
+        name: StageName::parse(name).expect("names were checked before planning"),
+        plugin: PluginRef {
+            path: plugin.path().to_owned(),
+            name: meta.name.clone(),
+            version: meta.version.clone(),
+        },
+        params,
+        domain,
+        device,
+        domain_note,
+        inputs: inputs
+            .iter()
+            .map(|&(from, format)| InputPlan { link: usize::MAX, consumer: usize::MAX, from, format, policy })
+            .collect(),
+        output: output.map(|(format, layout)| OutputPlan { format, layout, link: None }),
+        depth,
+        policy,
+        transport: stage.transport.as_ref().map(|t| *t.get_ref()).unwrap_or_default(),
+    })
+}
+
+/// A negotiated output must be a format the plugin declared, with a non-empty size.
+fn checked_output(meta: &crate::plugin::PluginMeta, format: FrameFormat) -> Result<(FrameFormat, FrameLayout), String> {
+    let Some(pixel) = format.pixel_format() else {
+        return Err(format!("negotiated an unknown pixel format code {}", format.pixel));
+    };
+    if !meta.produces.contains(&pixel) {
+        return Err(format!("negotiated {pixel}, which it does not declare in `produces`"));
+    }
+    let layout = FrameLayout::for_format(format)
+        .ok_or_else(|| format!("negotiated an empty frame ({}x{})", format.width, format.height))?;
+    if layout.total_bytes > (1 << 32) {
+        return Err(format!("negotiated a frame of {} bytes; the limit is 4 GiB", layout.total_bytes));
+    }
+    Ok((format, layout))
+}
+
+/// Make one link per stage whose output somebody reads, and point inputs at it. Stage indices
+/// in `edges` are file order; `position` maps them to plan order.
+fn wire_links(
+    stages: &mut [StagePlan],
+    edges: &[Vec<(usize, std::ops::Range<usize>)>],
+    order: &[usize],
+    position: &HashMap<usize, usize>,
+) -> Vec<LinkPlan> {
+    let mut links: Vec<LinkPlan> = Vec::new();
+    let mut link_of: HashMap<usize, usize> = HashMap::new();
+    for (pos, &file_index) in order.iter().enumerate() {
+        for (k, &(from_file, _)) in edges[file_index].iter().enumerate() {
+            let producer = position[&from_file];
+            let link = *link_of.entry(producer).or_insert_with(|| {
+                let out = stages[producer].output.as_ref().expect("inputs come from stages with outputs");
+                links.push(LinkPlan {
+                    producer,
+                    consumers: Vec::new(),
+                    policies: Vec::new(),
+                    format: out.format,
+                    layout: out.layout,
+                    depth: stages[producer].depth,
+                    memory: LinkMemory::Host,
+                });
+                links.len() - 1
+            });
+            let input = &mut stages[pos].inputs[k];
+            input.from = producer;
+            input.link = link;
+            input.consumer = links[link].consumers.len();
+            links[link].consumers.push(pos);
+            links[link].policies.push(input.policy);
+        }
+    }
+    for (li, link) in links.iter_mut().enumerate() {
+        stages[link.producer].output.as_mut().expect("a link has a producer with output").link = Some(li);
+        let domains: Vec<Domain> =
+            std::iter::once(link.producer).chain(link.consumers.iter().copied()).map(|s| stages[s].domain).collect();
+        link.memory = if domains.iter().all(|d| *d == Domain::Cpu) {
+            LinkMemory::Host
+        } else if domains.iter().all(|d| *d == Domain::Cuda) {
+            LinkMemory::Device { transport: stages[link.producer].transport }
+        } else {
+            LinkMemory::HostStaged
+        };
+    }
+    links
+}

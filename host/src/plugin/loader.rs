@@ -1,0 +1,239 @@
+//! Loading a plugin cdylib and calling its descriptor's functions safely.
+//!
+//! The library stays loaded for as long as the [`LoadedPlugin`] lives; instances borrow it, so
+//! no function pointer can outlive its code.
+#![allow(unsafe_code)]
+
+use std::ffi::c_void;
+use std::path::{Path, PathBuf};
+
+use gpuipc_plugin_api::abi::{self, PluginDescriptor, RawCreateContext, RawFrame, RawProcessContext, RawStr};
+use gpuipc_plugin_api::{FrameFormat, PixelFormat};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PluginLoadError {
+    #[error("cannot load plugin {}: {source}", path.display())]
+    Open { path: PathBuf, source: libloading::Error },
+    #[error("{} is not a gpuipc plugin: it has no `{}` symbol", path.display(), abi::ENTRY_SYMBOL)]
+    MissingEntry { path: PathBuf },
+    #[error(
+        "plugin {} was built for plugin ABI {found_major}.{found_minor}; this host speaks {}.{} (rebuild the plugin against this gpuipc-plugin-api)",
+        path.display(), abi::ABI_MAJOR, abi::ABI_MINOR
+    )]
+    AbiMismatch { path: PathBuf, found_major: u32, found_minor: u32 },
+    #[error("plugin {} has a malformed descriptor: {why}", path.display())]
+    BadDescriptor { path: PathBuf, why: String },
+}
+
+/// A failed call into a plugin.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PluginCallError {
+    #[error("{0}")]
+    Error(String),
+    #[error("plugin panicked: {0}")]
+    Panic(String),
+}
+
+/// What a plugin says about itself, copied out of its descriptor.
+#[derive(Debug, Clone)]
+pub struct PluginMeta {
+    pub name: String,
+    pub version: String,
+    pub domains: u32,
+    pub min_inputs: u32,
+    pub max_inputs: u32,
+    pub accepts: Vec<PixelFormat>,
+    pub produces: Vec<PixelFormat>,
+}
+
+impl PluginMeta {
+    pub fn supports(&self, domain_bit: u32) -> bool {
+        self.domains & domain_bit != 0
+    }
+}
+
+/// A loaded plugin cdylib and its checked descriptor.
+pub struct LoadedPlugin {
+    path: PathBuf,
+    meta: PluginMeta,
+    descriptor: *const PluginDescriptor,
+    // Declared last so it is dropped after everything that points into it.
+    _library: libloading::Library,
+}
+
+impl std::fmt::Debug for LoadedPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedPlugin").field("path", &self.path).field("meta", &self.meta).finish()
+    }
+}
+
+impl LoadedPlugin {
+    /// Load `path`, resolve the entry symbol once and check the ABI major version before
+    /// anything else in the descriptor is read.
+    pub fn load(path: &Path) -> Result<LoadedPlugin, PluginLoadError> {
+        let path = path.to_owned();
+        // SAFETY: loading a library runs its initialisers; a plugin is trusted code the user
+        // named in their pipeline, exactly like a GStreamer or dora plugin.
+        let library = unsafe { libloading::Library::new(&path) }
+            .map_err(|source| PluginLoadError::Open { path: path.clone(), source })?;
+        // SAFETY: the symbol's type is fixed by the ABI (`abi::EntryFn`); a library exporting
+        // the name with another type is not a gpuipc plugin and is out of our hands.
+        let entry: abi::EntryFn = unsafe { library.get::<abi::EntryFn>(abi::ENTRY_SYMBOL.as_bytes()) }
+            .map(|s| *s)
+            .map_err(|_| PluginLoadError::MissingEntry { path: path.clone() })?;
+        let descriptor = entry();
+        if descriptor.is_null() {
+            return Err(PluginLoadError::BadDescriptor { path, why: "the entry symbol returned null".into() });
+        }
+        // SAFETY: non-null, and the two leading u32 fields are common to every ABI version.
+        let (major, minor) = unsafe { ((*descriptor).abi_major, (*descriptor).abi_minor) };
+        if major != abi::ABI_MAJOR {
+            return Err(PluginLoadError::AbiMismatch { path, found_major: major, found_minor: minor });
+        }
+        // SAFETY: same major version, so the layout is ours up to `size`, checked next.
+        let d = unsafe { &*descriptor };
+        if d.size < size_of::<PluginDescriptor>() {
+            return Err(PluginLoadError::BadDescriptor {
+                path,
+                why: format!("descriptor is {} bytes, expected at least {}", d.size, size_of::<PluginDescriptor>()),
+            });
+        }
+        let meta = read_meta(d).map_err(|why| PluginLoadError::BadDescriptor { path: path.clone(), why })?;
+        Ok(LoadedPlugin { path, meta, descriptor, _library: library })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn meta(&self) -> &PluginMeta {
+        &self.meta
+    }
+
+    fn descriptor(&self) -> &PluginDescriptor {
+        // SAFETY: checked in `load`; the library (and so the descriptor) lives as long as self.
+        unsafe { &*self.descriptor }
+    }
+
+    /// Turn a status code into a result, fetching the plugin's error text.
+    fn check(&self, status: i32) -> Result<(), PluginCallError> {
+        if status == abi::STATUS_OK {
+            return Ok(());
+        }
+        let mut len = 0usize;
+        // SAFETY: `last_error` writes `len` and returns a pointer to that many bytes, valid
+        // until this thread's next call into the plugin; we copy them out at once.
+        let text = unsafe {
+            let ptr = (self.descriptor().last_error)(&mut len);
+            RawStr { ptr, len }.to_string_lossy()
+        };
+        let text = if text.is_empty() { format!("failed with status {status}") } else { text };
+        Err(match status {
+            abi::STATUS_PANIC => PluginCallError::Panic(text.trim_start_matches("panicked: ").to_owned()),
+            _ => PluginCallError::Error(text),
+        })
+    }
+
+    /// Ask the plugin what it outputs for these params and inputs (`None`: a sink).
+    pub fn negotiate(&self, params: &str, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>, PluginCallError> {
+        let mut output = FrameFormat { pixel: 0, width: 0, height: 0 };
+        let mut has_output = 0u32;
+        // SAFETY: every pointer is valid for the call, as the ABI requires.
+        let status = unsafe {
+            (self.descriptor().negotiate)(RawStr::from_str(params), inputs.as_ptr(), inputs.len(), &mut output, &mut has_output)
+        };
+        self.check(status)?;
+        Ok((has_output != 0).then_some(output))
+    }
+
+    /// Create an instance. `ctx`'s pointers must be valid for the call.
+    pub fn create(
+        &self,
+        params: &str,
+        inputs: &[FrameFormat],
+        output: Option<FrameFormat>,
+        ctx: &RawCreateContext,
+    ) -> Result<Instance<'_>, PluginCallError> {
+        let mut instance: *mut c_void = std::ptr::null_mut();
+        let output_ptr = output.as_ref().map_or(std::ptr::null(), |o| o as *const FrameFormat);
+        // SAFETY: every pointer is valid for the call, as the ABI requires.
+        let status = unsafe {
+            (self.descriptor().create)(RawStr::from_str(params), inputs.as_ptr(), inputs.len(), output_ptr, ctx, &mut instance)
+        };
+        self.check(status)?;
+        if instance.is_null() {
+            return Err(PluginCallError::Error("create succeeded but returned no instance".into()));
+        }
+        Ok(Instance { plugin: self, ptr: instance })
+    }
+}
+
+fn read_meta(d: &PluginDescriptor) -> Result<PluginMeta, String> {
+    // SAFETY: the descriptor's strings and lists point at the plugin's static data.
+    let (name, version) = unsafe { (d.name.to_string_lossy(), d.version.to_string_lossy()) };
+    if name.is_empty() {
+        return Err("the plugin has no name".into());
+    }
+    let formats = |list: abi::RawFormats, what: &str| -> Result<Vec<PixelFormat>, String> {
+        if list.len == 0 {
+            return Ok(Vec::new());
+        }
+        // SAFETY: as above: `len` codes at `ptr` in the plugin's static data.
+        let codes = unsafe { std::slice::from_raw_parts(list.ptr, list.len) };
+        codes
+            .iter()
+            .map(|&c| PixelFormat::from_code(c).ok_or_else(|| format!("unknown pixel format code {c} in `{what}`")))
+            .collect()
+    };
+    if d.min_inputs > d.max_inputs {
+        return Err(format!("min_inputs {} exceeds max_inputs {}", d.min_inputs, d.max_inputs));
+    }
+    Ok(PluginMeta {
+        name,
+        version,
+        domains: d.domains,
+        min_inputs: d.min_inputs,
+        max_inputs: d.max_inputs,
+        accepts: formats(d.accepts, "accepts")?,
+        produces: formats(d.produces, "produces")?,
+    })
+}
+
+/// One instance of a plugin; destroyed on drop.
+pub struct Instance<'p> {
+    plugin: &'p LoadedPlugin,
+    ptr: *mut c_void,
+}
+
+impl Instance<'_> {
+    /// Process one set of input frames into `output`.
+    ///
+    /// The frames' memory must stay valid, and the inputs unwritten, for the call; the caller
+    /// (the frame loop) holds the ring slots to guarantee that.
+    pub fn process(
+        &mut self,
+        inputs: &[RawFrame],
+        output: Option<&mut RawFrame>,
+        ctx: &RawProcessContext,
+    ) -> Result<(), PluginCallError> {
+        let output = output.map_or(std::ptr::null_mut(), |o| o as *mut RawFrame);
+        // SAFETY: `ptr` came from `create`; `&mut self` keeps calls one at a time; the frame
+        // memory is held by the caller as documented above.
+        let status = unsafe { (self.plugin.descriptor().process)(self.ptr, inputs.as_ptr(), inputs.len(), output, ctx) };
+        self.plugin.check(status)
+    }
+
+    /// End of stream.
+    pub fn flush(&mut self) -> Result<(), PluginCallError> {
+        // SAFETY: as in `process`.
+        let status = unsafe { (self.plugin.descriptor().flush)(self.ptr) };
+        self.plugin.check(status)
+    }
+}
+
+impl Drop for Instance<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `create` and is destroyed exactly once, here.
+        unsafe { (self.plugin.descriptor().destroy)(self.ptr) };
+    }
+}

@@ -1,0 +1,143 @@
+//! The frame loop of a stage: take aligned inputs, take an output slot, run the plugin,
+//! publish, release, count.
+
+use std::sync::atomic::Ordering;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use gpuipc_plugin_api::abi::{self, RawFrame, RawProcessContext};
+
+use super::inputs::{acquire_aligned, release_all};
+use super::output::Output;
+use crate::link::{Consumer, LinkError, ReadSlot, StatsMap, stats};
+use crate::plugin::{Instance, PluginCallError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error("setup failed: {0}")]
+    Setup(String),
+    #[error("plugin failed in {during}: {error}")]
+    Plugin { during: &'static str, error: PluginCallError },
+    #[error("link failed: {0}")]
+    Link(LinkError),
+    #[error("aborted")]
+    Aborted,
+}
+
+impl From<LinkError> for StageError {
+    fn from(e: LinkError) -> StageError {
+        match e {
+            LinkError::Aborted => StageError::Aborted,
+            other => StageError::Link(other),
+        }
+    }
+}
+
+/// Why the loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoopEnd {
+    /// Every input reached end of stream.
+    EndOfStream,
+    /// A source emitted its frame count.
+    FrameCount,
+    /// A source was told to stop (Ctrl-C or SIGTERM at the host).
+    Stopped,
+}
+
+pub struct FrameLoop<'a, 'p> {
+    pub instance: Instance<'p>,
+    pub inputs: Vec<Consumer>,
+    pub output: Output,
+    pub stats: &'a StatsMap,
+    /// A source's frame count.
+    pub frames: Option<u64>,
+}
+
+pub fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl FrameLoop<'_, '_> {
+    pub fn run(&mut self) -> Result<LoopEnd, StageError> {
+        let end = self.frames_until_end();
+        // Consumers learn of the end (or of our failure) either way.
+        self.output.close();
+        let end = end?;
+        self.instance.flush().map_err(|error| StageError::Plugin { during: "flush", error })?;
+        Ok(end)
+    }
+
+    fn frames_until_end(&mut self) -> Result<LoopEnd, StageError> {
+        let mut index = 0u64;
+        let mut skipped = 0u64;
+        loop {
+            let (seq, timestamp_ns, held) = if self.inputs.is_empty() {
+                if self.frames.is_some_and(|n| index >= n) {
+                    return Ok(LoopEnd::FrameCount);
+                }
+                if self.stats.get().stop.load(Ordering::Relaxed) != stats::RUN {
+                    return Ok(LoopEnd::Stopped);
+                }
+                (index, now_ns(), Vec::new())
+            } else {
+                match acquire_aligned(&mut self.inputs, &mut skipped)? {
+                    None => return Ok(LoopEnd::EndOfStream),
+                    Some(held) => (held[0].meta.seq, held[0].meta.timestamp_ns, held),
+                }
+            };
+            let result = self.process_one(index, seq, timestamp_ns, &held);
+            release_all(&mut self.inputs, held.into_iter().map(Some).collect());
+            result?;
+            index += 1;
+            self.count(skipped);
+        }
+    }
+
+    fn process_one(&mut self, index: u64, seq: u64, timestamp_ns: u64, held: &[ReadSlot]) -> Result<(), StageError> {
+        let inputs: Vec<RawFrame> = self
+            .inputs
+            .iter()
+            .zip(held)
+            .map(|(input, slot)| {
+                let (ptr, len) = input.ring().slot_data(slot.index).expect("host rings carry frame data");
+                RawFrame {
+                    format: slot.meta.format,
+                    layout: slot.meta.layout,
+                    domain: abi::DOMAIN_CPU,
+                    addr: ptr as u64,
+                    len,
+                    seq: slot.meta.seq,
+                    timestamp_ns: slot.meta.timestamp_ns,
+                }
+            })
+            .collect();
+        let pending = self.output.acquire()?;
+        let mut out = self.output.raw_frame(&pending, seq, timestamp_ns);
+        let ctx = RawProcessContext { frame_index: index, cuda_stream: std::ptr::null_mut() };
+        let started = Instant::now();
+        if self.stats.get().first_ns.load(Ordering::Relaxed) == 0 {
+            self.stats.get().first_ns.store(now_ns(), Ordering::Relaxed);
+        }
+        // The input slots are claimed and the output slot is ours until publish, so the
+        // memory the raw frames point at stays valid and unshared for the call.
+        let result = self.instance.process(&inputs, out.as_mut(), &ctx);
+        self.stats.get().busy_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        match result {
+            Ok(()) => {
+                self.output.publish(pending, seq, timestamp_ns);
+                Ok(())
+            }
+            Err(error) => {
+                self.output.cancel(pending);
+                Err(StageError::Plugin { during: "process", error })
+            }
+        }
+    }
+
+    fn count(&self, skipped: u64) {
+        let s = self.stats.get();
+        s.frames.fetch_add(1, Ordering::Relaxed);
+        let dropped: u64 = self.inputs.iter().map(|c| c.dropped()).sum::<u64>() + skipped;
+        s.dropped.store(dropped, Ordering::Relaxed);
+        s.last_ns.store(now_ns(), Ordering::Relaxed);
+    }
+}

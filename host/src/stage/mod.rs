@@ -1,0 +1,149 @@
+//! The stage process: the host binary re-executed as `gpuipc-host __stage`. It receives its
+//! setup over the inherited control socket, loads exactly one plugin, maps its links and runs
+//! the frame loop.
+
+mod frame_loop;
+mod inputs;
+mod output;
+
+use std::os::fd::OwnedFd;
+
+use gpuipc_plugin_api::abi::{self, RawCreateContext, RawStr};
+
+use crate::control::{ControlSocket, FromStage, StageSetup, ToStage};
+use crate::link::wait::Waiter;
+use crate::link::{Consumer, Producer, RingMap, StatsMap};
+use crate::plugin::LoadedPlugin;
+
+pub use frame_loop::{FrameLoop, LoopEnd, StageError, now_ns};
+
+/// The descriptor number the control socket has in a stage process.
+pub const CONTROL_FD: i32 = 3;
+/// Environment variable naming the host's pid, so a stage can tell it was orphaned.
+pub const HOST_PID_ENV: &str = "GPUIPC_HOST_PID";
+
+/// Entry of `gpuipc-host __stage`. Returns the process exit code.
+pub fn main() -> i32 {
+    if let Err(message) = die_with_host() {
+        eprintln!("gpuipc stage: {message}");
+        return 2;
+    }
+    let Some(socket) = control_socket() else {
+        eprintln!("gpuipc stage: no control socket on fd {CONTROL_FD}; this command is started by `gpuipc-host run`");
+        return 2;
+    };
+    let (setup, fds) = match socket.recv::<ToStage>() {
+        Ok((ToStage::Setup(setup), fds)) => (*setup, fds),
+        Ok((other, _)) => {
+            eprintln!("gpuipc stage: expected setup, got {other:?}");
+            return 2;
+        }
+        Err(e) => {
+            eprintln!("gpuipc stage: {e}");
+            return 2;
+        }
+    };
+    let _span = tracing::info_span!("stage", name = %setup.stage).entered();
+    let outcome = run(&setup, fds, &socket);
+    let (message, code) = match outcome {
+        Ok(()) => (FromStage::Finished, 0),
+        Err(StageError::Aborted) => (FromStage::Aborted, 3),
+        Err(e) => (FromStage::Failed { error: e.to_string() }, 1),
+    };
+    // The host may be gone already; the exit code still tells the story.
+    let _ = socket.send(&message, &[]);
+    code
+}
+
+/// Ask the kernel to kill this process when the host dies, then make sure the host did not
+/// die before we asked.
+fn die_with_host() -> Result<(), String> {
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .map_err(|e| format!("cannot set the parent-death signal: {e}"))?;
+    let expected = std::env::var(HOST_PID_ENV).ok().and_then(|v| v.parse::<i32>().ok());
+    let parent = rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
+    match expected {
+        Some(pid) if parent != Some(pid) => Err("the host process is gone".into()),
+        _ => Ok(()),
+    }
+}
+
+fn control_socket() -> Option<ControlSocket> {
+    use std::os::fd::FromRawFd;
+    rustix::io::fcntl_getfd(unsafe_borrow(CONTROL_FD)).ok()?;
+    #[allow(unsafe_code)]
+    // SAFETY: fd 3 was mapped into this process by the host for exactly this purpose and
+    // nothing else in the process owns it (checked open just above).
+    let fd = unsafe { OwnedFd::from_raw_fd(CONTROL_FD) };
+    Some(ControlSocket::from_fd(fd))
+}
+
+fn unsafe_borrow(fd: i32) -> std::os::fd::BorrowedFd<'static> {
+    #[allow(unsafe_code)]
+    // SAFETY: only used for an fcntl probe of whether the descriptor is open; an invalid
+    // descriptor makes fcntl fail with EBADF, which is the answer we want.
+    unsafe {
+        std::os::fd::BorrowedFd::borrow_raw(fd)
+    }
+}
+
+/// Log lines from plugins arrive here and go to this process's log.
+pub extern "C" fn plugin_log(level: u32, message: RawStr) {
+    #[allow(unsafe_code)]
+    // SAFETY: the plugin passes a string valid for the duration of the call.
+    let text = unsafe { message.to_string_lossy() };
+    match level {
+        abi::LOG_ERROR => tracing::error!(target: "plugin", "{text}"),
+        abi::LOG_WARN => tracing::warn!(target: "plugin", "{text}"),
+        abi::LOG_INFO => tracing::info!(target: "plugin", "{text}"),
+        _ => tracing::debug!(target: "plugin", "{text}"),
+    }
+}
+
+fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<(), StageError> {
+    let expected = 1 + setup.inputs.len() + setup.output.as_ref().is_some_and(|o| o.linked) as usize;
+    if fds.len() != expected {
+        return Err(StageError::Setup(format!("received {} descriptors, expected {expected}", fds.len())));
+    }
+    let mut fds = fds.into_iter();
+    let stats = StatsMap::open(fds.next().expect("counted")).map_err(|e| StageError::Setup(format!("stats block: {e}")))?;
+    let waiter = Waiter::new(setup.spin_us);
+    let mut consumers = Vec::new();
+    for input in &setup.inputs {
+        let ring = RingMap::open(fds.next().expect("counted")).map_err(|e| StageError::Setup(format!("input from '{}': {e}", input.from)))?;
+        consumers.push(Consumer::new(ring, input.consumer, waiter).map_err(|e| StageError::Setup(e.to_string()))?);
+    }
+    let producer = match &setup.output {
+        Some(o) if o.linked => {
+            let ring = RingMap::open(fds.next().expect("counted")).map_err(|e| StageError::Setup(format!("output ring: {e}")))?;
+            Some(Producer::new(ring, waiter))
+        }
+        _ => None,
+    };
+    let plugin = LoadedPlugin::load(&setup.plugin_path).map_err(|e| StageError::Setup(e.to_string()))?;
+    let input_formats: Vec<_> = consumers.iter().map(|c| c.ring().format()).collect();
+    let output_format = setup.output.as_ref().map(|o| o.format.into());
+    let ctx = RawCreateContext {
+        stage: RawStr::from_str(&setup.stage),
+        domain: abi::DOMAIN_CPU,
+        device_ordinal: -1,
+        cuda_context: std::ptr::null_mut(),
+        cuda_stream: std::ptr::null_mut(),
+        kernel_cache_dir: RawStr::from_str(""),
+        log: Some(plugin_log),
+    };
+    let instance = plugin
+        .create(&setup.params, &input_formats, output_format, &ctx)
+        .map_err(|e| StageError::Plugin { during: "create", error: e })?;
+    let output = output::Output::new(producer, output_format)?;
+    socket.send(&FromStage::Ready, &[]).map_err(|e| StageError::Setup(e.to_string()))?;
+    match socket.recv::<ToStage>() {
+        Ok((ToStage::Start, _)) => {}
+        Ok((other, _)) => return Err(StageError::Setup(format!("expected start, got {other:?}"))),
+        Err(e) => return Err(StageError::Setup(e.to_string())),
+    }
+    let mut frame_loop = FrameLoop { instance, inputs: consumers, output, stats: &stats, frames: setup.frames };
+    match frame_loop.run()? {
+        LoopEnd::EndOfStream | LoopEnd::FrameCount | LoopEnd::Stopped => Ok(()),
+    }
+}

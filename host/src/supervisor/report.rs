@@ -1,0 +1,215 @@
+//! What a run did: per-stage outcome, frames, rate and drops; live on the terminal while it
+//! runs, as a table at the end, and as JSON on request.
+
+use std::fmt::Write;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+use crate::control::FromStage;
+use crate::link::StatsMap;
+use crate::link::stats::StatsSnapshot;
+use crate::plan::Plan;
+
+/// How one stage ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageOutcome {
+    /// Drained and exited 0.
+    Finished,
+    /// Stopped because another stage failed or the run was interrupted.
+    Stopped,
+    /// This stage failed; the text says why.
+    Failed(String),
+}
+
+fn signal_name(signal: i32) -> String {
+    rustix::process::Signal::from_named_raw(signal)
+        .map(|s| format!("{s:?}").to_uppercase())
+        .map(|s| if s.starts_with("SIG") { s } else { format!("SIG{s}") })
+        .unwrap_or_else(|| format!("signal {signal}"))
+}
+
+impl StageOutcome {
+    /// Judge an exited stage by its status and the last thing it said.
+    pub fn judge(status: ExitStatus, last: Option<&FromStage>, after_failure: bool) -> StageOutcome {
+        match (status.code(), last) {
+            (Some(0), Some(FromStage::Finished)) => StageOutcome::Finished,
+            (_, Some(FromStage::Aborted)) => StageOutcome::Stopped,
+            _ if after_failure => StageOutcome::Stopped,
+            (_, Some(FromStage::Failed { error })) => StageOutcome::Failed(error.clone()),
+            (Some(0), _) => StageOutcome::Failed("exited without finishing its stream".into()),
+            (Some(code), _) => StageOutcome::Failed(format!("exited with code {code}")),
+            (None, _) => match status.signal() {
+                Some(sig) => StageOutcome::Failed(format!(
+                    "killed by {}{}",
+                    signal_name(sig),
+                    if status.core_dumped() { " (core dumped)" } else { "" }
+                )),
+                None => StageOutcome::Failed("ended for an unknown reason".into()),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StageReport {
+    pub name: String,
+    pub plugin: String,
+    pub domain: String,
+    pub frames: u64,
+    pub fps: f64,
+    pub dropped: u64,
+    /// Share of the stage's active time spent inside the plugin.
+    pub busy: f64,
+    pub outcome: StageOutcome,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub pipeline: String,
+    pub stages: Vec<StageReport>,
+    /// The stage that failed first and why; `None` when every stage finished.
+    pub failure: Option<(String, String)>,
+    /// Set when a signal stopped the run and the pipeline drained.
+    pub interrupted: Option<String>,
+    pub seconds: f64,
+}
+
+impl RunReport {
+    pub fn new(
+        plan: &Plan,
+        stats: &[StatsMap],
+        outcomes: Vec<Option<StageOutcome>>,
+        failure: Option<(usize, String)>,
+        interrupted: Option<&str>,
+        elapsed: Option<Duration>,
+    ) -> RunReport {
+        let stages = plan
+            .stages
+            .iter()
+            .zip(stats)
+            .zip(outcomes)
+            .map(|((s, st), outcome)| {
+                let snap = st.snapshot();
+                StageReport::new(s.name.as_str(), &s.plugin.name, s.domain.name(), &snap, outcome.unwrap_or(StageOutcome::Stopped))
+            })
+            .collect();
+        let failure = failure.map(|(i, why)| {
+            let who = plan.stages.get(i).map_or("host".to_owned(), |s| s.name.to_string());
+            (who, why)
+        });
+        RunReport {
+            pipeline: plan.name.clone(),
+            stages,
+            failure,
+            interrupted: interrupted.map(str::to_owned),
+            seconds: elapsed.map_or(0.0, |d| d.as_secs_f64()),
+        }
+    }
+
+    pub fn succeeded(&self) -> bool {
+        self.failure.is_none() && self.stages.iter().all(|s| s.outcome == StageOutcome::Finished)
+    }
+
+    /// The end-of-run table.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let width = self.stages.iter().map(|s| s.name.len()).max().unwrap_or(5).max(5);
+        let _ = writeln!(out, "{:width$}  {:12} {:6} {:>10} {:>12} {:>9} {:>6}  outcome", "stage", "plugin", "domain", "frames", "fps", "dropped", "busy");
+        for s in &self.stages {
+            let outcome = match &s.outcome {
+                StageOutcome::Finished => "finished".to_owned(),
+                StageOutcome::Stopped => "stopped".to_owned(),
+                StageOutcome::Failed(why) => format!("FAILED: {why}"),
+            };
+            let _ = writeln!(
+                out,
+                "{:width$}  {:12} {:6} {:>10} {:>12.1} {:>9} {:>5.1}%  {outcome}",
+                s.name,
+                s.plugin,
+                s.domain,
+                s.frames,
+                s.fps,
+                s.dropped,
+                s.busy * 100.0
+            );
+        }
+        match (&self.failure, &self.interrupted) {
+            (Some((who, why)), _) if who == "host" => {
+                let _ = write!(out, "run '{}' stopped: {why}", self.pipeline);
+            }
+            (Some((who, why)), _) => {
+                let _ = write!(out, "run '{}' failed: stage '{who}' {why}", self.pipeline);
+            }
+            (None, Some(signal)) => {
+                let _ = write!(out, "run '{}' stopped by {signal} and drained in {:.2} s", self.pipeline, self.seconds);
+            }
+            (None, None) => {
+                let _ = write!(out, "run '{}' finished in {:.2} s", self.pipeline, self.seconds);
+            }
+        }
+        out
+    }
+}
+
+impl StageReport {
+    pub(crate) fn new(name: &str, plugin: &str, domain: &str, snap: &StatsSnapshot, outcome: StageOutcome) -> StageReport {
+        let active = snap.last_ns.saturating_sub(snap.first_ns);
+        StageReport {
+            name: name.to_owned(),
+            plugin: plugin.to_owned(),
+            domain: domain.to_owned(),
+            frames: snap.frames,
+            fps: snap.fps(),
+            dropped: snap.dropped,
+            busy: if active == 0 { 0.0 } else { (snap.busy_ns as f64 / active as f64).min(1.0) },
+            outcome,
+        }
+    }
+}
+
+/// Live per-stage lines on the terminal (nothing when stderr is not a terminal).
+pub struct Live {
+    bars: Vec<ProgressBar>,
+    multi: MultiProgress,
+}
+
+impl Live {
+    pub fn new(plan: &Plan, enabled: bool) -> Live {
+        let target = if enabled { ProgressDrawTarget::stderr_with_hz(5) } else { ProgressDrawTarget::hidden() };
+        let multi = MultiProgress::with_draw_target(target);
+        let style = ProgressStyle::with_template("{prefix:>16.bold} {msg}").expect("the template is valid");
+        let bars = plan
+            .stages
+            .iter()
+            .map(|s| {
+                let bar = multi.add(ProgressBar::new_spinner().with_style(style.clone()));
+                bar.set_prefix(s.name.to_string());
+                bar
+            })
+            .collect();
+        Live { bars, multi }
+    }
+
+    pub fn update(&self, stats: &[StatsMap]) {
+        for (bar, st) in self.bars.iter().zip(stats) {
+            let s = st.snapshot();
+            bar.set_message(format!("{:>10} frames {:>10.1} fps {:>8} dropped", s.frames, s.fps(), s.dropped));
+        }
+    }
+
+    pub fn println(&self, line: &str) {
+        let _ = self.multi.println(line);
+    }
+
+    pub fn finish(&self) {
+        for bar in &self.bars {
+            bar.finish_and_clear();
+        }
+        let _ = self.multi.clear();
+    }
+}

@@ -1,0 +1,121 @@
+//! The misbehaving pass-through stage.
+
+use gpuipc_plugin_api::{
+    CreateContext, Domain, FrameFormat, InputFrame, OutputFrame, PixelFormat, Plugin, PluginInfo, ProcessContext,
+    Result, bail,
+};
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Behave: copy input to output.
+    #[default]
+    Ok,
+    ErrorInNegotiate,
+    PanicInNegotiate,
+    /// Negotiate a 0x0 frame.
+    EmptyOutput,
+    /// Negotiate a format not declared in `produces`.
+    UndeclaredOutput,
+    ErrorOnCreate,
+    PanicOnCreate,
+    /// Per-frame faults, at frame `at`:
+    ErrorAt,
+    PanicAt,
+    /// `std::process::abort()`.
+    AbortAt,
+    /// `std::process::exit(7)` without finishing.
+    ExitAt,
+    /// SIGKILL itself.
+    SigkillAt,
+    /// Never return from `process`.
+    HangAt,
+    ErrorInFlush,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default)]
+    pub at: u64,
+    #[serde(default)]
+    pub sink: bool,
+}
+
+pub struct Faulty {
+    mode: Mode,
+    at: u64,
+}
+
+impl Plugin for Faulty {
+    type Params = Params;
+
+    const INFO: PluginInfo = PluginInfo {
+        name: "test-faulty",
+        version: env!("CARGO_PKG_VERSION"),
+        description: "pass-through that fails on request (tests only)",
+        domains: &[Domain::Cpu],
+        min_inputs: 1,
+        max_inputs: 1,
+        accepts: &PixelFormat::ALL,
+        produces: &[PixelFormat::Rgb8, PixelFormat::Rgba8, PixelFormat::Gray8, PixelFormat::I420],
+    };
+
+    fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
+        match params.mode {
+            Mode::ErrorInNegotiate => bail!("refusing to negotiate, as asked"),
+            Mode::PanicInNegotiate => panic!("panicking in negotiate, as asked"),
+            Mode::EmptyOutput => return Ok(Some(FrameFormat::new(PixelFormat::Gray8, 0, 0))),
+            Mode::UndeclaredOutput => return Ok(Some(FrameFormat::new(PixelFormat::Nv12, 16, 16))),
+            _ => {}
+        }
+        Ok((!params.sink).then_some(inputs[0]))
+    }
+
+    fn create(params: Params, _: &[FrameFormat], _: Option<FrameFormat>, _: &CreateContext<'_>) -> Result<Self> {
+        match params.mode {
+            Mode::ErrorOnCreate => bail!("refusing to start, as asked"),
+            Mode::PanicOnCreate => panic!("panicking in create, as asked"),
+            _ => Ok(Faulty { mode: params.mode, at: params.at }),
+        }
+    }
+
+    fn process(&mut self, inputs: &[InputFrame<'_>], output: Option<&mut OutputFrame<'_>>, ctx: &ProcessContext) -> Result<()> {
+        if ctx.frame_index == self.at {
+            match self.mode {
+                Mode::ErrorAt => bail!("failing at frame {}, as asked", ctx.frame_index),
+                Mode::PanicAt => panic!("panicking at frame {}, as asked", ctx.frame_index),
+                Mode::AbortAt => std::process::abort(),
+                Mode::ExitAt => std::process::exit(7),
+                Mode::SigkillAt => {
+                    let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+                }
+                Mode::HangAt => loop {
+                    std::thread::park();
+                },
+                _ => {}
+            }
+        }
+        if let Some(out) = output {
+            let input = &inputs[0];
+            let mut planes = out.planes_mut().expect("cpu frames");
+            for (i, plane) in planes.iter_mut().enumerate() {
+                let src = input.plane(i).expect("same format in and out");
+                for y in 0..plane.rows() {
+                    plane.row_mut(y).copy_from_slice(src.row(y));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.mode == Mode::ErrorInFlush {
+            bail!("failing in flush, as asked");
+        }
+        Ok(())
+    }
+}

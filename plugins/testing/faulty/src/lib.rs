@@ -1,0 +1,10 @@
+//! `test-faulty`: copies its input to its output, and misbehaves when asked, so the host's
+//! handling of every kind of plugin failure can be tested with real processes.
+//!
+//! Params: `mode` (see [`faulty::Mode`]), `at` (frame index where a per-frame fault happens,
+//! default 0), `sink` (bool, default false: no output).
+#![deny(unsafe_code)]
+
+mod faulty;
+
+gpuipc_plugin_api::export_plugin!(faulty::Faulty);
