@@ -1,0 +1,256 @@
+//! The checksum stage: its params, the frame hash and the output file.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+
+use gpuipc_plugin_api::{
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, PixelFormat, Plugin,
+    PluginInfo, ProcessContext, Result, bail,
+};
+use serde::Deserialize;
+use xxhash_rust::xxh3::Xxh3;
+
+/// The `params` table of a checksum stage.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    /// The file to write, created or truncated at start. Required.
+    pub path: PathBuf,
+}
+
+/// xxh3-64 (seed 0) of the frame's pixel bytes: every plane in order, row by row, padding
+/// excluded. Equal to `xxh3_64` of the planes packed one after another.
+///
+/// # Panics
+/// If the frame is in device memory; copy it to the host first.
+pub fn frame_hash(frame: &InputFrame<'_>) -> u64 {
+    let mut hasher = Xxh3::new();
+    for index in 0..frame.info.layout.planes().len() {
+        let plane = frame.plane(index).expect("frame_hash needs a frame in host memory");
+        for y in 0..plane.rows() {
+            hasher.update(plane.row(y));
+        }
+    }
+    hasher.digest()
+}
+
+/// A checksum stage instance.
+#[derive(Debug)]
+pub struct Checksum {
+    out: BufWriter<File>,
+    path: PathBuf,
+}
+
+impl Checksum {
+    fn write_error(&self, e: std::io::Error) -> Error {
+        Error::new(format!("cannot write {}: {e}", self.path.display()))
+    }
+}
+
+impl Plugin for Checksum {
+    type Params = Params;
+
+    const INFO: PluginInfo = PluginInfo {
+        name: "checksum",
+        version: env!("CARGO_PKG_VERSION"),
+        description: "writes `seq xxh3-64` of every frame's pixels to a text file",
+        domains: &[Domain::Cpu],
+        min_inputs: 1,
+        max_inputs: 1,
+        accepts: &PixelFormat::ALL,
+        produces: &[],
+    };
+
+    fn negotiate(_params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
+        if inputs.len() != 1 {
+            bail!("checksum takes 1 input, got {}", inputs.len());
+        }
+        Ok(None)
+    }
+
+    fn create(
+        params: Params,
+        _inputs: &[FrameFormat],
+        _output: Option<FrameFormat>,
+        _ctx: &CreateContext<'_>,
+    ) -> Result<Checksum> {
+        let file = File::create(&params.path).map_err(|e| {
+            Error::new(format!("param `path`: cannot create {}: {e}", params.path.display()))
+        })?;
+        Ok(Checksum { out: BufWriter::new(file), path: params.path })
+    }
+
+    fn process(
+        &mut self,
+        inputs: &[InputFrame<'_>],
+        _output: Option<&mut OutputFrame<'_>>,
+        _ctx: &ProcessContext,
+    ) -> Result<()> {
+        let [input] = inputs else { bail!("checksum takes 1 input, got {}", inputs.len()) };
+        if input.host_bytes().is_none() {
+            bail!("checksum reads host memory only (cpu domain)");
+        }
+        let hash = frame_hash(input);
+        writeln!(self.out, "{} {hash:016x}", input.info.seq).map_err(|e| self.write_error(e))
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.out.flush().map_err(|e| self.write_error(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpuipc_plugin_api::{FrameInfo, FrameLayout, parse_params};
+    use xxhash_rust::xxh3::xxh3_64;
+
+    use super::*;
+
+    fn ctx() -> CreateContext<'static> {
+        CreateContext {
+            stage: "test",
+            domain: Domain::Cpu,
+            device_ordinal: None,
+            cuda_context: 0,
+            cuda_stream: 0,
+            kernel_cache_dir: None,
+        }
+    }
+
+    /// `layout` with `extra` more bytes of padding after every row.
+    fn padded(layout: FrameLayout, extra: u64) -> FrameLayout {
+        let mut padded = layout;
+        let mut offset = 0;
+        for plane in &mut padded.planes[..layout.n_planes as usize] {
+            plane.pitch += extra;
+            plane.offset = offset;
+            offset = (offset + plane.pitch * plane.rows).next_multiple_of(256);
+        }
+        padded.total_bytes = offset;
+        padded
+    }
+
+    /// A frame of `info`'s layout whose packed pixels are `packed`, padding filled with `fill`.
+    fn frame_bytes(info: &FrameInfo, packed: &[u8], fill: u8) -> Vec<u8> {
+        let mut bytes = vec![fill; info.layout.total_bytes as usize];
+        let mut rest = packed;
+        for plane in info.layout.planes() {
+            for y in 0..plane.rows {
+                let start = (plane.offset + y * plane.pitch) as usize;
+                let (row, tail) = rest.split_at(plane.row_bytes as usize);
+                bytes[start..start + row.len()].copy_from_slice(row);
+                rest = tail;
+            }
+        }
+        assert!(rest.is_empty());
+        bytes
+    }
+
+    fn temp_path(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("gpuipc-checksum-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn hash_ignores_padding_and_equals_the_packed_hash() {
+        for pixel in PixelFormat::ALL {
+            let format = FrameFormat::new(pixel, 5, 3);
+            let tight = FrameInfo::new(format, 0, 0).unwrap();
+            let packed: Vec<u8> =
+                (0..tight.layout.pixel_bytes()).map(|i| (i * 37 % 251) as u8).collect();
+            let mut wide = tight;
+            wide.layout = padded(tight.layout, 29);
+            let a = frame_bytes(&tight, &packed, 0);
+            let b = frame_bytes(&wide, &packed, 0xff);
+            let ha = frame_hash(&InputFrame::host(tight, &a).unwrap());
+            let hb = frame_hash(&InputFrame::host(wide, &b).unwrap());
+            assert_eq!(ha, hb, "{pixel}");
+            assert_eq!(ha, xxh3_64(&packed), "{pixel}");
+            // One changed pixel byte changes the hash.
+            let mut changed = packed.clone();
+            *changed.last_mut().unwrap() ^= 1;
+            let c = frame_bytes(&tight, &changed, 0);
+            assert_ne!(frame_hash(&InputFrame::host(tight, &c).unwrap()), ha, "{pixel}");
+        }
+        // A known value: xxh3-64 of no bytes.
+        assert_eq!(xxh3_64(&[]), 0x2d06_8005_38d3_94c2);
+    }
+
+    #[test]
+    fn writes_one_line_per_frame() {
+        let path = temp_path("lines");
+        let text = format!("path = {:?}", path.to_str().unwrap());
+        let params = parse_params::<Checksum>(&text).unwrap();
+        let format = FrameFormat::new(PixelFormat::Nv12, 3, 3);
+        assert_eq!(Checksum::negotiate(&params, &[format]).unwrap(), None);
+        let mut stage = Checksum::create(params, &[format], None, &ctx()).unwrap();
+        let mut expected = String::new();
+        for seq in [0, 1, 7] {
+            let info = FrameInfo::new(format, seq, 0).unwrap();
+            let packed: Vec<u8> = (0..info.layout.pixel_bytes()).map(|i| (i + seq) as u8).collect();
+            let bytes = frame_bytes(&info, &packed, 0xee);
+            let pc = ProcessContext { frame_index: seq, cuda_stream: 0 };
+            stage.process(&[InputFrame::host(info, &bytes).unwrap()], None, &pc).unwrap();
+            expected += &format!("{seq} {:016x}\n", xxh3_64(&packed));
+        }
+        stage.flush().unwrap();
+        let written = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(written, expected);
+        assert_eq!(written.lines().count(), 3);
+        assert!(written.lines().all(|l| l.split_once(' ').unwrap().1.len() == 16));
+    }
+
+    #[test]
+    fn the_file_is_truncated_at_create() {
+        let path = temp_path("truncate");
+        std::fs::write(&path, "old contents\n").unwrap();
+        let text = format!("path = {:?}", path.to_str().unwrap());
+        let params = parse_params::<Checksum>(&text).unwrap();
+        let format = FrameFormat::new(PixelFormat::Gray8, 1, 1);
+        let mut stage = Checksum::create(params, &[format], None, &ctx()).unwrap();
+        stage.flush().unwrap();
+        let written = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(written.is_empty());
+    }
+
+    #[test]
+    fn bad_params_name_the_param() {
+        let e = parse_params::<Checksum>("").unwrap_err();
+        assert!(e.message().contains("path"), "{e}");
+        let e = parse_params::<Checksum>("path = 3").unwrap_err();
+        assert!(e.message().contains("path"), "{e}");
+        let e = parse_params::<Checksum>("path = \"a\"\nseed = 1").unwrap_err();
+        assert!(e.message().contains("seed"), "{e}");
+        let params = parse_params::<Checksum>("path = \"/nonexistent-dir/x/y.txt\"").unwrap();
+        let format = FrameFormat::new(PixelFormat::Gray8, 1, 1);
+        let e = Checksum::create(params, &[format], None, &ctx()).unwrap_err();
+        assert!(
+            e.message().starts_with("param `path`: cannot create /nonexistent-dir/x/y.txt"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn doc_examples_are_valid_params() {
+        let docs: Vec<&str> = include_str!("lib.rs")
+            .lines()
+            .filter_map(|l| l.strip_prefix("//!"))
+            .map(|l| l.strip_prefix(' ').unwrap_or(l))
+            .collect();
+        let docs = docs.join("\n");
+        let mut checked = 0;
+        for block in docs.split("```toml").skip(1) {
+            let doc: toml::Table = block.split("```").next().unwrap().parse().unwrap();
+            for stage in doc["stage"].as_array().unwrap() {
+                assert_eq!(stage["plugin"].as_str(), Some(Checksum::INFO.name));
+                let table = stage.get("params").and_then(|p| p.as_table()).cloned();
+                let text = toml::to_string(&table.unwrap_or_default()).unwrap();
+                parse_params::<Checksum>(&text).unwrap();
+                checked += 1;
+            }
+        }
+        assert!(checked > 0);
+    }
+}

@@ -1,0 +1,30 @@
+//! `checksum`: a sink stage writing one hash of every frame's pixels to a text file (cpu
+//! domain for now).
+//!
+//! Accepts all five pixel formats. For each frame it writes a line `{seq} {hash:016x}`, where
+//! `hash` is xxh3-64 (seed 0) of the pixel bytes of every plane in order, row by row, padding
+//! excluded: the same pixels give the same hash whatever the pitch and plane offsets, so two
+//! runs, a CPU and a GPU stage, or two layouts can be compared with `diff`
+//! ([`checksum::frame_hash`]).
+//!
+//! # Params
+//!
+//! | key    | type            | default  | meaning |
+//! |--------|-----------------|----------|---------|
+//! | `path` | string, a path  | required | the file to write, created or truncated when the stage starts |
+//!
+//! ```toml
+//! [[stage]]
+//! name = "hashes"
+//! plugin = "checksum"
+//! inputs = ["yuv"]
+//! params = { path = "out/yuv.xxh3" }
+//! ```
+//!
+//! Lines are buffered and flushed at end of stream; a stage that is killed may leave the last
+//! lines unwritten.
+#![deny(unsafe_code)]
+
+pub mod checksum;
+
+gpuipc_plugin_api::export_plugin!(checksum::Checksum);

@@ -1,0 +1,648 @@
+//! The generator stage: its params, the pattern formulas and the frame loop.
+//!
+//! The per-pixel functions are `pub` so the CUDA version and its tests can check themselves
+//! against them.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use gpuipc_plugin_api::{
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, PixelFormat, Plugin,
+    PluginInfo, ProcessContext, Result, bail,
+};
+use serde::Deserialize;
+
+/// Largest accepted width and height. Keeps every intermediate of the formulas (`x * 255`,
+/// `x + w`) far inside 32 bits, so GPU kernels can use 32-bit arithmetic.
+pub const MAX_SIZE: u32 = 32768;
+
+/// The `params` table of a generator stage.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Params {
+    /// Frame width in pixels, 1..=[`MAX_SIZE`]. Default 1280.
+    pub width: u32,
+    /// Frame height in pixels, 1..=[`MAX_SIZE`]. Default 720.
+    pub height: u32,
+    /// What to draw. Default `bars`.
+    pub pattern: Pattern,
+    /// Output pixel format. Default `rgb8`.
+    pub format: Format,
+    /// Pace output to this many frames per second (finite, > 0). Default: unpaced.
+    pub fps: Option<f64>,
+    /// Seed of the `noise` pattern. Default 0.
+    pub seed: u64,
+}
+
+impl Default for Params {
+    fn default() -> Params {
+        Params {
+            width: 1280,
+            height: 720,
+            pattern: Pattern::Bars,
+            format: Format::Rgb8,
+            fps: None,
+            seed: 0,
+        }
+    }
+}
+
+impl Params {
+    /// Check the values serde cannot, reporting every problem at once.
+    pub fn validate(&self) -> Result<()> {
+        let mut problems = Vec::new();
+        for (key, value) in [("width", self.width), ("height", self.height)] {
+            if !(1..=MAX_SIZE).contains(&value) {
+                problems.push(format!("param `{key}` must be 1..={MAX_SIZE}, got {value}"));
+            }
+        }
+        if let Some(fps) = self.fps.filter(|fps| !(fps.is_finite() && *fps > 0.0)) {
+            problems.push(format!("param `fps` must be a finite number > 0, got {fps}"));
+        }
+        if problems.is_empty() { Ok(()) } else { Err(Error::new(problems.join("; "))) }
+    }
+
+    /// The format of every frame this stage makes.
+    pub fn frame_format(&self) -> FrameFormat {
+        FrameFormat::new(self.format.pixel(), self.width, self.height)
+    }
+}
+
+/// The `pattern` param.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    /// Eight vertical 100% colour bars, see [`bars_rgb`].
+    #[default]
+    Bars,
+    /// Horizontal red ramp, vertical green ramp, blue moving with `seq`, see [`gradient_rgb`].
+    Gradient,
+    /// Hashed noise, see [`noise_byte`].
+    Noise,
+    /// A white box moving diagonally over gray, see [`box_rgb`].
+    Box,
+}
+
+/// The `format` param: the pixel formats a generator can make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    #[default]
+    Rgb8,
+    Rgba8,
+    Gray8,
+}
+
+impl Format {
+    pub fn pixel(self) -> PixelFormat {
+        match self {
+            Format::Rgb8 => PixelFormat::Rgb8,
+            Format::Rgba8 => PixelFormat::Rgba8,
+            Format::Gray8 => PixelFormat::Gray8,
+        }
+    }
+}
+
+/// The bars, left to right: white, yellow, cyan, green, magenta, red, blue, black.
+pub const BARS: [[u8; 3]; 8] = [
+    [255, 255, 255],
+    [255, 255, 0],
+    [0, 255, 255],
+    [0, 255, 0],
+    [255, 0, 255],
+    [255, 0, 0],
+    [0, 0, 255],
+    [0, 0, 0],
+];
+
+/// Background of the `box` pattern.
+pub const BOX_BACKGROUND: [u8; 3] = [64, 64, 64];
+/// The box of the `box` pattern.
+pub const BOX_FOREGROUND: [u8; 3] = [255, 255, 255];
+
+/// `bars`: bar `x * 8 / width` of [`BARS`].
+pub fn bars_rgb(x: u32, width: u32) -> [u8; 3] {
+    BARS[(x * 8 / width) as usize]
+}
+
+/// `gradient`: `R = x * 255 / max(w - 1, 1)`, `G = y * 255 / max(h - 1, 1)`,
+/// `B = (x + y + 4 * seq) mod 256`.
+pub fn gradient_rgb(x: u32, y: u32, width: u32, height: u32, seq: u64) -> [u8; 3] {
+    let r = x * 255 / (width - 1).max(1);
+    let g = y * 255 / (height - 1).max(1);
+    // Only the low 8 bits of the sum matter, so the low 32 bits of seq are enough.
+    let b = x.wrapping_add(y).wrapping_add((seq as u32).wrapping_mul(4)) & 0xff;
+    [r as u8, g as u8, b as u8]
+}
+
+const MURMUR_C1: u32 = 0xcc9e_2d51;
+const MURMUR_C2: u32 = 0x1b87_3593;
+
+/// One 4-byte block of MurmurHash3_x86_32: mixes word `k` into state `h`.
+pub fn murmur3_block(h: u32, k: u32) -> u32 {
+    let k = k.wrapping_mul(MURMUR_C1).rotate_left(15).wrapping_mul(MURMUR_C2);
+    (h ^ k).rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64)
+}
+
+/// MurmurHash3's 32-bit finaliser.
+pub fn murmur3_fmix32(mut h: u32) -> u32 {
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^ (h >> 16)
+}
+
+/// MurmurHash3_x86_32 of the message made of `words` as little-endian u32s.
+pub fn murmur3_32(words: &[u32], seed: u32) -> u32 {
+    let h = words.iter().fold(seed, |h, &k| murmur3_block(h, k));
+    murmur3_fmix32(h ^ (words.len() as u32 * 4))
+}
+
+/// The `noise` hash state after the four words of `seed` and `seq`: one value per frame.
+pub fn noise_state(seed: u64, seq: u64) -> u32 {
+    [seed as u32, (seed >> 32) as u32, seq as u32, (seq >> 32) as u32]
+        .into_iter()
+        .fold(0, murmur3_block)
+}
+
+/// `noise`: channel `c` of pixel `(x, y)`, the low byte of
+/// `murmur3_32([seed lo, seed hi, seq lo, seq hi, x, y, c], 0)` continued from
+/// [`noise_state`].
+pub fn noise_byte(state: u32, x: u32, y: u32, channel: u32) -> u8 {
+    let h = murmur3_block(murmur3_block(murmur3_block(state, x), y), channel);
+    murmur3_fmix32(h ^ 28) as u8
+}
+
+/// `noise`: the RGB triple of pixel `(x, y)`, channels 0, 1, 2.
+pub fn noise_rgb(state: u32, x: u32, y: u32) -> [u8; 3] {
+    [noise_byte(state, x, y, 0), noise_byte(state, x, y, 1), noise_byte(state, x, y, 2)]
+}
+
+/// Where the `box` pattern's box is in one frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BoxPlace {
+    pub x0: u32,
+    pub y0: u32,
+    /// `max(width / 8, 1)`.
+    pub box_width: u32,
+    /// `max(height / 8, 1)`.
+    pub box_height: u32,
+}
+
+impl BoxPlace {
+    /// `x0 = (4 * seq) mod width`, `y0 = (4 * seq) mod height`, computed without overflow.
+    pub fn new(width: u32, height: u32, seq: u64) -> BoxPlace {
+        let corner = |size: u32| ((seq % size as u64) * 4 % size as u64) as u32;
+        BoxPlace {
+            x0: corner(width),
+            y0: corner(height),
+            box_width: (width / 8).max(1),
+            box_height: (height / 8).max(1),
+        }
+    }
+}
+
+/// `box`: white where `(x + w - x0) mod w < bw` and `(y + h - y0) mod h < bh`, else gray.
+pub fn box_rgb(place: &BoxPlace, x: u32, y: u32, width: u32, height: u32) -> [u8; 3] {
+    let inside = (x + width - place.x0) % width < place.box_width
+        && (y + height - place.y0) % height < place.box_height;
+    if inside { BOX_FOREGROUND } else { BOX_BACKGROUND }
+}
+
+/// Integer luma used for `gray8`: `(77 R + 150 G + 29 B + 128) >> 8`.
+pub fn luma([r, g, b]: [u8; 3]) -> u8 {
+    ((77 * r as u32 + 150 * g as u32 + 29 * b as u32 + 128) >> 8) as u8
+}
+
+/// What one frame of a pattern needs besides `(x, y)`: the arguments of a GPU kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PatternFrame {
+    pub pattern: Pattern,
+    pub width: u32,
+    pub height: u32,
+    pub seq: u64,
+    /// [`noise_state`] of the frame.
+    pub noise_state: u32,
+    pub box_place: BoxPlace,
+}
+
+impl PatternFrame {
+    pub fn new(pattern: Pattern, width: u32, height: u32, seq: u64, seed: u64) -> PatternFrame {
+        PatternFrame {
+            pattern,
+            width,
+            height,
+            seq,
+            noise_state: noise_state(seed, seq),
+            box_place: BoxPlace::new(width, height, seq),
+        }
+    }
+
+    /// The RGB triple of pixel `(x, y)`.
+    pub fn rgb(&self, x: u32, y: u32) -> [u8; 3] {
+        match self.pattern {
+            Pattern::Bars => bars_rgb(x, self.width),
+            Pattern::Gradient => gradient_rgb(x, y, self.width, self.height, self.seq),
+            Pattern::Noise => noise_rgb(self.noise_state, x, y),
+            Pattern::Box => box_rgb(&self.box_place, x, y, self.width, self.height),
+        }
+    }
+
+    /// Row `y` of the frame in `pixel` format into `row` (pixels only).
+    pub fn fill_row(&self, pixel: PixelFormat, y: u32, row: &mut [u8]) -> Result<()> {
+        match pixel {
+            PixelFormat::Rgb8 => {
+                for (x, px) in (0..).zip(row.chunks_exact_mut(3)) {
+                    px.copy_from_slice(&self.rgb(x, y));
+                }
+            }
+            PixelFormat::Rgba8 => {
+                for (x, px) in (0..).zip(row.chunks_exact_mut(4)) {
+                    let [r, g, b] = self.rgb(x, y);
+                    px.copy_from_slice(&[r, g, b, 255]);
+                }
+            }
+            PixelFormat::Gray8 => {
+                for (x, px) in (0..).zip(row.iter_mut()) {
+                    *px = luma(self.rgb(x, y));
+                }
+            }
+            other => bail!("the generator does not make {other} frames"),
+        }
+        Ok(())
+    }
+}
+
+/// Draw `frame` into `output` (host memory), row by row through the layout's pitch.
+pub fn render(frame: &PatternFrame, output: &mut OutputFrame<'_>) -> Result<()> {
+    let pixel = output.info.pixel();
+    let mut plane = output
+        .plane_mut(0)
+        .ok_or_else(|| Error::new("the generator writes host memory only (cpu domain)"))?;
+    if frame.pattern == Pattern::Bars {
+        // Every row of the bars is the same: draw one, copy it.
+        let mut first = vec![0; plane.layout.row_bytes as usize];
+        frame.fill_row(pixel, 0, &mut first)?;
+        for y in 0..plane.rows() {
+            plane.row_mut(y).copy_from_slice(&first);
+        }
+    } else {
+        for y in 0..plane.rows() {
+            frame.fill_row(pixel, y as u32, plane.row_mut(y))?;
+        }
+    }
+    Ok(())
+}
+
+/// When frame `frame_index` of a paced stage is due: `start + frame_index / fps`. `None` if
+/// that instant cannot be represented (absurdly low `fps`).
+pub fn deadline(start: Instant, frame_index: u64, fps: f64) -> Option<Instant> {
+    let offset = Duration::try_from_secs_f64(frame_index as f64 / fps).ok()?;
+    start.checked_add(offset)
+}
+
+/// A generator stage instance.
+#[derive(Debug)]
+pub struct Generator {
+    params: Params,
+    format: FrameFormat,
+    /// Taken at the first `process` call when pacing.
+    start: Option<Instant>,
+}
+
+impl Plugin for Generator {
+    type Params = Params;
+
+    const INFO: PluginInfo = PluginInfo {
+        name: "generator",
+        version: env!("CARGO_PKG_VERSION"),
+        description: "synthetic test frames (bars, gradient, noise, box), a function of seq",
+        domains: &[Domain::Cpu],
+        min_inputs: 0,
+        max_inputs: 0,
+        accepts: &[],
+        produces: &[PixelFormat::Rgb8, PixelFormat::Rgba8, PixelFormat::Gray8],
+    };
+
+    fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
+        params.validate()?;
+        if !inputs.is_empty() {
+            bail!("the generator is a source and takes no inputs, got {}", inputs.len());
+        }
+        Ok(Some(params.frame_format()))
+    }
+
+    fn create(
+        params: Params,
+        _inputs: &[FrameFormat],
+        output: Option<FrameFormat>,
+        _ctx: &CreateContext<'_>,
+    ) -> Result<Generator> {
+        params.validate()?;
+        let format = params.frame_format();
+        if output != Some(format) {
+            bail!("the generator makes {format} frames, but the output was set to {output:?}");
+        }
+        Ok(Generator { params, format, start: None })
+    }
+
+    fn process(
+        &mut self,
+        _inputs: &[InputFrame<'_>],
+        output: Option<&mut OutputFrame<'_>>,
+        ctx: &ProcessContext,
+    ) -> Result<()> {
+        let output = output.ok_or_else(|| Error::new("the generator needs an output frame"))?;
+        if output.info.format != self.format {
+            bail!("output frame is {}, expected {}", output.info.format, self.format);
+        }
+        let p = &self.params;
+        let frame = PatternFrame::new(p.pattern, p.width, p.height, output.info.seq, p.seed);
+        render(&frame, output)?;
+        if let Some(fps) = p.fps {
+            let start = *self.start.get_or_insert_with(Instant::now);
+            let due = deadline(start, ctx.frame_index, fps).ok_or_else(|| {
+                Error::new(format!("frame {} at fps {fps} is due too far ahead", ctx.frame_index))
+            })?;
+            // Drawn first, then held: the frame leaves as close to its due time as we can.
+            thread::sleep(due.saturating_duration_since(Instant::now()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpuipc_plugin_api::{FrameInfo, FrameLayout, parse_params};
+
+    use super::*;
+
+    fn ctx() -> CreateContext<'static> {
+        CreateContext {
+            stage: "test",
+            domain: Domain::Cpu,
+            device_ordinal: None,
+            cuda_context: 0,
+            cuda_stream: 0,
+            kernel_cache_dir: None,
+        }
+    }
+
+    /// `layout` with `extra` more bytes of padding after every row.
+    fn padded(layout: FrameLayout, extra: u64) -> FrameLayout {
+        let mut padded = layout;
+        let mut offset = 0;
+        for plane in &mut padded.planes[..layout.n_planes as usize] {
+            plane.pitch += extra;
+            plane.offset = offset;
+            offset = (offset + plane.pitch * plane.rows).next_multiple_of(256);
+        }
+        padded.total_bytes = offset;
+        padded
+    }
+
+    /// Run a generator made from `params` text for frame `seq` with `extra` row padding;
+    /// returns the packed pixels, after checking no padding byte was written.
+    fn generate(params: &str, seq: u64, extra: u64) -> Vec<u8> {
+        let params = parse_params::<Generator>(params).unwrap();
+        let format = Generator::negotiate(&params, &[]).unwrap().unwrap();
+        let mut stage = Generator::create(params, &[], Some(format), &ctx()).unwrap();
+        let mut info = FrameInfo::new(format, seq, 0).unwrap();
+        info.layout = padded(info.layout, extra);
+        const SENTINEL: u8 = 0xa5;
+        let mut bytes = vec![SENTINEL; info.layout.total_bytes as usize];
+        let mut out = OutputFrame::host(info, &mut bytes).unwrap();
+        let pc = ProcessContext { frame_index: 0, cuda_stream: 0 };
+        stage.process(&[], Some(&mut out), &pc).unwrap();
+
+        let plane = info.layout.planes[0];
+        let mut packed = Vec::new();
+        for y in 0..plane.rows {
+            let start = (plane.offset + y * plane.pitch) as usize;
+            let row = &bytes[start..start + plane.pitch as usize];
+            let (pixels, padding) = row.split_at(plane.row_bytes as usize);
+            assert!(padding.iter().all(|&b| b == SENTINEL), "padding written in row {y}");
+            packed.extend_from_slice(pixels);
+        }
+        packed
+    }
+
+    #[test]
+    fn defaults_are_documented_values() {
+        let p = parse_params::<Generator>("").unwrap();
+        assert_eq!(p, Params::default());
+        assert_eq!(
+            (p.width, p.height, p.pattern, p.format),
+            (1280, 720, Pattern::Bars, Format::Rgb8)
+        );
+        assert_eq!((p.fps, p.seed), (None, 0));
+        let format = Generator::negotiate(&p, &[]).unwrap();
+        assert_eq!(format, Some(FrameFormat::new(PixelFormat::Rgb8, 1280, 720)));
+    }
+
+    #[test]
+    fn bad_params_name_the_param() {
+        let cases = [
+            ("width = 0", "width"),
+            ("height = 40000", "height"),
+            ("fps = 0.0", "fps"),
+            ("fps = -5.0", "fps"),
+            ("fps = nan", "fps"),
+        ];
+        for (text, key) in cases {
+            let params = parse_params::<Generator>(text).unwrap();
+            let e = Generator::negotiate(&params, &[]).unwrap_err();
+            assert!(e.message().contains(&format!("param `{key}`")), "{text}: {e}");
+        }
+        let e = parse_params::<Generator>("pattern = \"zigzag\"").unwrap_err();
+        assert_eq!(
+            e.message(),
+            "param `pattern`: unknown variant `zigzag`, expected one of `bars`, `gradient`, `noise`, `box`"
+        );
+        let e = parse_params::<Generator>("format = \"i420\"").unwrap_err();
+        assert!(e.message().contains("format"), "{e}");
+        let e = parse_params::<Generator>("colour = 1").unwrap_err();
+        assert!(e.message().contains("colour"), "{e}");
+        // Every problem is reported, not only the first.
+        let params = parse_params::<Generator>("width = 0\nheight = 0").unwrap();
+        let e = params.validate().unwrap_err();
+        assert_eq!(
+            e.message(),
+            "param `width` must be 1..=32768, got 0; param `height` must be 1..=32768, got 0"
+        );
+    }
+
+    #[test]
+    fn doc_examples_are_valid_params() {
+        let docs: Vec<&str> = include_str!("lib.rs")
+            .lines()
+            .filter_map(|l| l.strip_prefix("//!"))
+            .map(|l| l.strip_prefix(' ').unwrap_or(l))
+            .collect();
+        let docs = docs.join("\n");
+        let mut checked = 0;
+        for block in docs.split("```toml").skip(1) {
+            let doc: toml::Table = block.split("```").next().unwrap().parse().unwrap();
+            for stage in doc["stage"].as_array().unwrap() {
+                assert_eq!(stage["plugin"].as_str(), Some(Generator::INFO.name));
+                let table = stage.get("params").and_then(|p| p.as_table()).cloned();
+                let text = toml::to_string(&table.unwrap_or_default()).unwrap();
+                parse_params::<Generator>(&text).unwrap().validate().unwrap();
+                checked += 1;
+            }
+        }
+        assert!(checked > 0);
+    }
+
+    #[test]
+    fn bars_are_eight_equal_columns() {
+        let rgb = generate("width = 16\nheight = 3", 0, 0);
+        for y in 0..3 {
+            for x in 0..16 {
+                let at = (y * 16 + x) * 3;
+                assert_eq!(rgb[at..at + 3], BARS[x / 2], "pixel ({x}, {y})");
+            }
+        }
+        // Odd width: bar x*8/w, so 5 pixels show bars 0, 1, 3, 4, 6.
+        let rgb = generate("width = 5\nheight = 1", 0, 13);
+        let expected: Vec<u8> = [0, 1, 3, 4, 6].iter().flat_map(|&i| BARS[i]).collect();
+        assert_eq!(rgb, expected);
+        assert_eq!(BARS[1], [255, 255, 0]);
+        assert_eq!(BARS[6], [0, 0, 255]);
+    }
+
+    #[test]
+    fn gradient_ramps_and_moves_with_seq() {
+        let rgb = generate("width = 5\nheight = 3\npattern = \"gradient\"", 10, 7);
+        let px = |x: usize, y: usize| &rgb[(y * 5 + x) * 3..(y * 5 + x) * 3 + 3];
+        assert_eq!(px(0, 0), [0, 0, 40]);
+        assert_eq!(px(1, 0), [63, 0, 41]); // 255 / 4 = 63
+        assert_eq!(px(4, 0), [255, 0, 44]);
+        assert_eq!(px(2, 1), [127, 127, 43]);
+        assert_eq!(px(4, 2), [255, 255, 46]);
+        // Blue wraps modulo 256: seq 63 adds 252.
+        let rgb = generate("width = 5\nheight = 3\npattern = \"gradient\"", 63, 0);
+        assert_eq!(rgb[(2 * 5 + 4) * 3 + 2], ((4u32 + 2 + 252) % 256) as u8);
+        // A 1x1 frame divides by max(0, 1).
+        assert_eq!(generate("width = 1\nheight = 1\npattern = \"gradient\"", 1, 0), [0, 0, 4]);
+    }
+
+    #[test]
+    fn noise_is_murmur3_of_the_documented_message() {
+        // Reference values from the `mmh3` Python package (MurmurHash3_x86_32, seed 0).
+        assert_eq!(murmur3_32(&[0], 0), 0x2362_f9de);
+        assert_eq!(murmur3_32(&[0x8765_4321], 0), 0xf55b_516b);
+        let message = |seed: u64, seq: u64, x, y, c| {
+            [seed as u32, (seed >> 32) as u32, seq as u32, (seq >> 32) as u32, x, y, c]
+        };
+        let cases = [
+            ((0, 0, 0, 0, 0), 0xaefc_623a),
+            ((0, 0, 1, 0, 0), 0xbe44_3158),
+            ((42, 7, 3, 2, 1), 0xb4c5_f57b),
+            ((0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210, 1919, 1079, 2), 0x5da5_365a),
+        ];
+        for ((seed, seq, x, y, c), hash) in cases {
+            assert_eq!(murmur3_32(&message(seed, seq, x, y, c), 0), hash);
+            assert_eq!(noise_byte(noise_state(seed, seq), x, y, c), hash as u8);
+        }
+        // Through the stage: seed 42, frame 7, pixel (3, 2), green.
+        let rgb = generate("width = 4\nheight = 3\npattern = \"noise\"\nseed = 42", 7, 5);
+        assert_eq!(rgb[(2 * 4 + 3) * 3 + 1], 0x7b);
+        let state = noise_state(42, 7);
+        for (i, px) in rgb.chunks_exact(3).enumerate() {
+            let (x, y) = (i as u32 % 4, i as u32 / 4);
+            for c in 0..3 {
+                assert_eq!(px[c as usize], murmur3_32(&message(42, 7, x, y, c), 0) as u8);
+            }
+            assert_eq!(px, noise_rgb(state, x, y));
+        }
+        assert_ne!(rgb, generate("width = 4\nheight = 3\npattern = \"noise\"\nseed = 43", 7, 0));
+        assert_ne!(rgb, generate("width = 4\nheight = 3\npattern = \"noise\"\nseed = 42", 8, 0));
+    }
+
+    #[test]
+    fn box_moves_four_pixels_a_frame_and_wraps() {
+        // 17x9: the box is 2x1; frame 4 puts its corner at (16 mod 17, 16 mod 9) = (16, 7).
+        let rgb = generate("width = 17\nheight = 9\npattern = \"box\"", 4, 3);
+        let white: Vec<usize> = rgb
+            .chunks_exact(3)
+            .enumerate()
+            .filter(|(_, px)| *px == BOX_FOREGROUND)
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(white, [7 * 17, 7 * 17 + 16]); // (0, 7) wrapped, and (16, 7)
+        assert!(rgb.chunks_exact(3).all(|px| px == BOX_FOREGROUND || px == BOX_BACKGROUND));
+        // 16x16: a 2x2 box at (0, 0) in frame 0, at (4, 4) in frame 1, at (0, 0) again in frame 4.
+        let place = |seq| BoxPlace::new(16, 16, seq);
+        assert_eq!((place(0).x0, place(1).x0, place(1).y0, place(4).x0), (0, 4, 4, 0));
+        assert_eq!((place(0).box_width, place(0).box_height), (2, 2));
+        // No overflow for huge seq: 2^64 - 1 is 1 mod 7 and 6 mod 9, so the corner is (4, 24 mod 9).
+        let place = BoxPlace::new(7, 9, u64::MAX);
+        assert_eq!((place.x0, place.y0), (4, 6));
+        // A 1x1 frame is all box.
+        assert_eq!(generate("width = 1\nheight = 1\npattern = \"box\"", 3, 0), BOX_FOREGROUND);
+    }
+
+    #[test]
+    fn rgba_adds_opaque_alpha_and_gray_is_the_luma() {
+        let base = "width = 7\nheight = 5\npattern = \"noise\"\nseed = 3";
+        let rgb = generate(base, 2, 0);
+        let rgba = generate(&format!("{base}\nformat = \"rgba8\""), 2, 9);
+        let gray = generate(&format!("{base}\nformat = \"gray8\""), 2, 1);
+        assert_eq!(rgba.len(), 7 * 5 * 4);
+        assert_eq!(gray.len(), 7 * 5);
+        for ((px, pa), g) in rgb.chunks_exact(3).zip(rgba.chunks_exact(4)).zip(&gray) {
+            assert_eq!(px, &pa[..3]);
+            assert_eq!(pa[3], 255);
+            let (r, gr, b) = (px[0] as u32, px[1] as u32, px[2] as u32);
+            assert_eq!(*g as u32, (r * 77 + gr * 150 + b * 29 + 128) >> 8);
+        }
+        assert_eq!(luma([255, 255, 255]), 255);
+        assert_eq!(luma([64, 64, 64]), 64);
+        assert_eq!(luma([255, 0, 0]), 77); // (19635 + 128) >> 8
+        assert_eq!(luma([0, 0, 255]), 29);
+    }
+
+    #[test]
+    fn content_depends_on_seq_only() {
+        let text = "width = 9\nheight = 4\npattern = \"gradient\"\nfps = 1000.0";
+        let params = parse_params::<Generator>(text).unwrap();
+        let format = params.frame_format();
+        let mut stage = Generator::create(params, &[], Some(format), &ctx()).unwrap();
+        let info = FrameInfo::new(format, 5, 0).unwrap();
+        let mut frames = Vec::new();
+        for frame_index in 0..3 {
+            let mut bytes = vec![0; info.layout.total_bytes as usize];
+            let mut out = OutputFrame::host(info, &mut bytes).unwrap();
+            let pc = ProcessContext { frame_index, cuda_stream: 0 };
+            stage.process(&[], Some(&mut out), &pc).unwrap();
+            frames.push(bytes);
+        }
+        assert!(frames.iter().all(|f| *f == frames[0]));
+    }
+
+    #[test]
+    fn pacing_deadline_is_start_plus_index_over_fps() {
+        let start = Instant::now();
+        assert_eq!(deadline(start, 0, 30.0), Some(start));
+        assert_eq!(deadline(start, 30, 30.0), Some(start + Duration::from_secs(1)));
+        assert_eq!(deadline(start, 3, 2.0), Some(start + Duration::from_millis(1500)));
+        assert_eq!(deadline(start, 1, 1e-300), None);
+    }
+
+    #[test]
+    fn a_wrong_output_frame_is_refused() {
+        let params = parse_params::<Generator>("width = 4\nheight = 4").unwrap();
+        let format = params.frame_format();
+        let wrong = FrameFormat::new(PixelFormat::Rgb8, 4, 5);
+        assert!(Generator::create(params.clone(), &[], Some(wrong), &ctx()).is_err());
+        let mut stage = Generator::create(params, &[], Some(format), &ctx()).unwrap();
+        let info = FrameInfo::new(wrong, 0, 0).unwrap();
+        let mut bytes = vec![0; info.layout.total_bytes as usize];
+        let mut out = OutputFrame::host(info, &mut bytes).unwrap();
+        let pc = ProcessContext { frame_index: 0, cuda_stream: 0 };
+        let e = stage.process(&[], Some(&mut out), &pc).unwrap_err();
+        assert!(e.message().contains("expected rgb8 4x4"), "{e}");
+    }
+}

@@ -1,0 +1,370 @@
+//! The rgb-process stage: its params, the lookup table and the per-row loop.
+
+use gpuipc_plugin_api::{
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, PixelFormat, Plugin,
+    PluginInfo, ProcessContext, Result, bail,
+};
+use serde::Deserialize;
+
+/// The `params` table of an rgb-process stage.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Params {
+    /// Added after contrast, in units of full scale, -1..=1. Default 0.
+    pub brightness: f64,
+    /// Slope around mid-gray, >= 0. Default 1.
+    pub contrast: f64,
+    /// Output is value^(1/gamma), > 0. Default 1.
+    pub gamma: f64,
+    /// Output is 1 - value, applied last. Default false.
+    pub invert: bool,
+}
+
+impl Default for Params {
+    fn default() -> Params {
+        Params { brightness: 0.0, contrast: 1.0, gamma: 1.0, invert: false }
+    }
+}
+
+impl Params {
+    /// Check the ranges, reporting every problem at once. NaN and infinities are refused.
+    pub fn validate(&self) -> Result<()> {
+        let mut problems = Vec::new();
+        if !(-1.0..=1.0).contains(&self.brightness) {
+            problems.push(format!("param `brightness` must be in -1..=1, got {}", self.brightness));
+        }
+        if !(self.contrast.is_finite() && self.contrast >= 0.0) {
+            problems.push(format!(
+                "param `contrast` must be a finite number >= 0, got {}",
+                self.contrast
+            ));
+        }
+        if !(self.gamma.is_finite() && self.gamma > 0.0) {
+            problems.push(format!("param `gamma` must be a finite number > 0, got {}", self.gamma));
+        }
+        if problems.is_empty() { Ok(()) } else { Err(Error::new(problems.join("; "))) }
+    }
+}
+
+/// The table every colour code goes through, computed in f64:
+/// `v = c / 255; v = (v - 0.5) * contrast + 0.5 + brightness; clamp to [0, 1];
+/// v = v^(1 / gamma); if invert { v = 1 - v }; round(v * 255)`.
+pub fn lut(params: &Params) -> [u8; 256] {
+    let mut table = [0; 256];
+    for (c, out) in table.iter_mut().enumerate() {
+        let v = c as f64 / 255.0;
+        let v = ((v - 0.5) * params.contrast + 0.5 + params.brightness).clamp(0.0, 1.0);
+        let v = v.powf(1.0 / params.gamma);
+        let v = if params.invert { 1.0 - v } else { v };
+        *out = (v * 255.0).round() as u8;
+    }
+    table
+}
+
+/// Map one row of `pixel` format through `table`; alpha is copied.
+pub fn apply_row(table: &[u8; 256], pixel: PixelFormat, input: &[u8], output: &mut [u8]) {
+    match pixel {
+        PixelFormat::Rgba8 => {
+            for (o, i) in output.chunks_exact_mut(4).zip(input.chunks_exact(4)) {
+                o.copy_from_slice(&[
+                    table[i[0] as usize],
+                    table[i[1] as usize],
+                    table[i[2] as usize],
+                    i[3],
+                ]);
+            }
+        }
+        _ => {
+            for (o, &i) in output.iter_mut().zip(input) {
+                *o = table[i as usize];
+            }
+        }
+    }
+}
+
+/// An rgb-process stage instance.
+#[derive(Debug)]
+pub struct RgbProcess {
+    table: [u8; 256],
+    format: FrameFormat,
+}
+
+fn check_input(inputs: &[FrameFormat]) -> Result<FrameFormat> {
+    let [input] = inputs else { bail!("rgb-process takes 1 input, got {}", inputs.len()) };
+    match input.pixel_format() {
+        Some(p) if RgbProcess::INFO.accepts.contains(&p) => Ok(*input),
+        _ => bail!("rgb-process takes rgb8, rgba8 or gray8 frames; input is {input}"),
+    }
+}
+
+impl Plugin for RgbProcess {
+    type Params = Params;
+
+    const INFO: PluginInfo = PluginInfo {
+        name: "rgb-process",
+        version: env!("CARGO_PKG_VERSION"),
+        description: "brightness, contrast, gamma and invert through a 256-entry table",
+        domains: &[Domain::Cpu],
+        min_inputs: 1,
+        max_inputs: 1,
+        accepts: &[PixelFormat::Rgb8, PixelFormat::Rgba8, PixelFormat::Gray8],
+        produces: &[PixelFormat::Rgb8, PixelFormat::Rgba8, PixelFormat::Gray8],
+    };
+
+    fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
+        params.validate()?;
+        check_input(inputs).map(Some)
+    }
+
+    fn create(
+        params: Params,
+        inputs: &[FrameFormat],
+        output: Option<FrameFormat>,
+        _ctx: &CreateContext<'_>,
+    ) -> Result<RgbProcess> {
+        params.validate()?;
+        let format = check_input(inputs)?;
+        if output != Some(format) {
+            bail!(
+                "rgb-process writes its input format {format}, but the output was set to {output:?}"
+            );
+        }
+        Ok(RgbProcess { table: lut(&params), format })
+    }
+
+    fn process(
+        &mut self,
+        inputs: &[InputFrame<'_>],
+        output: Option<&mut OutputFrame<'_>>,
+        _ctx: &ProcessContext,
+    ) -> Result<()> {
+        let [input] = inputs else { bail!("rgb-process takes 1 input, got {}", inputs.len()) };
+        let output = output.ok_or_else(|| Error::new("rgb-process needs an output frame"))?;
+        for frame in [&input.info, &output.info] {
+            if frame.format != self.format {
+                bail!("frame is {}, expected {}", frame.format, self.format);
+            }
+        }
+        let host_only = || Error::new("rgb-process reads and writes host memory only (cpu domain)");
+        let src = input.plane(0).ok_or_else(host_only)?;
+        let mut dst = output.plane_mut(0).ok_or_else(host_only)?;
+        let pixel = input.info.pixel();
+        for y in 0..dst.rows() {
+            apply_row(&self.table, pixel, src.row(y), dst.row_mut(y));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpuipc_plugin_api::{FrameInfo, FrameLayout, parse_params};
+
+    use super::*;
+
+    fn ctx() -> CreateContext<'static> {
+        CreateContext {
+            stage: "test",
+            domain: Domain::Cpu,
+            device_ordinal: None,
+            cuda_context: 0,
+            cuda_stream: 0,
+            kernel_cache_dir: None,
+        }
+    }
+
+    fn params(text: &str) -> Params {
+        let p = parse_params::<RgbProcess>(text).unwrap();
+        p.validate().unwrap();
+        p
+    }
+
+    /// `layout` with `extra` more bytes of padding after every row.
+    fn padded(layout: FrameLayout, extra: u64) -> FrameLayout {
+        let mut padded = layout;
+        let mut offset = 0;
+        for plane in &mut padded.planes[..layout.n_planes as usize] {
+            plane.pitch += extra;
+            plane.offset = offset;
+            offset = (offset + plane.pitch * plane.rows).next_multiple_of(256);
+        }
+        padded.total_bytes = offset;
+        padded
+    }
+
+    /// Run a stage on one frame of `pixel` format whose packed pixels are `pixels`; the input
+    /// and output get different padding. Returns the output's packed pixels after checking
+    /// that its padding was not written.
+    fn run(text: &str, pixel: PixelFormat, width: u32, height: u32, pixels: &[u8]) -> Vec<u8> {
+        let format = FrameFormat::new(pixel, width, height);
+        let p = params(text);
+        assert_eq!(RgbProcess::negotiate(&p, &[format]).unwrap(), Some(format));
+        let mut stage = RgbProcess::create(p, &[format], Some(format), &ctx()).unwrap();
+
+        let mut in_info = FrameInfo::new(format, 9, 0).unwrap();
+        in_info.layout = padded(in_info.layout, 5);
+        let plane = in_info.layout.planes[0];
+        let row_bytes = plane.row_bytes as usize;
+        assert_eq!(pixels.len(), row_bytes * height as usize);
+        // Input padding is garbage that must not leak into the output.
+        let mut in_bytes = vec![0x5a; in_info.layout.total_bytes as usize];
+        for (y, row) in pixels.chunks(row_bytes).enumerate() {
+            let start = (plane.offset + y as u64 * plane.pitch) as usize;
+            in_bytes[start..start + row_bytes].copy_from_slice(row);
+        }
+        let input = InputFrame::host(in_info, &in_bytes).unwrap();
+
+        let out_info = FrameInfo::new(format, 9, 0).unwrap(); // the default 64-byte pitch
+        let mut out_bytes = vec![0xa5; out_info.layout.total_bytes as usize];
+        let mut output = OutputFrame::host(out_info, &mut out_bytes).unwrap();
+        let pc = ProcessContext { frame_index: 0, cuda_stream: 0 };
+        stage.process(&[input], Some(&mut output), &pc).unwrap();
+
+        let plane = out_info.layout.planes[0];
+        let mut packed = Vec::new();
+        for y in 0..plane.rows {
+            let start = (plane.offset + y * plane.pitch) as usize;
+            let (row, padding) = out_bytes[start..start + plane.pitch as usize].split_at(row_bytes);
+            assert!(padding.iter().all(|&b| b == 0xa5), "padding written in row {y}");
+            packed.extend_from_slice(row);
+        }
+        packed
+    }
+
+    fn check(table: &[u8; 256], expected: &[(usize, u8)]) {
+        for &(c, v) in expected {
+            assert_eq!(table[c], v, "code {c}");
+        }
+    }
+
+    #[test]
+    fn identity_params_give_the_identity_table() {
+        let table = lut(&params(""));
+        assert!(table.iter().enumerate().all(|(c, &v)| v as usize == c));
+        assert_eq!(lut(&params("brightness = 0\ncontrast = 1\ngamma = 1")), table);
+    }
+
+    #[test]
+    fn invert_maps_c_to_255_minus_c() {
+        let table = lut(&params("invert = true"));
+        assert!(table.iter().enumerate().all(|(c, &v)| v as usize == 255 - c));
+    }
+
+    #[test]
+    fn tables_match_hand_computed_values() {
+        // c = 128, brightness 0.1, contrast 1.2: (128/255 - 0.5) * 1.2 + 0.6 = 0.60235 -> 153.6.
+        let t = lut(&params("brightness = 0.1\ncontrast = 1.2"));
+        check(
+            &t,
+            &[
+                (0, 0),
+                (1, 1),
+                (10, 12),
+                (64, 77),
+                (100, 120),
+                (128, 154),
+                (200, 240),
+                (254, 255),
+                (255, 255),
+            ],
+        );
+        // gamma 2.2: (128/255)^(1/2.2) = 0.73107 -> 186.4.
+        let t = lut(&params("gamma = 2.2"));
+        check(
+            &t,
+            &[(0, 0), (1, 21), (10, 59), (64, 136), (100, 167), (128, 186), (200, 228), (255, 255)],
+        );
+        // gamma 0.5 squares: (128/255)^2 = 0.25197 -> 64.25.
+        let t = lut(&params("gamma = 0.5"));
+        check(&t, &[(1, 0), (10, 0), (64, 16), (100, 39), (128, 64), (200, 157), (254, 253)]);
+        // Brightness shifts by 0.2 * 255 = 51 and clips.
+        let t = lut(&params("brightness = 0.2"));
+        check(&t, &[(0, 51), (1, 52), (128, 179), (200, 251), (204, 255), (255, 255)]);
+        let t = lut(&params("brightness = -0.2"));
+        check(&t, &[(0, 0), (51, 0), (64, 13), (128, 77), (255, 204)]);
+        // Contrast 0 makes everything 0.5 -> 127.5, rounded half away from zero.
+        assert!(lut(&params("contrast = 0")).iter().all(|&v| v == 128));
+        // All of it, then inverted.
+        let t = lut(&params("brightness = 0.1\ncontrast = 1.2\ngamma = 2.2\ninvert = true"));
+        check(&t, &[(0, 255), (1, 233), (10, 191), (64, 107), (128, 52), (200, 7), (254, 0)]);
+    }
+
+    #[test]
+    fn bad_params_name_the_param() {
+        let cases = [
+            ("brightness = 1.5", "brightness"),
+            ("brightness = nan", "brightness"),
+            ("contrast = -0.1", "contrast"),
+            ("contrast = inf", "contrast"),
+            ("gamma = 0", "gamma"),
+            ("gamma = -1.0", "gamma"),
+        ];
+        for (text, key) in cases {
+            let p = parse_params::<RgbProcess>(text).unwrap();
+            let format = FrameFormat::new(PixelFormat::Rgb8, 2, 2);
+            let e = RgbProcess::negotiate(&p, &[format]).unwrap_err();
+            assert!(e.message().contains(&format!("param `{key}`")), "{text}: {e}");
+        }
+        let e = parse_params::<RgbProcess>("invert = \"yes\"").unwrap_err();
+        assert!(e.message().contains("invert"), "{e}");
+        let e = parse_params::<RgbProcess>("saturation = 1.0").unwrap_err();
+        assert!(e.message().contains("saturation"), "{e}");
+    }
+
+    #[test]
+    fn doc_examples_are_valid_params() {
+        let docs: Vec<&str> = include_str!("lib.rs")
+            .lines()
+            .filter_map(|l| l.strip_prefix("//!"))
+            .map(|l| l.strip_prefix(' ').unwrap_or(l))
+            .collect();
+        let docs = docs.join("\n");
+        let mut checked = 0;
+        for block in docs.split("```toml").skip(1) {
+            let doc: toml::Table = block.split("```").next().unwrap().parse().unwrap();
+            for stage in doc["stage"].as_array().unwrap() {
+                assert_eq!(stage["plugin"].as_str(), Some(RgbProcess::INFO.name));
+                let table = stage.get("params").and_then(|p| p.as_table()).cloned();
+                let text = toml::to_string(&table.unwrap_or_default()).unwrap();
+                parse_params::<RgbProcess>(&text).unwrap().validate().unwrap();
+                checked += 1;
+            }
+        }
+        assert!(checked > 0);
+    }
+
+    #[test]
+    fn rgb_frames_map_every_channel() {
+        // 3x2, odd row length (9 bytes).
+        let pixels: Vec<u8> = (0..18).map(|i| i * 14).collect();
+        let out = run("invert = true", PixelFormat::Rgb8, 3, 2, &pixels);
+        let expected: Vec<u8> = pixels.iter().map(|&c| 255 - c).collect();
+        assert_eq!(out, expected);
+        let out = run("brightness = 0.2", PixelFormat::Rgb8, 3, 2, &pixels);
+        assert_eq!(out[..4], [51, 65, 79, 93]);
+        assert_eq!(out[17], 255); // 238 + 51 clips
+    }
+
+    #[test]
+    fn rgba_alpha_is_copied() {
+        let pixels = [10, 20, 30, 40, 200, 100, 0, 255, 1, 2, 3, 0];
+        let out = run("invert = true", PixelFormat::Rgba8, 3, 1, &pixels);
+        assert_eq!(out, [245, 235, 225, 40, 55, 155, 255, 255, 254, 253, 252, 0]);
+    }
+
+    #[test]
+    fn gray_frames_of_odd_size() {
+        let pixels: Vec<u8> = (0..35).map(|i| i * 7).collect();
+        let out = run("gamma = 0.5", PixelFormat::Gray8, 7, 5, &pixels);
+        let table = lut(&params("gamma = 0.5"));
+        assert_eq!(out, pixels.iter().map(|&c| table[c as usize]).collect::<Vec<_>>());
+        assert_eq!(out[..3], [0, 0, 1]); // (7/255)^2 * 255 = 0.19, (14/255)^2 * 255 = 0.77
+    }
+
+    #[test]
+    fn formats_it_cannot_take_are_refused() {
+        let e = RgbProcess::negotiate(&params(""), &[FrameFormat::new(PixelFormat::I420, 4, 4)])
+            .unwrap_err();
+        assert!(e.message().contains("i420 4x4"), "{e}");
+    }
+}
