@@ -43,6 +43,12 @@ enum Command {
         /// No live statistics.
         #[arg(long, short)]
         quiet: bool,
+        /// Microseconds a waiting stage spins before it sleeps (overrides the file's `spin_us`).
+        #[arg(long)]
+        spin_us: Option<u32>,
+        /// Write `<stage>.sum` files with a hash of every stage's every output frame here.
+        #[arg(long, value_name = "DIR")]
+        checksums: Option<PathBuf>,
     },
     /// Check a pipeline file and print its plan, or every error in it.
     Validate { file: PathBuf },
@@ -56,7 +62,11 @@ enum Command {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("GPUIPC_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).without_time().with_target(false).init();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .without_time()
+        .with_target(false)
+        .init();
 }
 
 /// Parse and plan a file, printing every error on failure.
@@ -87,23 +97,39 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::Run { file, frames, in_process, report, quiet } => {
+        Command::Run { file, frames, in_process, report, quiet, spin_us, checksums } => {
             let plan = match load_plan(&file) {
                 Ok(p) => p,
                 Err(code) => return code,
             };
-            run(&plan, frames, in_process, report.as_deref(), !quiet)
+            let options = RunArgs { frames, in_process, report, live: !quiet, spin_us, checksums };
+            run(&plan, &options)
         }
     }
 }
 
-fn run(plan: &plan::Plan, frames: Option<u64>, in_process: bool, report_path: Option<&Path>, live: bool) -> ExitCode {
-    let result = if in_process {
+struct RunArgs {
+    frames: Option<u64>,
+    in_process: bool,
+    report: Option<PathBuf>,
+    live: bool,
+    spin_us: Option<u32>,
+    checksums: Option<PathBuf>,
+}
+
+fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
+    if let Some(dir) = &args.checksums
+        && let Err(e) = std::fs::create_dir_all(dir)
+    {
+        eprintln!("error: cannot create {}: {e}", dir.display());
+        return ExitCode::from(1);
+    }
+    let result = if args.in_process {
         let stop = Arc::new(AtomicBool::new(false));
         for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
             let _ = signal_hook::flag::register(signal, stop.clone());
         }
-        supervisor::in_process::run(plan, frames.or(plan.frames), &stop)
+        supervisor::in_process::run(plan, args.frames.or(plan.frames), args.checksums.as_deref(), &stop)
     } else {
         let shutdown = match supervisor::Shutdown::install() {
             Ok(s) => s,
@@ -119,7 +145,13 @@ fn run(plan: &plan::Plan, frames: Option<u64>, in_process: bool, report_path: Op
                 return ExitCode::from(1);
             }
         };
-        let options = supervisor::RunOptions { frames, stage_exe, live };
+        let options = supervisor::RunOptions {
+            frames: args.frames,
+            stage_exe,
+            live: args.live,
+            spin_us: args.spin_us,
+            checksums: args.checksums.clone(),
+        };
         supervisor::run(plan, &options, &shutdown).map_err(|e| e.to_string())
     };
     let report = match result {
@@ -130,7 +162,7 @@ fn run(plan: &plan::Plan, frames: Option<u64>, in_process: bool, report_path: Op
         }
     };
     println!("{}", report.render());
-    if let Some(path) = report_path {
+    if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&report).expect("the report serialises");
         if let Err(e) = std::fs::write(path, json) {
             eprintln!("error: cannot write the report to {}: {e}", path.display());

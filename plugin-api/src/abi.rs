@@ -46,7 +46,10 @@ pub struct RawStr {
 
 impl RawStr {
     pub const fn from_str(s: &str) -> RawStr {
-        RawStr { ptr: s.as_ptr(), len: s.len() }
+        RawStr {
+            ptr: s.as_ptr(),
+            len: s.len(),
+        }
     }
 
     /// # Safety

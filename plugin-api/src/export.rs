@@ -61,7 +61,9 @@ pub fn parse_params<P: Plugin>(text: &str) -> Result<P::Params> {
 fn params_error(text: &str, e: &toml::de::Error) -> Error {
     let message = e.message().trim_end();
     let key = e.span().and_then(|span| {
-        let line_start = text[..span.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
+        let line_start = text[..span.start.min(text.len())]
+            .rfind('\n')
+            .map_or(0, |i| i + 1);
         let line = text[line_start..].lines().next()?;
         let key = line.split_once('=')?.0.trim();
         (!key.is_empty()).then(|| key.trim_matches('"').to_owned())
@@ -95,8 +97,14 @@ pub const fn descriptor<P: Plugin>() -> PluginDescriptor {
         min_inputs: info.min_inputs,
         max_inputs: info.max_inputs,
         // PixelFormat is repr(u32), so a slice of it is a slice of codes.
-        accepts: RawFormats { ptr: info.accepts.as_ptr() as *const u32, len: info.accepts.len() },
-        produces: RawFormats { ptr: info.produces.as_ptr() as *const u32, len: info.produces.len() },
+        accepts: RawFormats {
+            ptr: info.accepts.as_ptr() as *const u32,
+            len: info.accepts.len(),
+        },
+        produces: RawFormats {
+            ptr: info.produces.as_ptr() as *const u32,
+            len: info.produces.len(),
+        },
         negotiate: negotiate::<P>,
         create: create::<P>,
         process: process::<P>,
@@ -158,16 +166,29 @@ unsafe extern "C" fn create<P: Plugin>(
     guarded(|| {
         // SAFETY: host contract: every pointer is valid for the call; `output` may be null.
         let (text, inputs, output, ctx) = unsafe {
-            (params_text(params), formats(inputs, n_inputs), output.as_ref().copied(), &*ctx)
+            (
+                params_text(params),
+                formats(inputs, n_inputs),
+                output.as_ref().copied(),
+                &*ctx,
+            )
         };
         crate::log::install(ctx.log);
         // SAFETY: the stage name and cache dir are valid strings for the call.
-        let (stage, cache_dir) =
-            unsafe { (ctx.stage.to_string_lossy(), ctx.kernel_cache_dir.to_string_lossy()) };
+        let (stage, cache_dir) = unsafe {
+            (
+                ctx.stage.to_string_lossy(),
+                ctx.kernel_cache_dir.to_string_lossy(),
+            )
+        };
         let cache_dir = std::path::PathBuf::from(cache_dir);
         let context = CreateContext {
             stage: &stage,
-            domain: if ctx.domain == abi::DOMAIN_CUDA { Domain::Cuda } else { Domain::Cpu },
+            domain: if ctx.domain == abi::DOMAIN_CUDA {
+                Domain::Cuda
+            } else {
+                Domain::Cpu
+            },
             device_ordinal: u32::try_from(ctx.device_ordinal).ok(),
             cuda_context: ctx.cuda_context as usize,
             cuda_stream: ctx.cuda_stream as usize,
@@ -182,7 +203,12 @@ unsafe extern "C" fn create<P: Plugin>(
 }
 
 fn frame_info(raw: &RawFrame) -> FrameInfo {
-    FrameInfo { format: raw.format, layout: raw.layout, seq: raw.seq, timestamp_ns: raw.timestamp_ns }
+    FrameInfo {
+        format: raw.format,
+        layout: raw.layout,
+        seq: raw.seq,
+        timestamp_ns: raw.timestamp_ns,
+    }
 }
 
 /// # Safety
@@ -191,7 +217,13 @@ fn frame_info(raw: &RawFrame) -> FrameInfo {
 unsafe fn input_frame<'a>(raw: &RawFrame) -> Result<InputFrame<'a>> {
     let info = frame_info(raw);
     if raw.domain == abi::DOMAIN_CUDA {
-        return Ok(InputFrame::device(info, DeviceBuffer { addr: raw.addr, len: raw.len }));
+        return Ok(InputFrame::device(
+            info,
+            DeviceBuffer {
+                addr: raw.addr,
+                len: raw.len,
+            },
+        ));
     }
     // SAFETY: forwarded from the caller.
     let bytes = unsafe { std::slice::from_raw_parts(raw.addr as *const u8, raw.len as usize) };
@@ -204,7 +236,13 @@ unsafe fn input_frame<'a>(raw: &RawFrame) -> Result<InputFrame<'a>> {
 unsafe fn output_frame<'a>(raw: &RawFrame) -> Result<OutputFrame<'a>> {
     let info = frame_info(raw);
     if raw.domain == abi::DOMAIN_CUDA {
-        return Ok(OutputFrame::device(info, DeviceBuffer { addr: raw.addr, len: raw.len }));
+        return Ok(OutputFrame::device(
+            info,
+            DeviceBuffer {
+                addr: raw.addr,
+                len: raw.len,
+            },
+        ));
     }
     // SAFETY: forwarded from the caller.
     let bytes = unsafe { std::slice::from_raw_parts_mut(raw.addr as *mut u8, raw.len as usize) };
@@ -223,9 +261,17 @@ unsafe extern "C" fn process<P: Plugin>(
         // time; `inputs` holds `n_inputs` frames whose memory the host keeps valid and
         // unwritten for the call, `output` (or null) is a frame only this call writes.
         let (plugin, raw_inputs, raw_output, ctx) = unsafe {
-            let raw_inputs: &[RawFrame] =
-                if n_inputs == 0 { &[] } else { std::slice::from_raw_parts(inputs, n_inputs) };
-            (&mut *(instance as *mut P), raw_inputs, output.as_ref(), &*ctx)
+            let raw_inputs: &[RawFrame] = if n_inputs == 0 {
+                &[]
+            } else {
+                std::slice::from_raw_parts(inputs, n_inputs)
+            };
+            (
+                &mut *(instance as *mut P),
+                raw_inputs,
+                output.as_ref(),
+                &*ctx,
+            )
         };
         let mut frames = Vec::with_capacity(raw_inputs.len());
         for raw in raw_inputs {
@@ -237,8 +283,10 @@ unsafe extern "C" fn process<P: Plugin>(
             Some(raw) => Some(unsafe { output_frame(raw)? }),
             None => None,
         };
-        let context =
-            ProcessContext { frame_index: ctx.frame_index, cuda_stream: ctx.cuda_stream as usize };
+        let context = ProcessContext {
+            frame_index: ctx.frame_index,
+            cuda_stream: ctx.cuda_stream as usize,
+        };
         plugin.process(&frames, out.as_mut(), &context)
     })
 }

@@ -39,11 +39,18 @@ pub struct FrameInfo {
 
 impl FrameInfo {
     pub fn new(format: FrameFormat, seq: u64, timestamp_ns: u64) -> Option<FrameInfo> {
-        Some(FrameInfo { format, layout: FrameLayout::for_format(format)?, seq, timestamp_ns })
+        Some(FrameInfo {
+            format,
+            layout: FrameLayout::for_format(format)?,
+            seq,
+            timestamp_ns,
+        })
     }
 
     pub fn pixel(&self) -> PixelFormat {
-        self.format.pixel_format().expect("frames only carry pixel formats the host validated")
+        self.format
+            .pixel_format()
+            .expect("frames only carry pixel formats the host validated")
     }
 
     pub fn width(&self) -> u32 {
@@ -68,6 +75,23 @@ fn plane_range(p: &PlaneLayout) -> std::ops::Range<usize> {
     p.offset as usize..plane_span(p) as usize
 }
 
+/// xxh3-64 (seed 0) of a frame's pixel bytes in host memory: every plane in order, row by
+/// row, padding excluded, so the same pixels give the same hash whatever the pitch. Equal to
+/// `xxh3_64` of the planes packed one after another. `None` if `bytes` is too short.
+pub fn pixel_hash(layout: &FrameLayout, bytes: &[u8]) -> Option<u64> {
+    if (bytes.len() as u64) < bytes_needed(layout) {
+        return None;
+    }
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    for p in layout.planes() {
+        for y in 0..p.rows as usize {
+            let start = p.offset as usize + y * p.pitch as usize;
+            hasher.update(&bytes[start..start + p.row_bytes as usize]);
+        }
+    }
+    Some(hasher.digest())
+}
+
 /// A frame given to a plugin to read.
 #[derive(Debug)]
 pub struct InputFrame<'a> {
@@ -78,13 +102,18 @@ pub struct InputFrame<'a> {
 impl<'a> InputFrame<'a> {
     /// A frame in host memory. `None` if `bytes` is too short for `info.layout`.
     pub fn host(info: FrameInfo, bytes: &'a [u8]) -> Option<InputFrame<'a>> {
-        (bytes.len() as u64 >= bytes_needed(&info.layout))
-            .then_some(InputFrame { info, data: FrameData::Host(bytes) })
+        (bytes.len() as u64 >= bytes_needed(&info.layout)).then_some(InputFrame {
+            info,
+            data: FrameData::Host(bytes),
+        })
     }
 
     /// A frame in device memory.
     pub fn device(info: FrameInfo, buffer: DeviceBuffer) -> InputFrame<'a> {
-        InputFrame { info, data: FrameData::Device(buffer) }
+        InputFrame {
+            info,
+            data: FrameData::Device(buffer),
+        }
     }
 
     pub fn data(&self) -> &FrameData<'a> {
@@ -106,6 +135,11 @@ impl<'a> InputFrame<'a> {
         }
     }
 
+    /// [`pixel_hash`] of the frame, or `None` in the cuda domain.
+    pub fn pixel_hash(&self) -> Option<u64> {
+        pixel_hash(&self.info.layout, self.host_bytes()?)
+    }
+
     /// Plane `index` in host memory.
     pub fn plane(&self, index: usize) -> Option<Plane<'a>> {
         let layout = *self.info.layout.planes().get(index)?;
@@ -124,12 +158,17 @@ pub struct OutputFrame<'a> {
 impl<'a> OutputFrame<'a> {
     /// A frame in host memory. `None` if `bytes` is too short for `info.layout`.
     pub fn host(info: FrameInfo, bytes: &'a mut [u8]) -> Option<OutputFrame<'a>> {
-        (bytes.len() as u64 >= bytes_needed(&info.layout))
-            .then_some(OutputFrame { info, data: FrameDataMut::Host(bytes) })
+        (bytes.len() as u64 >= bytes_needed(&info.layout)).then_some(OutputFrame {
+            info,
+            data: FrameDataMut::Host(bytes),
+        })
     }
 
     pub fn device(info: FrameInfo, buffer: DeviceBuffer) -> OutputFrame<'a> {
-        OutputFrame { info, data: FrameDataMut::Device(buffer) }
+        OutputFrame {
+            info,
+            data: FrameDataMut::Device(buffer),
+        }
     }
 
     pub fn data(&mut self) -> &mut FrameDataMut<'a> {
@@ -145,15 +184,22 @@ impl<'a> OutputFrame<'a> {
 
     /// Every plane, writable at once (host memory only).
     pub fn planes_mut(&mut self) -> Option<Vec<PlaneMut<'_>>> {
-        let FrameDataMut::Host(bytes) = &mut self.data else { return None };
+        let FrameDataMut::Host(bytes) = &mut self.data else {
+            return None;
+        };
         let mut rest: &mut [u8] = bytes;
         let mut consumed = 0usize;
         let mut planes = Vec::with_capacity(self.info.layout.n_planes as usize);
         for layout in self.info.layout.planes() {
             let range = plane_range(layout);
-            let tail = std::mem::take(&mut rest).split_at_mut(range.start - consumed).1;
+            let tail = std::mem::take(&mut rest)
+                .split_at_mut(range.start - consumed)
+                .1;
             let (bytes, after) = tail.split_at_mut(range.len());
-            planes.push(PlaneMut { bytes, layout: *layout });
+            planes.push(PlaneMut {
+                bytes,
+                layout: *layout,
+            });
             rest = after;
             consumed = range.end;
         }
@@ -163,8 +209,13 @@ impl<'a> OutputFrame<'a> {
     /// Plane `index`, writable (host memory only).
     pub fn plane_mut(&mut self, index: usize) -> Option<PlaneMut<'_>> {
         let layout = *self.info.layout.planes().get(index)?;
-        let FrameDataMut::Host(bytes) = &mut self.data else { return None };
-        Some(PlaneMut { bytes: &mut bytes[plane_range(&layout)], layout })
+        let FrameDataMut::Host(bytes) = &mut self.data else {
+            return None;
+        };
+        Some(PlaneMut {
+            bytes: &mut bytes[plane_range(&layout)],
+            layout,
+        })
     }
 }
 

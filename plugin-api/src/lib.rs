@@ -46,7 +46,22 @@ pub mod log;
 mod plugin;
 
 pub use error::{Error, Result};
+
+/// Create (or truncate) the file a sink writes, making its folder first. The error names the
+/// param, as every params error should.
+pub fn create_output_file(param: &str, path: &std::path::Path) -> Result<std::fs::File> {
+    let created = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => std::fs::create_dir_all(dir),
+        _ => Ok(()),
+    };
+    created
+        .and_then(|()| std::fs::File::create(path))
+        .map_err(|e| Error::new(format!("param `{param}`: cannot create {}: {e}", path.display())))
+}
 pub use export::parse_params;
 pub use format::{FrameFormat, FrameLayout, PixelFormat, PlaneLayout};
-pub use frame::{DeviceBuffer, FrameData, FrameDataMut, FrameInfo, InputFrame, OutputFrame, Plane, PlaneMut};
+pub use frame::{
+    DeviceBuffer, FrameData, FrameDataMut, FrameInfo, InputFrame, OutputFrame, Plane, PlaneMut,
+    pixel_hash,
+};
 pub use plugin::{CreateContext, Domain, Plugin, PluginInfo, ProcessContext};

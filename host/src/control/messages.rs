@@ -51,6 +51,8 @@ pub struct StageSetup {
     pub inputs: Vec<InputSetup>,
     pub output: Option<OutputSetup>,
     pub spin_us: u32,
+    /// Write `seq hash` of every output frame to `<dir>/<stage>.sum` (`run --checksums`).
+    pub checksums: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -317,12 +317,15 @@ impl Consumer {
         Ok(found)
     }
 
-    /// Claim the best published frame with seq >= `want`, if any.
+    /// Claim the best published frame with seq >= `want`, if any. Frames older than `want`
+    /// still pending for us will never be read: give them up, so a producer waiting for them
+    /// (a `block` link whose consumer skips to align its inputs) can go on.
     fn try_claim(&self, want: u64) -> Option<ReadSlot> {
         let h = self.ring.header();
         let pending = header::pending_bit(self.index);
         loop {
             let mut best: Option<(usize, u64, u64)> = None;
+            let mut gave_up = false;
             for i in 0..h.depth as usize {
                 let slot = &h.slots[i].0;
                 let st = slot.state.load(Ordering::Acquire);
@@ -330,13 +333,22 @@ impl Consumer {
                     continue;
                 }
                 let seq = slot.seq.load(Ordering::Relaxed);
+                if seq < want {
+                    // Only the exact state seen: a slot rewritten meanwhile holds a newer frame.
+                    gave_up |= slot.state.compare_exchange(st, st & !pending, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+                    continue;
+                }
                 let better = match best {
                     None => true,
                     Some((_, _, b)) => if self.latest { seq > b } else { seq < b },
                 };
-                if seq >= want && better {
+                if better {
                     best = Some((i, st, seq));
                 }
+            }
+            if gave_up {
+                let r = &h.release.0;
+                wake_all(&r.release_futex, &r.producer_sleeping);
             }
             let (i, st, _) = best?;
             let slot = &h.slots[i].0;
@@ -360,25 +372,7 @@ impl Consumer {
         let bits = header::claim_bit(self.index) | header::pending_bit(self.index);
         // Release: our reads of the frame happen before the producer's Acquire takes the slot.
         h.slots[slot.index].0.state.fetch_and(!bits, Ordering::Release);
-        if self.latest {
-            self.forget_older(slot.meta.seq);
-        }
         let r = &h.release.0;
         wake_all(&r.release_futex, &r.producer_sleeping);
-    }
-
-    /// A `latest` consumer will never read frames older than the one it just read: clear its
-    /// pending bit on them so the producer sees those slots free.
-    fn forget_older(&self, seq: u64) {
-        let h = self.ring.header();
-        let pending = header::pending_bit(self.index);
-        for i in 0..h.depth as usize {
-            let slot = &h.slots[i].0;
-            let st = slot.state.load(Ordering::Acquire);
-            if st & WRITING == 0 && st & pending != 0 && slot.seq.load(Ordering::Relaxed) < seq {
-                // Only the exact state seen: a slot rewritten meanwhile holds a newer frame.
-                let _ = slot.state.compare_exchange(st, st & !pending, Ordering::AcqRel, Ordering::Relaxed);
-            }
-        }
     }
 }

@@ -50,6 +50,8 @@ pub struct FrameLoop<'a, 'p> {
     pub stats: &'a StatsMap,
     /// A source's frame count.
     pub frames: Option<u64>,
+    /// `run --checksums`: a hash of every output frame.
+    pub tap: Option<super::tap::Tap>,
 }
 
 pub fn now_ns() -> u64 {
@@ -63,6 +65,9 @@ impl FrameLoop<'_, '_> {
         self.output.close();
         let end = end?;
         self.instance.flush().map_err(|error| StageError::Plugin { during: "flush", error })?;
+        if let Some(tap) = &mut self.tap {
+            tap.finish().map_err(StageError::Setup)?;
+        }
         Ok(end)
     }
 
@@ -123,6 +128,10 @@ impl FrameLoop<'_, '_> {
         self.stats.get().busy_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         match result {
             Ok(()) => {
+                if let Some(tap) = &mut self.tap {
+                    let hash = self.output.pixel_hash(&pending);
+                    tap.record(seq, hash).map_err(StageError::Setup)?;
+                }
                 self.output.publish(pending, seq, timestamp_ns);
                 Ok(())
             }

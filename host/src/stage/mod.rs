@@ -5,6 +5,7 @@
 mod frame_loop;
 mod inputs;
 mod output;
+pub mod tap;
 
 use std::os::fd::OwnedFd;
 
@@ -142,7 +143,11 @@ fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<
         Ok((other, _)) => return Err(StageError::Setup(format!("expected start, got {other:?}"))),
         Err(e) => return Err(StageError::Setup(e.to_string())),
     }
-    let mut frame_loop = FrameLoop { instance, inputs: consumers, output, stats: &stats, frames: setup.frames };
+    let tap = match &setup.checksums {
+        Some(dir) => Some(tap::Tap::create(dir, &setup.stage).map_err(StageError::Setup)?),
+        None => None,
+    };
+    let mut frame_loop = FrameLoop { instance, inputs: consumers, output, stats: &stats, frames: setup.frames, tap };
     match frame_loop.run()? {
         LoopEnd::EndOfStream | LoopEnd::FrameCount | LoopEnd::Stopped => Ok(()),
     }

@@ -57,6 +57,23 @@ impl Output {
         Some(RawFrame { format, layout, domain: abi::DOMAIN_CPU, addr, len, seq, timestamp_ns })
     }
 
+    /// [`gpuipc_plugin_api::pixel_hash`] of the frame being written (`None`: no output).
+    pub fn pixel_hash(&self, pending: &Pending) -> Option<u64> {
+        let (layout, bytes): (FrameLayout, &[u8]) = match (self, pending) {
+            (Output::Ring(p), Pending::Ring(slot)) => {
+                let (ptr, len) = p.ring().slot_data(slot.index).expect("host rings carry frame data");
+                #[allow(unsafe_code)]
+                // SAFETY: the slot is ours (taken, not yet published): no other process reads
+                // or writes it until `publish`, and the ring's mapping outlives the borrow.
+                let bytes = unsafe { std::slice::from_raw_parts(ptr, len as usize) };
+                (p.ring().layout(), bytes)
+            }
+            (Output::Private { layout, bytes, .. }, Pending::Private) => (*layout, bytes),
+            _ => return None,
+        };
+        gpuipc_plugin_api::pixel_hash(&layout, bytes)
+    }
+
     pub fn publish(&mut self, pending: Pending, seq: u64, timestamp_ns: u64) {
         if let (Output::Ring(p), Pending::Ring(slot)) = (self, pending) {
             p.publish(slot, seq, timestamp_ns);

@@ -3,7 +3,7 @@
 //! against: both must write the same checksums.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -16,9 +16,10 @@ use crate::link::stats::StatsSnapshot;
 use crate::plan::Plan;
 use crate::plugin::{Instance, LoadedPlugin};
 use crate::stage::now_ns;
+use crate::stage::tap::Tap;
 
 /// Run `plan` in this process. Sources emit `frames` frames (or run until `stop` is set).
-pub fn run(plan: &Plan, frames: Option<u64>, stop: &AtomicBool) -> Result<RunReport, String> {
+pub fn run(plan: &Plan, frames: Option<u64>, checksums: Option<&Path>, stop: &AtomicBool) -> Result<RunReport, String> {
     if let Some(s) = plan.stages.iter().find(|s| s.domain != Domain::Cpu) {
         return Err(format!("stage '{}': --in-process runs the cpu domain only", s.name));
     }
@@ -56,6 +57,10 @@ pub fn run(plan: &Plan, frames: Option<u64>, stop: &AtomicBool) -> Result<RunRep
             })
         })
         .collect();
+    let mut taps: Vec<Option<Tap>> = match checksums {
+        Some(dir) => plan.stages.iter().map(|s| Tap::create(dir, s.name.as_str()).map(Some)).collect::<Result<_, _>>()?,
+        None => plan.stages.iter().map(|_| None).collect(),
+    };
     let mut snaps = vec![StatsSnapshot::default(); plan.stages.len()];
     let started = Instant::now();
     let mut index = 0u64;
@@ -89,6 +94,10 @@ pub fn run(plan: &Plan, frames: Option<u64>, stop: &AtomicBool) -> Result<RunRep
                 break 'frames;
             }
             snaps[i].busy_ns += t.elapsed().as_nanos() as u64;
+            if let Some(tap) = &mut taps[i] {
+                let hash = buffers[i].as_ref().and_then(|(frame, bytes)| gpuipc_plugin_api::pixel_hash(&frame.layout, bytes));
+                tap.record(index, hash)?;
+            }
             snaps[i].frames += 1;
             snaps[i].last_ns = now_ns();
             if let (Some(out), Some((frame, _))) = (output, buffers[i].as_mut()) {
@@ -105,6 +114,9 @@ pub fn run(plan: &Plan, frames: Option<u64>, stop: &AtomicBool) -> Result<RunRep
         {
             failure = Some((i, format!("plugin failed in flush: {e}")));
         }
+    }
+    for tap in taps.iter_mut().flatten() {
+        tap.finish()?;
     }
     if let Some((i, why)) = &failure {
         outcomes[*i] = Some(StageOutcome::Failed(why.clone()));

@@ -31,6 +31,10 @@ pub struct RunOptions {
     pub stage_exe: PathBuf,
     /// Draw live per-stage statistics on the terminal.
     pub live: bool,
+    /// Overrides the file's `spin_us`.
+    pub spin_us: Option<u32>,
+    /// Write a checksum file of every stage's output into this folder.
+    pub checksums: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +92,8 @@ pub fn run(plan: &Plan, options: &RunOptions, shutdown: &Shutdown) -> Result<Run
                 .map(|inp| InputSetup { from: plan.stages[inp.from].name.to_string(), consumer: inp.consumer, policy: inp.policy })
                 .collect(),
             output: stage.output.as_ref().map(|o| OutputSetup { format: o.format.into(), linked: o.link.is_some() }),
-            spin_us: plan.spin_us,
+            spin_us: options.spin_us.unwrap_or(plan.spin_us),
+            checksums: options.checksums.clone(),
         };
         let mut fds = vec![stats[i].shared_memory().as_fd()];
         fds.extend(stage.inputs.iter().map(|inp| rings[inp.link].shared_memory().as_fd()));

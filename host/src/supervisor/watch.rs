@@ -154,6 +154,7 @@ pub fn watch(
                 }
             }
             started = Some(Instant::now());
+            tracing::info!("all {} stages ready; running", stages.0.len());
         }
         if let Ending::Aborting { since } = ending {
             // Stages still waiting for their start learn of the abort from a closed socket.

@@ -9,7 +9,6 @@ use gpuipc_plugin_api::{
     PluginInfo, ProcessContext, Result, bail,
 };
 use serde::Deserialize;
-use xxhash_rust::xxh3::Xxh3;
 
 /// The `params` table of a checksum stage.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -25,15 +24,11 @@ pub struct Params {
 /// # Panics
 /// If the frame is in device memory; copy it to the host first.
 pub fn frame_hash(frame: &InputFrame<'_>) -> u64 {
-    let mut hasher = Xxh3::new();
-    for index in 0..frame.info.layout.planes().len() {
-        let plane = frame.plane(index).expect("frame_hash needs a frame in host memory");
-        for y in 0..plane.rows() {
-            hasher.update(plane.row(y));
-        }
-    }
-    hasher.digest()
+    frame.pixel_hash().expect("frame_hash needs a frame in host memory")
 }
+
+/// Most inputs one checksum stage hashes side by side (fan-in).
+pub const MAX_INPUTS: u32 = 8;
 
 /// A checksum stage instance.
 #[derive(Debug)]
@@ -57,14 +52,14 @@ impl Plugin for Checksum {
         description: "writes `seq xxh3-64` of every frame's pixels to a text file",
         domains: &[Domain::Cpu],
         min_inputs: 1,
-        max_inputs: 1,
+        max_inputs: MAX_INPUTS,
         accepts: &PixelFormat::ALL,
         produces: &[],
     };
 
     fn negotiate(_params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
-        if inputs.len() != 1 {
-            bail!("checksum takes 1 input, got {}", inputs.len());
+        if inputs.is_empty() || inputs.len() > MAX_INPUTS as usize {
+            bail!("checksum takes 1 to {MAX_INPUTS} inputs, got {}", inputs.len());
         }
         Ok(None)
     }
@@ -75,9 +70,7 @@ impl Plugin for Checksum {
         _output: Option<FrameFormat>,
         _ctx: &CreateContext<'_>,
     ) -> Result<Checksum> {
-        let file = File::create(&params.path).map_err(|e| {
-            Error::new(format!("param `path`: cannot create {}: {e}", params.path.display()))
-        })?;
+        let file = gpuipc_plugin_api::create_output_file("path", &params.path)?;
         Ok(Checksum { out: BufWriter::new(file), path: params.path })
     }
 
@@ -87,12 +80,18 @@ impl Plugin for Checksum {
         _output: Option<&mut OutputFrame<'_>>,
         _ctx: &ProcessContext,
     ) -> Result<()> {
-        let [input] = inputs else { bail!("checksum takes 1 input, got {}", inputs.len()) };
-        if input.host_bytes().is_none() {
-            bail!("checksum reads host memory only (cpu domain)");
+        let Some(first) = inputs.first() else { bail!("checksum needs at least 1 input") };
+        let mut line = first.info.seq.to_string();
+        for input in inputs {
+            if input.info.seq != first.info.seq {
+                bail!("inputs are not aligned: sequence numbers {} and {}", first.info.seq, input.info.seq);
+            }
+            let Some(hash) = input.pixel_hash() else {
+                bail!("checksum reads host memory only (cpu domain)");
+            };
+            line += &format!(" {hash:016x}");
         }
-        let hash = frame_hash(input);
-        writeln!(self.out, "{} {hash:016x}", input.info.seq).map_err(|e| self.write_error(e))
+        writeln!(self.out, "{line}").map_err(|e| self.write_error(e))
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -223,11 +222,11 @@ mod tests {
         assert!(e.message().contains("path"), "{e}");
         let e = parse_params::<Checksum>("path = \"a\"\nseed = 1").unwrap_err();
         assert!(e.message().contains("seed"), "{e}");
-        let params = parse_params::<Checksum>("path = \"/nonexistent-dir/x/y.txt\"").unwrap();
+        let params = parse_params::<Checksum>("path = \"/proc/nonexistent/y.txt\"").unwrap();
         let format = FrameFormat::new(PixelFormat::Gray8, 1, 1);
         let e = Checksum::create(params, &[format], None, &ctx()).unwrap_err();
         assert!(
-            e.message().starts_with("param `path`: cannot create /nonexistent-dir/x/y.txt"),
+            e.message().starts_with("param `path`: cannot create /proc/nonexistent/y.txt"),
             "{e}"
         );
     }

@@ -1,7 +1,9 @@
 //! `checksum`: a sink stage writing one hash of every frame's pixels to a text file (cpu
 //! domain for now).
 //!
-//! Accepts all five pixel formats. For each frame it writes a line `{seq} {hash:016x}`, where
+//! Accepts all five pixel formats, from 1 to 8 inputs (aligned by sequence number). For each
+//! frame it writes a line `{seq} {hash:016x}` (with several inputs, one hash per input in
+//! order: `{seq} {hash0:016x} {hash1:016x}`), where
 //! `hash` is xxh3-64 (seed 0) of the pixel bytes of every plane in order, row by row, padding
 //! excluded: the same pixels give the same hash whatever the pitch and plane offsets, so two
 //! runs, a CPU and a GPU stage, or two layouts can be compared with `diff`

@@ -119,9 +119,7 @@ impl Plugin for Y4m {
     ) -> Result<Y4m> {
         params.validate()?;
         let format = check_input(inputs)?;
-        let file = File::create(&params.path).map_err(|e| {
-            Error::new(format!("param `path`: cannot create {}: {e}", params.path.display()))
-        })?;
+        let file = gpuipc_plugin_api::create_output_file("path", &params.path)?;
         let mut stage = Y4m { out: BufWriter::new(file), path: params.path, format };
         let header = header(format, params.fps, params.fps_den);
         stage.out.write_all(header.as_bytes()).map_err(|e| stage.write_error(e))?;
@@ -269,7 +267,7 @@ mod tests {
             let e = Y4m::negotiate(&params, &[format]).unwrap_err();
             assert!(e.message().contains(key), "{e}");
         }
-        let params = parse_params::<Y4m>("path = \"/nonexistent-dir/x.y4m\"").unwrap();
+        let params = parse_params::<Y4m>("path = \"/proc/nonexistent/x.y4m\"").unwrap();
         let e = Y4m::create(params, &[format], None, &ctx()).unwrap_err();
         assert!(e.message().starts_with("param `path`: cannot create"), "{e}");
     }

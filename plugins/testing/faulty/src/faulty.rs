@@ -43,11 +43,15 @@ pub struct Params {
     pub at: u64,
     #[serde(default)]
     pub sink: bool,
+    /// Microseconds of pretend work per frame: a slow consumer for the policy tests.
+    #[serde(default)]
+    pub delay_us: u64,
 }
 
 pub struct Faulty {
     mode: Mode,
     at: u64,
+    delay: std::time::Duration,
 }
 
 impl Plugin for Faulty {
@@ -79,7 +83,7 @@ impl Plugin for Faulty {
         match params.mode {
             Mode::ErrorOnCreate => bail!("refusing to start, as asked"),
             Mode::PanicOnCreate => panic!("panicking in create, as asked"),
-            _ => Ok(Faulty { mode: params.mode, at: params.at }),
+            _ => Ok(Faulty { mode: params.mode, at: params.at, delay: std::time::Duration::from_micros(params.delay_us) }),
         }
     }
 
@@ -98,6 +102,9 @@ impl Plugin for Faulty {
                 },
                 _ => {}
             }
+        }
+        if !self.delay.is_zero() {
+            std::thread::sleep(self.delay);
         }
         if let Some(out) = output {
             let input = &inputs[0];

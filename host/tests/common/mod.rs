@@ -1,0 +1,239 @@
+//! Helpers shared by the multi-process tests: running the real `gpuipc-host` binary with a
+//! bound on every wait, and checking that a run left nothing behind.
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+/// Every test run gets this long before it is called hung.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+pub fn host_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gpuipc-host")
+}
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+/// A fresh folder under the target dir, removed first if a previous run left it.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub pid: u32,
+}
+
+impl Finished {
+    pub fn output(&self) -> String {
+        format!("--- stdout\n{}--- stderr\n{}", self.stdout, self.stderr)
+    }
+}
+
+/// A `gpuipc-host` process under test: stdout to a file, stderr read line by line by a
+/// thread so a test can wait for a line (a real event, not a sleep).
+pub struct Running {
+    pub child: Child,
+    stdout: PathBuf,
+    lines: mpsc::Receiver<String>,
+    stderr: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Start `gpuipc-host ARGS` in `dir`.
+pub fn start(dir: &Path, args: &[&str]) -> Running {
+    let stdout = dir.join(format!("stdout-{}.txt", unique()));
+    let mut child = Command::new(host_bin())
+        .args(args)
+        .current_dir(dir)
+        .env("GPUIPC_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&stdout).unwrap())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pipe = child.stderr.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let sink = stderr.clone();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            sink.lock().unwrap().push_str(&(line.clone() + "\n"));
+            let _ = tx.send(line);
+        }
+    });
+    Running { child, stdout, lines, stderr, reader: Some(reader) }
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Block until stderr has a line containing `needle`, at most `timeout`.
+    pub fn wait_for_stderr(&mut self, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return,
+                Ok(_) => continue,
+                Err(_) => panic!("no `{needle}` on stderr within {timeout:?}:\n{}", self.stderr.lock().unwrap()),
+            }
+        }
+    }
+
+    pub fn signal(&self, signal: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        rustix::process::kill_process(pid, signal).unwrap();
+    }
+
+    /// Wait for the process to exit, at most `timeout` (then kill it and fail the test).
+    pub fn finish(mut self, timeout: Duration) -> Finished {
+        let pid = self.child.id();
+        let pidfd = rustix::process::pidfd_open(rustix::process::Pid::from_child(&self.child), rustix::process::PidfdFlags::empty()).unwrap();
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("gpuipc-host did not finish within {timeout:?}\n{}", self.stderr.lock().unwrap());
+            }
+            let mut fds = [rustix::event::PollFd::new(&pidfd, rustix::event::PollFlags::IN)];
+            let ts = rustix::time::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: left.subsec_nanos() as i64 };
+            let _ = rustix::event::poll(&mut fds, Some(&ts));
+        };
+        // The pipe closes when the host and every stage (which inherit stderr) are gone; a
+        // stage left behind keeps it open, which `assert_nothing_left` then reports.
+        let drain_deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = drain_deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(_) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    if let Some(reader) = self.reader.take() {
+                        reader.join().unwrap();
+                    }
+                    break;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+            }
+        }
+        let stderr = self.stderr.lock().unwrap().clone();
+        Finished { status, stdout: fs::read_to_string(&self.stdout).unwrap(), stderr, pid }
+    }
+}
+
+/// Run `gpuipc-host ARGS` in `dir` to completion.
+pub fn run(dir: &Path, args: &[&str]) -> Finished {
+    start(dir, args).finish(RUN_TIMEOUT)
+}
+
+/// Processes that are stages of the host with pid `host` (they carry its pid in their
+/// environment), still alive.
+pub fn stages_of(host: u32) -> Vec<(u32, String)> {
+    let marker = format!("GPUIPC_HOST_PID={host}");
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(environ) = fs::read(entry.path().join("environ")) else { continue };
+        if environ.split(|&b| b == 0).any(|v| v == marker.as_bytes()) {
+            let cmdline = fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            // A zombie still being reaped has an empty cmdline; it is gone in a moment, but it
+            // is still a process: count it.
+            found.push((pid, cmdline));
+        }
+    }
+    found
+}
+
+/// Shared memory of the host with pid `host` still open anywhere (memfds are named
+/// `gpuipc-<host pid>-...`), plus anything gpuipc left in /dev/shm.
+pub fn shared_memory_of(host: u32) -> Vec<String> {
+    let prefix = format!("/memfd:gpuipc-{host}-");
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(fds) = fs::read_dir(entry.path().join("fd")) else { continue };
+        for fd in fds.flatten() {
+            if let Ok(target) = fs::read_link(fd.path())
+                && target.to_string_lossy().starts_with(&prefix)
+            {
+                found.push(format!("{} -> {}", fd.path().display(), target.display()));
+            }
+        }
+    }
+    for entry in fs::read_dir("/dev/shm").into_iter().flatten().flatten() {
+        if entry.file_name().to_string_lossy().contains("gpuipc") {
+            found.push(entry.path().display().to_string());
+        }
+    }
+    found
+}
+
+/// The run of host `pid` left no stage process and no shared memory behind.
+pub fn assert_nothing_left(pid: u32) {
+    let stages = stages_of(pid);
+    assert!(stages.is_empty(), "stage processes left behind: {stages:?}");
+    let shm = shared_memory_of(pid);
+    assert!(shm.is_empty(), "shared memory left behind: {shm:?}");
+}
+
+/// Write a pipeline file into `dir`.
+pub fn pipeline(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    fs::write(&path, text).unwrap();
+    path
+}
+
+/// Every file under `dir`, relative path → contents.
+pub fn files_under(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let rel = path.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+                out.insert(rel, fs::read(&path).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// `seq hash...` lines of a checksum file.
+pub fn sum_lines(path: &Path) -> Vec<(u64, String)> {
+    fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| {
+            let (seq, rest) = l.split_once(' ').unwrap();
+            (seq.parse().unwrap(), rest.to_owned())
+        })
+        .collect()
+}

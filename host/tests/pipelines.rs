@@ -1,0 +1,72 @@
+//! Every pipeline in `pipelines/` runs as real stage processes and in-process, and both
+//! runs write the same bytes: every stage's output checksums and every sink's files.
+
+mod common;
+
+use common::*;
+
+/// Frames per run: enough to fill and wrap every ring, few enough for a debug build on two
+/// cores (4K frames are slow to draw on a CPU).
+fn frames_for(pipeline: &str) -> u64 {
+    if pipeline.contains("4k") { 2 } else { 12 }
+}
+
+#[test]
+fn every_pipeline_gives_the_same_bytes_in_both_modes() {
+    let mut files: Vec<_> = std::fs::read_dir(repo_root().join("pipelines"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "expected the shipped pipelines, found {files:?}");
+    for file in files {
+        let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
+        let frames = frames_for(&stem);
+        let frames_arg = frames.to_string();
+        let file_arg = file.to_string_lossy().into_owned();
+        let mut results = Vec::new();
+        for (mode, extra) in [("multi", None), ("inproc", Some("--in-process"))] {
+            let dir = scratch(&format!("pipelines-{stem}-{mode}"));
+            let mut args = vec!["run", &file_arg, "--quiet", "--frames", &frames_arg, "--checksums", "sums"];
+            args.extend(extra);
+            let run = run(&dir, &args);
+            assert!(run.status.success(), "{stem} ({mode}) failed:\n{}", run.output());
+            assert_nothing_left(run.pid);
+            let sums = files_under(&dir.join("sums"));
+            assert!(!sums.is_empty(), "{stem} ({mode}): no checksum files");
+            for (name, _) in &sums {
+                let seqs: Vec<u64> = sum_lines(&dir.join("sums").join(name)).into_iter().map(|(s, _)| s).collect();
+                assert_eq!(seqs, (0..frames).collect::<Vec<_>>(), "{stem} ({mode}) {name}");
+            }
+            let mut outputs = files_under(&dir);
+            outputs.retain(|name, _| !name.starts_with("stdout-"));
+            results.push(outputs);
+        }
+        assert_eq!(
+            results[0].keys().collect::<Vec<_>>(),
+            results[1].keys().collect::<Vec<_>>(),
+            "{stem}: the two modes wrote different files"
+        );
+        for (name, bytes) in &results[0] {
+            assert!(bytes == &results[1][name], "{stem}: {name} differs between multi-process and in-process runs");
+        }
+    }
+}
+
+#[test]
+fn validate_prints_the_plan_and_graph_prints_dot() {
+    let file = repo_root().join("pipelines/4k-yuv.toml");
+    let dir = scratch("validate-4k");
+    let v = run(&dir, &["validate", &file.to_string_lossy()]);
+    assert!(v.status.success(), "{}", v.output());
+    for needle in ["gen", "grade", "yuv", "rgb8 3840x2160", "i420 3840x2160", "4 slots x 24.88 MB", "private output"] {
+        assert!(v.stdout.contains(needle), "validate output lacks `{needle}`:\n{}", v.stdout);
+    }
+    let g = run(&dir, &["graph", &file.to_string_lossy()]);
+    assert!(g.status.success(), "{}", g.output());
+    assert!(g.stdout.starts_with("digraph \"4k-yuv\" {"), "{}", g.stdout);
+    assert!(g.stdout.contains("\"gen\" -> \"grade\""), "{}", g.stdout);
+    assert!(g.stdout.contains("\"grade\" -> \"yuv\""), "{}", g.stdout);
+}
