@@ -27,10 +27,23 @@ pub enum StageOutcome {
 }
 
 fn signal_name(signal: i32) -> String {
-    rustix::process::Signal::from_named_raw(signal)
-        .map(|s| format!("{s:?}").to_uppercase())
-        .map(|s| if s.starts_with("SIG") { s } else { format!("SIG{s}") })
-        .unwrap_or_else(|| format!("signal {signal}"))
+    use signal_hook::consts::signal::*;
+    let names = [
+        (SIGHUP, "SIGHUP"),
+        (SIGINT, "SIGINT"),
+        (SIGQUIT, "SIGQUIT"),
+        (SIGILL, "SIGILL"),
+        (SIGTRAP, "SIGTRAP"),
+        (SIGABRT, "SIGABRT"),
+        (SIGBUS, "SIGBUS"),
+        (SIGFPE, "SIGFPE"),
+        (SIGKILL, "SIGKILL"),
+        (SIGSEGV, "SIGSEGV"),
+        (SIGPIPE, "SIGPIPE"),
+        (SIGTERM, "SIGTERM"),
+        (SIGSYS, "SIGSYS"),
+    ];
+    names.iter().find(|(n, _)| *n == signal).map_or_else(|| format!("signal {signal}"), |(_, name)| name.to_string())
 }
 
 impl StageOutcome {
@@ -200,10 +213,6 @@ impl Live {
             let s = st.snapshot();
             bar.set_message(format!("{:>10} frames {:>10.1} fps {:>8} dropped", s.frames, s.fps(), s.dropped));
         }
-    }
-
-    pub fn println(&self, line: &str) {
-        let _ = self.multi.println(line);
     }
 
     pub fn finish(&self) {

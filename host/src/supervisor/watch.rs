@@ -91,6 +91,7 @@ pub fn watch(
     let mut first_failure: Option<(usize, String)> = None;
     let mut ending = Ending::Running;
     let mut started: Option<Instant> = None;
+    let mut killed = false;
     let live = Live::new(plan, options.live);
     let abort = |ending: &mut Ending| {
         if !matches!(ending, Ending::Aborting { .. }) {
@@ -112,12 +113,14 @@ pub fn watch(
         let signals = shutdown.take();
         if signals > 0 {
             match ending {
-                Ending::Running if started.is_some() => {
+                // One signal while running: drain. A second one, or one before the stages
+                // started: abort.
+                Ending::Running if started.is_some() && signals == 1 => {
                     for s in stats {
                         s.get().stop.store(stats::DRAIN, Ordering::Relaxed);
                     }
                     ending = Ending::Draining { signal: "a stop signal" };
-                    live.println("stopping: sources end their streams, the pipeline drains (signal again to abort)");
+                    tracing::info!("stopping: sources end their streams and the pipeline drains; signal again to abort");
                 }
                 _ => {
                     if first_failure.is_none() {
@@ -163,11 +166,12 @@ pub fn watch(
                     p.socket.shutdown();
                 }
             }
-            if since.elapsed() > ABORT_GRACE {
+            if since.elapsed() > ABORT_GRACE && !killed {
                 for p in stages.0.iter_mut().filter(|p| p.exit.is_none()) {
                     tracing::warn!("stage '{}' did not stop within {ABORT_GRACE:?}; killing it", p.name);
                     let _ = p.child.kill();
                 }
+                killed = true;
             }
         }
         live.update(stats);

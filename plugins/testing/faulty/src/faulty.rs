@@ -97,9 +97,12 @@ impl Plugin for Faulty {
                 Mode::SigkillAt => {
                     let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
                 }
-                Mode::HangAt => loop {
-                    std::thread::park();
-                },
+                Mode::HangAt => {
+                    gpuipc_plugin_api::log::warn(&format!("hanging at frame {}, as asked", ctx.frame_index));
+                    loop {
+                        std::thread::park();
+                    }
+                }
                 _ => {}
             }
         }

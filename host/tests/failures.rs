@@ -1,0 +1,167 @@
+//! When a stage fails, however it fails, the run stops with a message naming the stage and
+//! the cause, a non-zero exit code, and nothing left behind: no process, no shared memory.
+//! Signals drain the pipeline; a second signal aborts it. The stages are real processes
+//! running the misbehaving `test-faulty` plugin.
+
+mod common;
+
+use common::*;
+use rustix::process::Signal;
+
+fn faulty_pipeline(mode: &str, frames: Option<u64>) -> String {
+    faulty_pipeline_at(mode, 3, frames)
+}
+
+fn faulty_pipeline_at(mode: &str, at: u64, frames: Option<u64>) -> String {
+    let frames = frames.map_or(String::new(), |n| format!("frames = {n}"));
+    format!(
+        r#"
+[pipeline]
+name = "faults"
+{frames}
+[[stage]]
+name = "gen"
+plugin = "generator"
+depth = 2
+params = {{ width = 48, height = 32, pattern = "box" }}
+[[stage]]
+name = "bad"
+plugin = "test-faulty"
+inputs = ["gen"]
+params = {{ mode = "{mode}", at = {at} }}
+[[stage]]
+name = "sink"
+plugin = "checksum"
+inputs = ["bad"]
+params = {{ path = "sink.sum" }}
+"#
+    )
+}
+
+#[test]
+fn every_kind_of_stage_failure_ends_the_run_naming_the_stage_and_cause() {
+    let cases = [
+        ("error_at", "stage 'bad' plugin failed in process: failing at frame 3, as asked"),
+        ("panic_at", "stage 'bad' plugin failed in process: plugin panicked: panicking at frame 3, as asked"),
+        ("abort_at", "stage 'bad' killed by SIGABRT"),
+        ("exit_at", "stage 'bad' exited with code 7"),
+        ("sigkill_at", "stage 'bad' killed by SIGKILL"),
+        ("error_on_create", "stage 'bad' plugin failed in create: refusing to start, as asked"),
+        ("panic_on_create", "stage 'bad' plugin failed in create: plugin panicked: panicking in create, as asked"),
+        ("error_in_flush", "stage 'bad' plugin failed in flush: failing in flush, as asked"),
+    ];
+    for (mode, expected) in cases {
+        let dir = scratch(&format!("fail-{mode}"));
+        let file = pipeline(&dir, "p.toml", &faulty_pipeline(mode, Some(50)));
+        let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
+        assert_eq!(run.status.code(), Some(1), "{mode}:\n{}", run.output());
+        assert!(run.stdout.contains(&format!("run 'faults' failed: {expected}")), "{mode}: expected `{expected}`:\n{}", run.output());
+        // The other stages stopped; they did not fail.
+        for line in run.stdout.lines().filter(|l| l.starts_with("gen ") || l.starts_with("sink ")) {
+            assert!(line.ends_with("stopped") || line.ends_with("finished"), "{mode}: {line}");
+        }
+        assert_nothing_left(run.pid);
+    }
+}
+
+#[test]
+fn a_stage_killed_from_outside_mid_run_ends_the_run_cleanly() {
+    let dir = scratch("sigkill-outside");
+    let file = pipeline(&dir, "p.toml", &faulty_pipeline("ok", None));
+    let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
+    host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let stages = stages_of(host.pid());
+    let (victim, _) = stages.iter().find(|(_, cmd)| cmd.contains("__stage bad")).expect("stage 'bad' is running");
+    rustix::process::kill_process(rustix::process::Pid::from_raw(*victim as i32).unwrap(), Signal::KILL).unwrap();
+    let run = host.finish(RUN_TIMEOUT);
+    assert_eq!(run.status.code(), Some(1), "{}", run.output());
+    assert!(run.stdout.contains("run 'faults' failed: stage 'bad' killed by SIGKILL"), "{}", run.output());
+    assert_nothing_left(run.pid);
+}
+
+#[test]
+fn a_signal_drains_the_pipeline_and_every_frame_made_reaches_the_sink() {
+    for signal in [Signal::INT, Signal::TERM] {
+        let dir = scratch(&format!("drain-{signal:?}"));
+        let file = pipeline(&dir, "p.toml", &faulty_pipeline("ok", None));
+        let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json"]);
+        host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+        host.signal(signal);
+        let run = host.finish(RUN_TIMEOUT);
+        assert!(run.status.success(), "{signal:?}:\n{}", run.output());
+        assert!(run.stdout.contains("run 'faults' stopped by a stop signal and drained"), "{}", run.output());
+        let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+        let made = report["stages"][0]["frames"].as_u64().unwrap();
+        let lines = sum_lines(&dir.join("sink.sum"));
+        assert_eq!(lines.len() as u64, made, "{signal:?}: every frame the source made reached the sink");
+        assert!(lines.iter().enumerate().all(|(i, (seq, _))| *seq == i as u64));
+        assert_nothing_left(run.pid);
+    }
+}
+
+#[test]
+fn a_second_signal_aborts_a_pipeline_that_cannot_drain() {
+    let dir = scratch("hang-abort");
+    let file = pipeline(&dir, "p.toml", &faulty_pipeline_at("hang_at", 0, None));
+    let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
+    host.wait_for_stderr("hanging at frame 0, as asked", RUN_TIMEOUT);
+    host.signal(Signal::TERM);
+    // Signals of one kind do not queue: send the second once the first was seen.
+    host.wait_for_stderr("the pipeline drains; signal again to abort", RUN_TIMEOUT);
+    host.signal(Signal::TERM);
+    let run = host.finish(RUN_TIMEOUT);
+    assert_eq!(run.status.code(), Some(1), "{}", run.output());
+    assert!(run.stdout.contains("run 'faults' stopped: interrupted"), "{}", run.output());
+    assert_nothing_left(run.pid);
+}
+
+#[test]
+fn stages_die_with_a_killed_host() {
+    let dir = scratch("host-killed");
+    let file = pipeline(&dir, "p.toml", &faulty_pipeline("ok", None));
+    let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
+    host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let stages = stages_of(host.pid());
+    assert_eq!(stages.len(), 3, "{stages:?}");
+    let pidfds: Vec<_> = stages
+        .iter()
+        .map(|(pid, _)| rustix::process::pidfd_open(rustix::process::Pid::from_raw(*pid as i32).unwrap(), rustix::process::PidfdFlags::empty()).unwrap())
+        .collect();
+    host.signal(Signal::KILL);
+    let run = host.finish(RUN_TIMEOUT);
+    assert!(run.status.code().is_none());
+    // A pidfd becomes readable when its process exits: wait for each, bounded.
+    for fd in &pidfds {
+        let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+        let ts = rustix::time::Timespec { tv_sec: 30, tv_nsec: 0 };
+        let ready = rustix::event::poll(&mut fds, Some(&ts)).unwrap();
+        assert_eq!(ready, 1, "a stage outlived its host by 30 s");
+    }
+    assert_nothing_left(run.pid);
+}
+
+#[test]
+fn the_host_refuses_plugins_that_do_not_speak_its_abi() {
+    let dir = scratch("abi");
+    std::fs::write(dir.join("not-a-library.so"), b"plain text").unwrap();
+    let cases = [
+        ("test-wrong-abi", "was built for plugin ABI 2.7; this host speaks 1.0"),
+        ("test-no-entry", "is not a gpuipc plugin: it has no `gpuipc_plugin_entry_v1` symbol"),
+        ("./not-a-library.so", "cannot load plugin"),
+    ];
+    for (plugin, expected) in cases {
+        let file = pipeline(
+            &dir,
+            "p.toml",
+            &format!(
+                "[[stage]]\nname = \"gen\"\nplugin = \"generator\"\n[[stage]]\nname = \"x\"\nplugin = \"{plugin}\"\ninputs = [\"gen\"]\n"
+            ),
+        );
+        for command in ["validate", "run"] {
+            let run = run(&dir, &[command, &file.to_string_lossy()]);
+            assert_eq!(run.status.code(), Some(2), "{plugin} {command}:\n{}", run.output());
+            assert!(run.stderr.contains("p.toml:6:10: error: stage 'x': "), "{plugin}:\n{}", run.output());
+            assert!(run.stderr.contains(expected), "{plugin}: expected `{expected}`:\n{}", run.output());
+        }
+    }
+}
