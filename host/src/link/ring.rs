@@ -213,7 +213,9 @@ impl Producer {
         // slot with Acquire.
         s.state.store(header::published_state(seq, self.all_mask), Ordering::Release);
         let p = &h.producer.0;
-        p.published.fetch_add(1, Ordering::Relaxed);
+        // Release: a consumer that loads `published` with Acquire and sees this frame counted
+        // also sees the slot's published state (see `try_claim`).
+        p.published.fetch_add(1, Ordering::Release);
         self.next_seq = seq + 1;
         wake_all(&p.publish_futex, &p.consumers_sleeping);
     }
@@ -324,6 +326,9 @@ impl Consumer {
         let h = self.ring.header();
         let pending = header::pending_bit(self.index);
         loop {
+            // Frames below this count were published before the scan began. The scan is not a
+            // snapshot: a frame can be published behind it while a newer one is seen ahead.
+            let published = h.producer.0.published.load(Ordering::Acquire);
             let mut best: Option<(usize, u64, u64)> = None;
             let mut gave_up = false;
             for i in 0..h.depth as usize {
@@ -350,7 +355,12 @@ impl Consumer {
                 let r = &h.release.0;
                 wake_all(&r.release_futex, &r.producer_sleeping);
             }
-            let (i, st, _) = best?;
+            let (i, st, seq) = best?;
+            if !self.latest && seq > want && want >= published {
+                // `want` was published during the scan (a newer frame exists): it is not lost,
+                // we passed its slot too early. Look again.
+                continue;
+            }
             let slot = &h.slots[i].0;
             // Acquire: pairs with the producer's Release publish of this exact state, so the
             // frame and metadata are visible; failing means the slot changed under us.
@@ -374,5 +384,142 @@ impl Consumer {
         h.slots[slot.index].0.state.fetch_and(!bits, Ordering::Release);
         let r = &h.release.0;
         wake_all(&r.release_futex, &r.producer_sleeping);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The protocol under stress: threads stand in for processes, each end maps the memfd on
+    //! its own, and every frame's bytes carry its sequence number so a torn, repeated,
+    //! reordered or lost frame is caught.
+    use std::os::fd::AsFd;
+    use std::thread;
+
+    use gpuipc_plugin_api::{FrameFormat, FrameLayout, PixelFormat};
+
+    use super::*;
+    use crate::link::header::{POLICY_DROP_OLDEST, POLICY_LATEST};
+
+    fn ring(depth: u32, policies: &[u8]) -> RingMap {
+        let format = FrameFormat::new(PixelFormat::Gray8, 64, 64);
+        let layout = FrameLayout::for_format(format).unwrap();
+        let params = RingParams { format, layout, depth, policies: policies.to_vec(), host_data: true };
+        RingMap::create("gpuipc-test-ring", &params).unwrap()
+    }
+
+    fn reopen(map: &RingMap) -> RingMap {
+        let fd = map.shared_memory().as_fd().try_clone_to_owned().unwrap();
+        RingMap::open(fd).unwrap()
+    }
+
+    fn fill(map: &RingMap, slot: usize, seq: u64) {
+        let (ptr, len) = map.slot_data(slot).unwrap();
+        // SAFETY (test): the producer owns the slot while writing.
+        #[allow(unsafe_code)]
+        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr, len as usize) };
+        for chunk in bytes.chunks_exact_mut(8) {
+            chunk.copy_from_slice(&seq.to_le_bytes());
+        }
+    }
+
+    fn check(map: &RingMap, slot: &ReadSlot) {
+        let (ptr, len) = map.slot_data(slot.index).unwrap();
+        // SAFETY (test): the consumer's claim keeps the producer out.
+        #[allow(unsafe_code)]
+        let bytes = unsafe { std::slice::from_raw_parts(ptr, len as usize) };
+        for chunk in bytes.chunks_exact(8) {
+            assert_eq!(u64::from_le_bytes(chunk.try_into().unwrap()), slot.meta.seq, "torn frame");
+        }
+    }
+
+    /// Run `frames` through a ring; returns each consumer's received sequence numbers.
+    fn pump(depth: u32, policies: &[u8], frames: u64, slow: &[bool]) -> (Vec<Vec<u64>>, Vec<u64>) {
+        let map = ring(depth, policies);
+        let waiter = Waiter::new(5);
+        let consumers: Vec<_> = (0..policies.len())
+            .map(|c| {
+                let mut consumer = Consumer::new(reopen(&map), c, waiter).unwrap();
+                let slow = slow[c];
+                thread::spawn(move || {
+                    let mut got = Vec::new();
+                    let deadline = Some(Instant::now() + std::time::Duration::from_secs(60));
+                    while let Some(slot) = consumer.acquire(0, deadline).unwrap() {
+                        check(consumer.ring(), &slot);
+                        got.push(slot.meta.seq);
+                        if slow {
+                            let t = Instant::now();
+                            while t.elapsed().as_micros() < 50 {
+                                std::hint::spin_loop();
+                            }
+                        }
+                        consumer.release(slot);
+                    }
+                    (got, consumer.dropped())
+                })
+            })
+            .collect();
+        let mut producer = Producer::new(reopen(&map), waiter);
+        for seq in 0..frames {
+            let slot = producer.acquire(Some(Instant::now() + std::time::Duration::from_secs(60))).unwrap();
+            fill(producer.ring(), slot.index, seq);
+            producer.publish(slot, seq, seq * 10);
+        }
+        producer.close();
+        consumers.into_iter().map(|t| t.join().unwrap()).unzip()
+    }
+
+    #[test]
+    fn block_consumers_get_every_frame_in_order_at_every_depth() {
+        for depth in [1, 2, 3, 8] {
+            let (got, dropped) = pump(depth, &[POLICY_BLOCK; 3], 10_000, &[false, false, true]);
+            for (c, seqs) in got.iter().enumerate() {
+                assert_eq!(seqs.len(), 10_000, "depth {depth} consumer {c}");
+                assert!(seqs.iter().enumerate().all(|(i, &s)| s == i as u64), "depth {depth} consumer {c}");
+                assert_eq!(dropped[c], 0);
+            }
+        }
+    }
+
+    #[test]
+    fn dropping_consumers_account_for_every_frame_and_keep_order() {
+        for policy in [POLICY_DROP_OLDEST, POLICY_LATEST] {
+            let frames = 5_000;
+            let (got, dropped) = pump(3, &[policy, POLICY_BLOCK], frames, &[true, false]);
+            let seqs = &got[0];
+            assert!(seqs.windows(2).all(|w| w[0] < w[1]), "policy {policy}: out of order");
+            assert_eq!(*seqs.last().unwrap(), frames - 1, "policy {policy}: the last frame is never lost");
+            assert_eq!(seqs.len() as u64 + dropped[0], frames, "policy {policy}");
+            assert_eq!(got[1].len() as u64, frames, "the block consumer beside it loses nothing");
+        }
+    }
+
+    #[test]
+    fn abort_wakes_a_waiting_consumer_and_producer() {
+        let map = ring(1, &[POLICY_BLOCK]);
+        let mut consumer = Consumer::new(reopen(&map), 0, Waiter::new(0)).unwrap();
+        let waiting = thread::spawn(move || consumer.acquire(0, None).map(|s| s.is_some()));
+        let mut producer = Producer::new(reopen(&map), Waiter::new(0));
+        let slot = producer.acquire(None).unwrap();
+        producer.publish(slot, 0, 0);
+        // The consumer holds (or will hold) frame 0 un-released; the ring of one is full.
+        assert!(waiting.join().unwrap().unwrap());
+        let blocked = thread::spawn(move || producer.acquire(None).map(|_| ()));
+        map.abort();
+        assert!(matches!(blocked.join().unwrap(), Err(LinkError::Aborted)));
+    }
+
+    #[test]
+    fn a_deadline_ends_a_wait_for_a_silent_peer() {
+        let map = ring(2, &[POLICY_BLOCK]);
+        let mut consumer = Consumer::new(reopen(&map), 0, Waiter::new(0)).unwrap();
+        let deadline = Some(Instant::now() + std::time::Duration::from_millis(20));
+        assert!(matches!(consumer.acquire(0, deadline), Err(LinkError::TimedOut)));
+    }
+
+    #[test]
+    fn a_bad_control_block_is_refused() {
+        let shm = crate::link::shm::SharedMemory::create("gpuipc-test-bad", 1 << 20).unwrap();
+        let fd = shm.as_fd().try_clone_to_owned().unwrap();
+        assert!(matches!(RingMap::open(fd), Err(LinkError::Invalid(_))));
     }
 }

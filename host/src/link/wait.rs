@@ -79,7 +79,8 @@ impl Waiter {
 pub fn wake_all(word: &AtomicU32, sleepers: &AtomicU32) {
     word.fetch_add(1, Ordering::SeqCst);
     if sleepers.load(Ordering::SeqCst) > 0 {
-        // Shared futex (no PRIVATE flag): the sleepers are other processes.
-        let _ = futex::wake(word, futex::Flags::empty(), u32::MAX);
+        // Shared futex (no PRIVATE flag): the sleepers are other processes. The kernel reads
+        // the count as a signed int: u32::MAX would be -1 and wake only one sleeper.
+        let _ = futex::wake(word, futex::Flags::empty(), i32::MAX as u32);
     }
 }
