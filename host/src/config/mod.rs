@@ -3,6 +3,7 @@
 //! Nothing after planning sees these types; [`crate::plan`] turns them into a `Plan`.
 
 mod diagnostic;
+mod keys;
 mod names;
 mod types;
 
@@ -23,13 +24,35 @@ pub fn load(path: &Path) -> Result<(SourceFile, PipelineFile), Diagnostics> {
     Ok((source, file))
 }
 
-/// Parse pipeline text already read.
+/// Parse pipeline text already read: every syntax error, else every unknown key, else the
+/// first wrong type or value serde meets.
 pub fn parse(source: &SourceFile) -> Result<PipelineFile, Diagnostics> {
-    toml::from_str::<PipelineFile>(source.text()).map_err(|e| {
-        let message = e.message().trim_end().to_owned();
-        Diagnostics::from(match e.span() {
-            Some(span) => source.error_at(span, message),
-            None => Diagnostic::plain(format!("{}: {message}", source.path().display())),
-        })
-    })
+    let (document, errors) = toml::de::DeTable::parse_recoverable(source.text());
+    if !errors.is_empty() {
+        let mut diags = Diagnostics::default();
+        for e in &errors {
+            diags.push(toml_error(source, e));
+        }
+        return Err(diags);
+    }
+    keys::check_known_keys(source, document.get_ref()).into_result()?;
+    toml::from_str::<PipelineFile>(source.text()).map_err(|e| Diagnostics::from(toml_error(source, &e)))
+}
+
+/// A TOML or serde error as a located diagnostic, naming what the bare "duplicate key" means.
+fn toml_error(source: &SourceFile, e: &toml::de::Error) -> Diagnostic {
+    let message = e.message().trim_end().to_owned();
+    let Some(span) = e.span() else {
+        return Diagnostic::plain(format!("{}: {message}", source.path().display()));
+    };
+    let message = match message.as_str() {
+        "duplicate key" => {
+            let text = source.text();
+            let name = text.get(span.clone()).unwrap_or("").trim();
+            let in_header = text[..span.start].rsplit('\n').next().is_some_and(|l| l.trim_start().starts_with('['));
+            if in_header { format!("duplicate table `[{name}]`") } else { format!("duplicate key `{name}`") }
+        }
+        _ => message,
+    };
+    source.error_at(span, message)
 }

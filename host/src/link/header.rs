@@ -39,6 +39,8 @@ pub struct CacheLine<T>(pub T);
 pub struct ProducerState {
     /// Frames published so far.
     pub published: AtomicU64,
+    /// Sequence number of the newest frame published, plus one (sequence numbers only grow).
+    pub seq_end: AtomicU64,
     /// Bumped on every publish and on close; consumers sleep on it.
     pub publish_futex: AtomicU32,
     pub consumers_sleeping: AtomicU32,
@@ -68,6 +70,9 @@ pub struct ConsumerState {
 #[derive(Debug, Clone, Copy)]
 pub struct SlotMeta {
     pub seq: u64,
+    /// How many frames the producer published before this one: gaps in it are frames this
+    /// consumer missed (gaps in `seq` may be upstream drops, not ours).
+    pub ordinal: u64,
     pub timestamp_ns: u64,
     pub flags: u32,
     pub format: FrameFormat,

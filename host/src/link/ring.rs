@@ -160,6 +160,7 @@ pub struct Producer {
     ring: RingMap,
     waiter: Waiter,
     next_seq: u64,
+    published: u64,
     /// Consumers the producer must wait for (`block` policy).
     block_mask: u64,
     all_mask: u64,
@@ -170,7 +171,7 @@ impl Producer {
         let h = ring.header();
         let n = h.n_consumers as usize;
         let block_mask = (0..n).filter(|&c| h.policies[c] == POLICY_BLOCK).fold(0, |m, c| m | (1 << c));
-        Producer { ring, waiter, next_seq: 0, block_mask, all_mask: (1u64 << n) - 1 }
+        Producer { ring, waiter, next_seq: 0, published: 0, block_mask, all_mask: (1u64 << n) - 1 }
     }
 
     pub fn ring(&self) -> &RingMap {
@@ -206,16 +207,19 @@ impl Producer {
         // SAFETY: the slot is ours (state WRITING): no consumer can claim it, so nobody reads
         // the metadata while we write it.
         unsafe {
-            *s.meta.get() = SlotMeta { seq, timestamp_ns, flags: 0, format: h.format, layout: h.layout };
+            *s.meta.get() =
+                SlotMeta { seq, ordinal: self.published, timestamp_ns, flags: 0, format: h.format, layout: h.layout };
         }
         s.seq.store(seq, Ordering::Relaxed);
         // Release: publishes the frame data and metadata written above to whoever claims the
         // slot with Acquire.
         s.state.store(header::published_state(seq, self.all_mask), Ordering::Release);
         let p = &h.producer.0;
-        // Release: a consumer that loads `published` with Acquire and sees this frame counted
-        // also sees the slot's published state (see `try_claim`).
-        p.published.fetch_add(1, Ordering::Release);
+        self.published += 1;
+        p.published.store(self.published, Ordering::Relaxed);
+        // Release: a consumer that loads `seq_end` with Acquire and sees this frame also sees
+        // the slot's published state (see `try_claim`).
+        p.seq_end.store(seq + 1, Ordering::Release);
         self.next_seq = seq + 1;
         wake_all(&p.publish_futex, &p.consumers_sleeping);
     }
@@ -269,7 +273,10 @@ pub struct Consumer {
     waiter: Waiter,
     index: usize,
     latest: bool,
+    /// The sequence number wanted next.
     expected: u64,
+    /// The publish ordinal expected next; gaps are drops on this link.
+    next_ordinal: u64,
 }
 
 impl Consumer {
@@ -279,7 +286,7 @@ impl Consumer {
             return Err(LinkError::Invalid(format!("consumer {index} of a ring with {}", h.n_consumers)));
         }
         let latest = h.policies[index] == POLICY_LATEST;
-        Ok(Consumer { ring, waiter, index, latest, expected: 0 })
+        Ok(Consumer { ring, waiter, index, latest, expected: 0, next_ordinal: 0 })
     }
 
     pub fn ring(&self) -> &RingMap {
@@ -309,9 +316,10 @@ impl Consumer {
         })??;
         if let Some(slot) = &found {
             let c = &h.consumers[self.index].0;
-            // Everything between what we expected and what we got was lost to us: overwritten
-            // (drop_oldest), skipped (latest), or passed over to align inputs.
-            c.dropped.fetch_add(slot.meta.seq - self.expected, Ordering::Relaxed);
+            // Every frame published between the last we got and this one was lost to us:
+            // overwritten (drop_oldest), skipped (latest), or passed over to align inputs.
+            c.dropped.fetch_add(slot.meta.ordinal - self.next_ordinal, Ordering::Relaxed);
+            self.next_ordinal = slot.meta.ordinal + 1;
             c.received.fetch_add(1, Ordering::Relaxed);
             self.expected = slot.meta.seq + 1;
             c.next_seq.store(self.expected, Ordering::Relaxed);
@@ -326,9 +334,10 @@ impl Consumer {
         let h = self.ring.header();
         let pending = header::pending_bit(self.index);
         loop {
-            // Frames below this count were published before the scan began. The scan is not a
-            // snapshot: a frame can be published behind it while a newer one is seen ahead.
-            let published = h.producer.0.published.load(Ordering::Acquire);
+            // Frames with a sequence number below this were published before the scan began;
+            // any frame published during it has a higher one. The scan is not a snapshot: a
+            // frame can be published behind it while a newer one is seen ahead.
+            let seq_end = h.producer.0.seq_end.load(Ordering::Acquire);
             let mut best: Option<(usize, u64, u64)> = None;
             let mut gave_up = false;
             for i in 0..h.depth as usize {
@@ -356,9 +365,9 @@ impl Consumer {
                 wake_all(&r.release_futex, &r.producer_sleeping);
             }
             let (i, st, seq) = best?;
-            if !self.latest && seq > want && want >= published {
-                // `want` was published during the scan (a newer frame exists): it is not lost,
-                // we passed its slot too early. Look again.
+            if !self.latest && seq > want && seq >= seq_end {
+                // This frame was published during the scan, so an older one we want may have
+                // been too, behind us. Look again.
                 continue;
             }
             let slot = &h.slots[i].0;
@@ -434,6 +443,12 @@ mod tests {
 
     /// Run `frames` through a ring; returns each consumer's received sequence numbers.
     fn pump(depth: u32, policies: &[u8], frames: u64, slow: &[bool]) -> (Vec<Vec<u64>>, Vec<u64>) {
+        pump_stride(depth, policies, frames, slow, 1)
+    }
+
+    /// As `pump`, publishing sequence numbers 0, stride, 2 * stride, ... (a stage after a
+    /// dropping link passes on the numbers it got).
+    fn pump_stride(depth: u32, policies: &[u8], frames: u64, slow: &[bool], stride: u64) -> (Vec<Vec<u64>>, Vec<u64>) {
         let map = ring(depth, policies);
         let waiter = Waiter::new(5);
         let consumers: Vec<_> = (0..policies.len())
@@ -459,7 +474,7 @@ mod tests {
             })
             .collect();
         let mut producer = Producer::new(reopen(&map), waiter);
-        for seq in 0..frames {
+        for seq in (0..frames).map(|i| i * stride) {
             let slot = producer.acquire(Some(Instant::now() + std::time::Duration::from_secs(60))).unwrap();
             fill(producer.ring(), slot.index, seq);
             producer.publish(slot, seq, seq * 10);
@@ -478,6 +493,15 @@ mod tests {
                 assert_eq!(dropped[c], 0);
             }
         }
+    }
+
+    #[test]
+    fn sequence_numbers_with_gaps_are_not_mistaken_for_drops() {
+        let (got, dropped) = pump_stride(2, &[POLICY_BLOCK; 2], 5_000, &[false, true], 3);
+        for seqs in got {
+            assert_eq!(seqs, (0..5_000).map(|i| i * 3).collect::<Vec<u64>>());
+        }
+        assert_eq!(dropped, [0, 0]);
     }
 
     #[test]

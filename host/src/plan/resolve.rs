@@ -16,7 +16,7 @@ use super::{
     PluginRef, StagePlan,
 };
 use crate::config::{
-    DeviceSpec, Diagnostics, PipelineFile, Policy, SourceFile, StageName, StageSection,
+    DeviceSpec, Diagnostics, PipelineFile, SourceFile, StageName, StageSection,
 };
 use crate::plugin::{self, LoadedPlugin};
 
@@ -44,12 +44,7 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
     for &i in &order {
         let stage = stages[i].get_ref();
         let Some(plugin) = &plugins[i] else { continue };
-        // A stage whose inputs failed cannot be negotiated; their errors were reported.
-        let inputs: Option<Vec<(usize, FrameFormat)>> = edges[i]
-            .iter()
-            .map(|&(from, _)| planned[from].as_ref().and_then(|p| p.output_format()).map(|f| (from, f)))
-            .collect();
-        let Some(inputs) = inputs else { continue };
+        let Some(inputs) = input_formats(source, &stages, &planned, i, &edges[i], &mut diags) else { continue };
         planned[i] = plan_stage(source, stage, plugin, &names[i], &inputs, settings.device, depths[i], &stages, &mut diags);
     }
     diags.into_result()?;
@@ -92,6 +87,43 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
         links,
         graph: plan_graph,
     })
+}
+
+/// The formats a stage's inputs carry, or `None` when one cannot be known: its producer
+/// failed to plan (already reported) or is a sink (reported here).
+fn input_formats(
+    source: &SourceFile,
+    stages: &[&Spanned<StageSection>],
+    planned: &[Option<StagePlan>],
+    stage: usize,
+    edges: &[(usize, std::ops::Range<usize>)],
+    diags: &mut Diagnostics,
+) -> Option<Vec<(usize, FrameFormat)>> {
+    let mut formats = Some(Vec::new());
+    for (from, span) in edges {
+        let format = match &planned[*from] {
+            None => None,
+            Some(p) if p.output.is_none() => {
+                diags.push(source.error_at(
+                    span.clone(),
+                    format!(
+                        "stage '{}' has input '{}', but stage '{}' (plugin `{}`) has no output",
+                        stages[stage].get_ref().name.get_ref(),
+                        p.name,
+                        p.name,
+                        p.plugin.name
+                    ),
+                ));
+                None
+            }
+            Some(p) => p.output_format(),
+        };
+        match (format, formats.as_mut()) {
+            (Some(f), Some(list)) => list.push((*from, f)),
+            _ => formats = None,
+        }
+    }
+    formats
 }
 
 struct Settings {
@@ -342,7 +374,7 @@ fn plan_stage(
         ));
         return None;
     }
-    let mut ok = true;
+    let mut formats_ok = true;
     for (&(from, format), input) in inputs.iter().zip(stage.inputs.iter().flat_map(|v| v.get_ref())) {
         let accepted = format.pixel_format().is_some_and(|p| meta.accepts.contains(&p));
         if !accepted {
@@ -356,8 +388,16 @@ fn plan_stage(
                     accepts.join(", ")
                 ),
             ));
-            ok = false;
+            formats_ok = false;
         }
+    }
+    // Problems that do not stop negotiation: report them, and the params' problems too.
+    let mut ok = true;
+    if let Some(policy) = &stage.policy
+        && inputs.is_empty()
+    {
+        diags.push(source.error_at(policy.span(), format!("stage '{name}' has no inputs, so `policy` has no effect; remove it")));
+        ok = false;
     }
     let device_spec = stage.device.as_ref().map_or(default_device, |d| *d.get_ref());
     let domain = match super::resolve_domain(device_spec, meta) {
@@ -373,7 +413,7 @@ fn plan_stage(
         None => String::new(),
     };
     let params_span = stage.params.as_ref().map_or(stage.name.span(), |p| p.span());
-    if !ok {
+    if !formats_ok {
         return None;
     }
     let input_formats: Vec<FrameFormat> = inputs.iter().map(|&(_, f)| f).collect();
@@ -393,12 +433,10 @@ fn plan_stage(
         }
     };
     let (domain, device, domain_note) = domain?;
-    let policy = stage.policy.as_ref().map(|p| *p.get_ref()).unwrap_or_default();
-    if policy != Policy::Block && inputs.is_empty() {
-        let span = stage.policy.as_ref().map_or(stage.name.span(), |p| p.span());
-        diags.push(source.error_at(span, format!("stage '{name}' has no inputs, so `policy` has no effect; remove it")));
+    if !ok {
         return None;
     }
+    let policy = stage.policy.as_ref().map(|p| *p.get_ref()).unwrap_or_default();
     Some(StagePlan {
         name: StageName::parse(name).expect("names were checked before planning"),
         plugin: PluginRef {
