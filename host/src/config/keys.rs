@@ -67,4 +67,22 @@ mod tests {
         assert_eq!(serde_fields("[pipeline]\nzzz = 1"), PIPELINE_KEYS);
         assert_eq!(serde_fields("[[stage]]\nname = \"a\"\nplugin = \"b\"\nzzz = 1"), STAGE_KEYS);
     }
+
+    /// The keys in a table of docs/pipeline-file.md under `heading`: rows starting "| `key` |".
+    fn documented_keys(heading: &str) -> Vec<String> {
+        let doc = include_str!("../../../docs/pipeline-file.md");
+        let section = doc.split(heading).nth(1).unwrap_or_else(|| panic!("no {heading} in the docs"));
+        let section = section.split("\n## ").next().unwrap().split("\n### ").next().unwrap();
+        section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .map(|l| l.split('`').next().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_pipeline_file_reference_documents_exactly_these_keys() {
+        assert_eq!(documented_keys("## `[pipeline]`"), PIPELINE_KEYS);
+        assert_eq!(documented_keys("## `[[stage]]`"), STAGE_KEYS);
+    }
 }
