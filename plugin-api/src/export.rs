@@ -60,6 +60,10 @@ pub fn parse_params<P: Plugin>(text: &str) -> Result<P::Params> {
 /// Name the key an error is about: the span points into `text`, one `key = value` a line.
 fn params_error(text: &str, e: &toml::de::Error) -> Error {
     let message = e.message().trim_end();
+    // Params are keys of the stage's `params` table, not "fields".
+    if let Some(rest) = message.strip_prefix("missing field ") {
+        return Error::new(format!("missing param {rest}"));
+    }
     let key = e.span().and_then(|span| {
         let line_start = text[..span.start.min(text.len())]
             .rfind('\n')
