@@ -5,6 +5,8 @@
 
 mod config;
 mod control;
+mod doctor;
+mod gpu;
 mod link;
 mod plan;
 mod plugin;
@@ -49,14 +51,35 @@ enum Command {
         /// Write `<stage>.sum` files with a hash of every stage's every output frame here.
         #[arg(long, value_name = "DIR")]
         checksums: Option<PathBuf>,
+        /// Default device of stages, replacing the file's (`cpu`, `cuda`, `cuda:N`, `auto`).
+        #[arg(long, value_parser = parse_device)]
+        device: Option<config::DeviceSpec>,
     },
     /// Check a pipeline file and print its plan, or every error in it.
-    Validate { file: PathBuf },
+    Validate {
+        file: PathBuf,
+        /// Default device of stages, replacing the file's (`cpu`, `cuda`, `cuda:N`, `auto`).
+        #[arg(long, value_parser = parse_device)]
+        device: Option<config::DeviceSpec>,
+    },
     /// Print a pipeline's graph in Graphviz dot.
     Graph { file: PathBuf },
     /// A stage process; started by `run`, not by hand.
     #[command(name = "__stage", hide = true)]
     Stage { name: String },
+    /// Report the CUDA driver, devices and what gpuipc can use on them.
+    Doctor,
+    /// One side of the doctor's IPC self-test; started by `doctor`, not by hand.
+    #[command(name = "__doctor-peer", hide = true)]
+    DoctorPeer {
+        #[arg(value_enum)]
+        role: doctor::PeerRole,
+        device: u32,
+    },
+}
+
+fn parse_device(text: &str) -> Result<config::DeviceSpec, String> {
+    config::DeviceSpec::parse(text).ok_or_else(|| format!("`{text}` is not \"cpu\", \"cuda\", \"cuda:N\" or \"auto\""))
 }
 
 fn init_logging() {
@@ -69,9 +92,15 @@ fn init_logging() {
         .init();
 }
 
-/// Parse and plan a file, printing every error on failure.
-fn load_plan(file: &Path) -> Result<plan::Plan, ExitCode> {
-    let result = config::load(file).and_then(|(source, parsed)| plan::build(&source, parsed));
+/// Parse and plan a file, printing every error on failure. `device` replaces the file's
+/// `[pipeline] device` (stages that name their own keep it).
+fn load_plan(file: &Path, device: Option<config::DeviceSpec>) -> Result<plan::Plan, ExitCode> {
+    let result = config::load(file).and_then(|(source, mut parsed)| {
+        if let Some(device) = device {
+            parsed.pipeline.device = Some(toml::Spanned::new(0..0, device));
+        }
+        plan::build(&source, parsed)
+    });
     result.map_err(|diags| {
         eprintln!("{diags}");
         ExitCode::from(2)
@@ -83,22 +112,24 @@ fn main() -> ExitCode {
     init_logging();
     match cli.command {
         Command::Stage { .. } => ExitCode::from(stage::main() as u8),
-        Command::Validate { file } => match load_plan(&file) {
+        Command::Doctor => doctor::main(),
+        Command::DoctorPeer { role, device } => doctor::peer_main(role, device),
+        Command::Validate { file, device } => match load_plan(&file, device) {
             Ok(plan) => {
                 print!("{}", plan::render_text(&plan));
                 ExitCode::SUCCESS
             }
             Err(code) => code,
         },
-        Command::Graph { file } => match load_plan(&file) {
+        Command::Graph { file } => match load_plan(&file, None) {
             Ok(plan) => {
                 print!("{}", plan::render_dot(&plan));
                 ExitCode::SUCCESS
             }
             Err(code) => code,
         },
-        Command::Run { file, frames, in_process, report, quiet, spin_us, checksums } => {
-            let plan = match load_plan(&file) {
+        Command::Run { file, frames, in_process, report, quiet, spin_us, checksums, device } => {
+            let plan = match load_plan(&file, device) {
                 Ok(p) => p,
                 Err(code) => return code,
             };

@@ -37,6 +37,7 @@
 #![deny(unsafe_code)]
 
 pub mod abi;
+pub mod cuda;
 mod error;
 #[doc(hidden)]
 pub mod export;

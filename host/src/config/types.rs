@@ -129,7 +129,7 @@ impl Policy {
 }
 
 /// How a GPU ring's memory is shared between processes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Transport {
     /// VMM with POSIX file-descriptor handles where the device supports it, else legacy.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use gpuipc_plugin_api::FrameFormat;
 use serde::{Deserialize, Serialize};
 
-use crate::config::Policy;
+use crate::config::{Policy, Transport};
 
 /// A frame format on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,10 +32,79 @@ impl From<WireFormat> for FrameFormat {
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToStage {
     /// Everything the stage needs. Descriptors attached: the stats block, then one ring per
-    /// input in order, then the output ring if `output.linked`.
+    /// input in order, then the output ring if `output.link` is set.
     Setup(Box<StageSetup>),
+    /// What the other ends of this stage's GPU links exported (descriptors attached: the
+    /// producer's slot memory, for a consumer on a VMM link).
+    Import(Box<Import>),
     /// Every stage is ready: begin the frame loop.
     Start,
+}
+
+/// Where a link's frames live, as a stage sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LinkMemoryWire {
+    /// The ring's own shared memory (both ends cpu, or a cuda end that stages copies).
+    Host,
+    /// GPU memory exported by the producer, with interprocess events.
+    Device { transport: Transport },
+}
+
+/// A 64-byte CUDA IPC handle (event or legacy memory), as hex on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handle64(pub [u8; 64]);
+
+impl Serialize for Handle64 {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0.iter().map(|b| format!("{b:02x}")).collect::<String>())
+    }
+}
+
+impl<'de> Deserialize<'de> for Handle64 {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let bytes: Option<Vec<u8>> =
+            (0..text.len()).step_by(2).map(|i| text.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect();
+        let bytes = bytes.filter(|b| b.len() == 64).ok_or_else(|| serde::de::Error::custom("expected 128 hex digits"))?;
+        Ok(Handle64(bytes.try_into().expect("length checked")))
+    }
+}
+
+/// Which end of a link an export comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LinkEnd {
+    Producer,
+    Consumer(usize),
+}
+
+/// The producer's slot memory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum SlotMemory {
+    /// One POSIX file descriptor per slot, attached in slot order.
+    Vmm { slot_bytes: u64 },
+    /// One legacy IPC memory handle per slot.
+    Legacy { slot_bytes: u64, handles: Vec<Handle64> },
+}
+
+/// What one end of a GPU link shares with the other ends, through the host.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Export {
+    pub link: usize,
+    pub end: LinkEnd,
+    /// Producer: its `ready` event per slot. Consumer: its `released` event per slot.
+    pub events: Vec<Handle64>,
+    /// Producer only.
+    pub memory: Option<SlotMemory>,
+}
+
+/// What a stage gets back for one of its GPU link ends.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Import {
+    pub link: usize,
+    /// For a consumer: the producer's export.
+    pub producer: Option<Export>,
+    /// For a producer: each consumer's export, in consumer order.
+    pub consumers: Vec<Export>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -57,17 +126,21 @@ pub struct StageSetup {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InputSetup {
+    pub link: usize,
     pub from: String,
     /// This stage's consumer index on the ring.
     pub consumer: usize,
     pub policy: Policy,
+    pub memory: LinkMemoryWire,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OutputSetup {
     pub format: WireFormat,
-    /// Whether a ring descriptor is attached; if not, the stage writes into private memory.
-    pub linked: bool,
+    /// The link index, when a ring descriptor is attached; `None`: nobody reads the output and
+    /// the stage writes into private memory.
+    pub link: Option<usize>,
+    pub memory: LinkMemoryWire,
 }
 
 /// Stage to host.
@@ -75,6 +148,9 @@ pub struct OutputSetup {
 pub enum FromStage {
     /// Plugin loaded, instance created, links mapped.
     Ready,
+    /// One GPU link end's shared objects, for the host to pass on (descriptors attached: one
+    /// per slot for a VMM producer).
+    Exported(Box<Export>),
     /// Stream ended and flushed; the stage exits 0 next.
     Finished,
     /// The stage failed; it exits non-zero next.

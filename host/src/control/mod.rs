@@ -4,5 +4,7 @@
 mod messages;
 mod socket;
 
-pub use messages::{FromStage, InputSetup, OutputSetup, StageSetup, ToStage};
+pub use messages::{
+    Export, FromStage, Handle64, Import, InputSetup, LinkEnd, LinkMemoryWire, OutputSetup, SlotMemory, StageSetup, ToStage,
+};
 pub use socket::ControlSocket;

@@ -21,14 +21,19 @@ pub fn cuda_driver_available() -> bool {
 }
 
 /// The domain and device for a stage asking for `spec`, or why it cannot have it. The note
-/// says what `auto` decided and why.
+/// says what `auto` decided and why. A device that is only the pipeline's default (`explicit`
+/// false) yields to a plugin without a cuda implementation, which then runs on the cpu.
 pub fn resolve_domain(
     spec: DeviceSpec,
     plugin: &PluginMeta,
+    explicit: bool,
 ) -> Result<(Domain, Option<u32>, Option<String>), String> {
     let supports_cuda = plugin.supports(abi::DOMAIN_CUDA);
     let supports_cpu = plugin.supports(abi::DOMAIN_CPU);
     match spec {
+        DeviceSpec::Cuda(n) if !explicit && !supports_cuda && supports_cpu => {
+            Ok((Domain::Cpu, None, Some(format!("pipeline default cuda:{n}, but the plugin has no cuda implementation"))))
+        }
         DeviceSpec::Cpu if supports_cpu => Ok((Domain::Cpu, None, None)),
         DeviceSpec::Cpu => Err(format!("plugin `{}` has no cpu implementation", plugin.name)),
         DeviceSpec::Cuda(n) if !supports_cuda => {

@@ -400,7 +400,7 @@ fn plan_stage(
         ok = false;
     }
     let device_spec = stage.device.as_ref().map_or(default_device, |d| *d.get_ref());
-    let domain = match super::resolve_domain(device_spec, meta) {
+    let domain = match super::resolve_domain(device_spec, meta, stage.device.is_some()) {
         Ok(d) => Some(d),
         Err(message) => {
             let span = stage.device.as_ref().map_or(stage.name.span(), |d| d.span());
@@ -459,6 +459,13 @@ fn plan_stage(
     })
 }
 
+/// Whether every end of a link is on the producer's GPU. Links between GPUs go through host
+/// memory for now.
+fn same_device(stages: &[StagePlan], link: &LinkPlan) -> bool {
+    let device = stages[link.producer].device;
+    link.consumers.iter().all(|&c| stages[c].device == device)
+}
+
 /// A negotiated output must be a format the plugin declared, with a non-empty size.
 fn checked_output(meta: &crate::plugin::PluginMeta, format: FrameFormat) -> Result<(FrameFormat, FrameLayout), String> {
     let Some(pixel) = format.pixel_format() else {
@@ -515,7 +522,7 @@ fn wire_links(
             std::iter::once(link.producer).chain(link.consumers.iter().copied()).map(|s| stages[s].domain).collect();
         link.memory = if domains.iter().all(|d| *d == Domain::Cpu) {
             LinkMemory::Host
-        } else if domains.iter().all(|d| *d == Domain::Cuda) {
+        } else if domains.iter().all(|d| *d == Domain::Cuda) && same_device(stages, link) {
             LinkMemory::Device { transport: stages[link.producer].transport }
         } else {
             LinkMemory::HostStaged

@@ -4,10 +4,14 @@
 use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use gpuipc_plugin_api::abi::{self, RawFrame, RawProcessContext};
+use std::sync::Arc;
 
+use gpuipc_plugin_api::abi::RawProcessContext;
+
+use super::gpu_ends::InputEnd;
 use super::inputs::{acquire_aligned, release_all};
 use super::output::Output;
+use crate::gpu::Gpu;
 use crate::link::{Consumer, LinkError, ReadSlot, StatsMap, stats};
 use crate::plugin::{Instance, PluginCallError};
 
@@ -19,6 +23,8 @@ pub enum StageError {
     Plugin { during: &'static str, error: PluginCallError },
     #[error("link failed: {0}")]
     Link(LinkError),
+    #[error("CUDA: {0}")]
+    Gpu(String),
     #[error("aborted")]
     Aborted,
 }
@@ -46,6 +52,10 @@ pub enum LoopEnd {
 pub struct FrameLoop<'a, 'p> {
     pub instance: Instance<'p>,
     pub inputs: Vec<Consumer>,
+    /// How each input is read (host memory, staged copy, GPU memory), parallel to `inputs`.
+    pub input_ends: Vec<InputEnd>,
+    /// The stage's GPU context and stream, in the cuda domain.
+    pub gpu: Option<Arc<Gpu>>,
     pub output: Output,
     pub stats: &'a StatsMap,
     /// A source's frame count.
@@ -98,26 +108,15 @@ impl FrameLoop<'_, '_> {
     }
 
     fn process_one(&mut self, index: u64, seq: u64, timestamp_ns: u64, held: &[ReadSlot]) -> Result<(), StageError> {
-        let inputs: Vec<RawFrame> = self
-            .inputs
-            .iter()
-            .zip(held)
-            .map(|(input, slot)| {
-                let (ptr, len) = input.ring().slot_data(slot.index).expect("host rings carry frame data");
-                RawFrame {
-                    format: slot.meta.format,
-                    layout: slot.meta.layout,
-                    domain: abi::DOMAIN_CPU,
-                    addr: ptr as u64,
-                    len,
-                    seq: slot.meta.seq,
-                    timestamp_ns: slot.meta.timestamp_ns,
-                }
-            })
-            .collect();
-        let pending = self.output.acquire()?;
+        let gpu = self.gpu.as_ref();
+        let mut inputs = Vec::with_capacity(held.len());
+        for ((input, end), slot) in self.inputs.iter().zip(&self.input_ends).zip(held) {
+            inputs.push(end.frame(gpu, input.ring(), slot)?);
+        }
+        let pending = self.output.acquire(gpu)?;
         let mut out = self.output.raw_frame(&pending, seq, timestamp_ns);
-        let ctx = RawProcessContext { frame_index: index, cuda_stream: std::ptr::null_mut() };
+        let stream = gpu.map_or(std::ptr::null_mut(), |g| g.stream_ptr());
+        let ctx = RawProcessContext { frame_index: index, cuda_stream: stream };
         let started = Instant::now();
         if self.stats.get().first_ns.load(Ordering::Relaxed) == 0 {
             self.stats.get().first_ns.store(now_ns(), Ordering::Relaxed);
@@ -126,20 +125,20 @@ impl FrameLoop<'_, '_> {
         // memory the raw frames point at stays valid and unshared for the call.
         let result = self.instance.process(&inputs, out.as_mut(), &ctx);
         self.stats.get().busy_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        match result {
-            Ok(()) => {
-                if let Some(tap) = &mut self.tap {
-                    let hash = self.output.pixel_hash(&pending);
-                    tap.record(seq, hash).map_err(StageError::Setup)?;
-                }
-                self.output.publish(pending, seq, timestamp_ns);
-                Ok(())
-            }
-            Err(error) => {
-                self.output.cancel(pending);
-                Err(StageError::Plugin { during: "process", error })
-            }
+        if let Err(error) = result {
+            self.output.cancel(pending);
+            return Err(StageError::Plugin { during: "process", error });
         }
+        for (end, slot) in self.input_ends.iter().zip(held) {
+            end.done(gpu, slot.index)?;
+        }
+        self.output.finish(gpu, &pending)?;
+        if let Some(tap) = &mut self.tap {
+            let hash = self.output.pixel_hash(gpu, out.as_ref())?;
+            tap.record(seq, hash).map_err(StageError::Setup)?;
+        }
+        self.output.publish(pending, seq, timestamp_ns);
+        Ok(())
     }
 
     fn count(&self, skipped: u64) {

@@ -3,6 +3,7 @@
 //! the frame loop.
 
 mod frame_loop;
+mod gpu_ends;
 mod inputs;
 mod output;
 pub mod tap;
@@ -11,12 +12,16 @@ use std::os::fd::OwnedFd;
 
 use gpuipc_plugin_api::abi::{self, RawCreateContext, RawStr};
 
-use crate::control::{ControlSocket, FromStage, StageSetup, ToStage};
+use std::sync::Arc;
+
+use crate::control::{ControlSocket, FromStage, LinkMemoryWire, StageSetup, ToStage};
+use crate::gpu::Gpu;
 use crate::link::wait::Waiter;
 use crate::link::{Consumer, Producer, RingMap, StatsMap};
 use crate::plugin::LoadedPlugin;
 
 pub use frame_loop::{FrameLoop, LoopEnd, StageError, now_ns};
+use gpu_ends::{InputEnd, OutputEnd};
 
 /// The descriptor number the control socket has in a stage process.
 pub const CONTROL_FD: i32 = 3;
@@ -101,54 +106,125 @@ pub extern "C" fn plugin_log(level: u32, message: RawStr) {
     }
 }
 
+fn setup_error(what: impl std::fmt::Display) -> StageError {
+    StageError::Setup(what.to_string())
+}
+
 fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<(), StageError> {
-    let expected = 1 + setup.inputs.len() + setup.output.as_ref().is_some_and(|o| o.linked) as usize;
+    let expected = 1 + setup.inputs.len() + setup.output.as_ref().is_some_and(|o| o.link.is_some()) as usize;
     if fds.len() != expected {
-        return Err(StageError::Setup(format!("received {} descriptors, expected {expected}", fds.len())));
+        return Err(setup_error(format!("received {} descriptors, expected {expected}", fds.len())));
     }
     let mut fds = fds.into_iter();
-    let stats = StatsMap::open(fds.next().expect("counted")).map_err(|e| StageError::Setup(format!("stats block: {e}")))?;
+    let stats = StatsMap::open(fds.next().expect("counted")).map_err(|e| setup_error(format!("stats block: {e}")))?;
+    let gpu = match setup.domain.as_str() {
+        "cuda" => Some(Arc::new(Gpu::open(setup.device.unwrap_or(0))?)),
+        _ => None,
+    };
     let waiter = Waiter::new(setup.spin_us);
     let mut consumers = Vec::new();
     for input in &setup.inputs {
-        let ring = RingMap::open(fds.next().expect("counted")).map_err(|e| StageError::Setup(format!("input from '{}': {e}", input.from)))?;
-        consumers.push(Consumer::new(ring, input.consumer, waiter).map_err(|e| StageError::Setup(e.to_string()))?);
+        let ring = RingMap::open(fds.next().expect("counted")).map_err(|e| setup_error(format!("input from '{}': {e}", input.from)))?;
+        consumers.push(Consumer::new(ring, input.consumer, waiter).map_err(setup_error)?);
     }
     let producer = match &setup.output {
-        Some(o) if o.linked => {
-            let ring = RingMap::open(fds.next().expect("counted")).map_err(|e| StageError::Setup(format!("output ring: {e}")))?;
+        Some(o) if o.link.is_some() => {
+            let ring = RingMap::open(fds.next().expect("counted")).map_err(|e| setup_error(format!("output ring: {e}")))?;
             Some(Producer::new(ring, waiter))
         }
         _ => None,
     };
-    let plugin = LoadedPlugin::load(&setup.plugin_path).map_err(|e| StageError::Setup(e.to_string()))?;
+    let (input_ends, output_end) = link_ends(setup, socket, gpu.as_ref(), &consumers, producer.as_ref())?;
+    let plugin = LoadedPlugin::load(&setup.plugin_path).map_err(setup_error)?;
     let input_formats: Vec<_> = consumers.iter().map(|c| c.ring().format()).collect();
     let output_format = setup.output.as_ref().map(|o| o.format.into());
+    let cache_dir = std::env::var("GPUIPC_KERNEL_CACHE").unwrap_or_default();
     let ctx = RawCreateContext {
         stage: RawStr::from_str(&setup.stage),
-        domain: abi::DOMAIN_CPU,
-        device_ordinal: -1,
-        cuda_context: std::ptr::null_mut(),
-        cuda_stream: std::ptr::null_mut(),
-        kernel_cache_dir: RawStr::from_str(""),
+        domain: if gpu.is_some() { abi::DOMAIN_CUDA } else { abi::DOMAIN_CPU },
+        device_ordinal: gpu.as_ref().map_or(-1, |g| g.ordinal() as i32),
+        cuda_context: gpu.as_ref().map_or(std::ptr::null_mut(), |g| g.context_ptr()),
+        cuda_stream: gpu.as_ref().map_or(std::ptr::null_mut(), |g| g.stream_ptr()),
+        kernel_cache_dir: RawStr::from_str(&cache_dir),
         log: Some(plugin_log),
     };
     let instance = plugin
         .create(&setup.params, &input_formats, output_format, &ctx)
         .map_err(|e| StageError::Plugin { during: "create", error: e })?;
-    let output = output::Output::new(producer, output_format)?;
-    socket.send(&FromStage::Ready, &[]).map_err(|e| StageError::Setup(e.to_string()))?;
+    let producer = producer.zip(output_end);
+    let output = output::Output::new(producer, output_format, gpu.as_ref())?;
+    socket.send(&FromStage::Ready, &[]).map_err(setup_error)?;
     match socket.recv::<ToStage>() {
         Ok((ToStage::Start, _)) => {}
-        Ok((other, _)) => return Err(StageError::Setup(format!("expected start, got {other:?}"))),
-        Err(e) => return Err(StageError::Setup(e.to_string())),
+        Ok((other, _)) => return Err(setup_error(format!("expected start, got {other:?}"))),
+        Err(e) => return Err(setup_error(e)),
     }
     let tap = match &setup.checksums {
         Some(dir) => Some(tap::Tap::create(dir, &setup.stage).map_err(StageError::Setup)?),
         None => None,
     };
-    let mut frame_loop = FrameLoop { instance, inputs: consumers, output, stats: &stats, frames: setup.frames, tap };
-    match frame_loop.run()? {
+    let mut frame_loop =
+        FrameLoop { instance, inputs: consumers, input_ends, gpu: gpu.clone(), output, stats: &stats, frames: setup.frames, tap };
+    let end = frame_loop.run();
+    // Let the GPU finish what was enqueued before the context goes (consumers hold their own
+    // mappings of our memory, which outlive us).
+    if let Some(gpu) = &gpu
+        && let Err(e) = gpu.synchronize()
+        && end.is_ok()
+    {
+        return Err(e.into());
+    }
+    drop(frame_loop);
+    match end? {
         LoopEnd::EndOfStream | LoopEnd::FrameCount | LoopEnd::Stopped => Ok(()),
     }
+}
+
+/// How each input is read and the output written: host memory for a cpu stage; for a cuda
+/// stage, a staged copy on a host ring or the GPU objects exchanged through the host.
+fn link_ends(
+    setup: &StageSetup,
+    socket: &ControlSocket,
+    gpu: Option<&Arc<Gpu>>,
+    consumers: &[Consumer],
+    producer: Option<&Producer>,
+) -> Result<(Vec<InputEnd>, Option<OutputEnd>), StageError> {
+    let mut inputs: Vec<Option<InputEnd>> = Vec::new();
+    let mut halves = Vec::new();
+    for (input, consumer) in setup.inputs.iter().zip(consumers) {
+        inputs.push(match (gpu, input.memory) {
+            (None, LinkMemoryWire::Host) => Some(InputEnd::Host),
+            (Some(g), LinkMemoryWire::Host) => Some(InputEnd::staged(g, consumer.ring())?),
+            (Some(g), LinkMemoryWire::Device { .. }) => {
+                halves.push(InputEnd::export(g, socket, input.link, input.consumer, consumer.ring().depth())?);
+                None
+            }
+            (None, LinkMemoryWire::Device { .. }) => return Err(setup_error("a cpu stage cannot read a GPU link")),
+        });
+    }
+    let mut output = match (setup.output.as_ref(), producer, gpu) {
+        (Some(o), Some(p), Some(g)) => match o.memory {
+            LinkMemoryWire::Host => Some(OutputEnd::staged(g, p.ring())?),
+            LinkMemoryWire::Device { transport } => {
+                let link = o.link.expect("a producer has a link");
+                halves.push(OutputEnd::export(g, socket, link, p.ring(), transport)?);
+                None
+            }
+        },
+        (Some(_), Some(_), None) => Some(OutputEnd::Host),
+        _ => None,
+    };
+    if let Some(g) = gpu
+        && !halves.is_empty()
+    {
+        let (imported, device_output) = gpu_ends::complete(g, socket, halves)?;
+        for (link, end) in imported {
+            let k = setup.inputs.iter().position(|i| i.link == link).expect("imports match exported inputs");
+            inputs[k] = Some(end);
+        }
+        if device_output.is_some() {
+            output = device_output;
+        }
+    }
+    Ok((inputs.into_iter().map(|e| e.expect("every input end is set up")).collect(), output))
 }

@@ -1,16 +1,26 @@
-//! Where a stage writes its output frame: a ring slot, or private memory when nobody reads
-//! the output (the stage still does its work, so it is measured like the others).
+//! Where a stage writes its output frame: a ring slot (host or GPU memory), or private memory
+//! when nobody reads the output (the stage still does its work, so it is measured like the
+//! others).
+
+use std::sync::Arc;
 
 use gpuipc_plugin_api::abi::{self, RawFrame};
 use gpuipc_plugin_api::{FrameFormat, FrameLayout};
 
 use super::StageError;
-use crate::link::{LinkError, Producer, WriteSlot};
+use super::gpu_ends::OutputEnd;
+use crate::gpu::{DeviceMemory, Gpu};
+use crate::link::{Producer, WriteSlot};
+
+pub enum PrivateMemory {
+    Host(Vec<u8>),
+    Device(DeviceMemory),
+}
 
 pub enum Output {
     None,
-    Ring(Producer),
-    Private { format: FrameFormat, layout: FrameLayout, bytes: Vec<u8> },
+    Ring(Producer, OutputEnd),
+    Private { format: FrameFormat, layout: FrameLayout, memory: PrivateMemory },
 }
 
 /// The output frame being written for one sequence number.
@@ -21,74 +31,104 @@ pub enum Pending {
 }
 
 impl Output {
-    pub fn new(producer: Option<Producer>, format: Option<FrameFormat>) -> Result<Output, StageError> {
+    pub fn new(
+        producer: Option<(Producer, OutputEnd)>,
+        format: Option<FrameFormat>,
+        gpu: Option<&Arc<Gpu>>,
+    ) -> Result<Output, StageError> {
         Ok(match (producer, format) {
-            (Some(p), _) => Output::Ring(p),
+            (Some((p, end)), _) => Output::Ring(p, end),
             (None, None) => Output::None,
             (None, Some(format)) => {
                 let layout = FrameLayout::for_format(format)
                     .ok_or_else(|| StageError::Setup(format!("output format {format} has no layout")))?;
-                Output::Private { format, layout, bytes: vec![0; layout.total_bytes as usize] }
+                let memory = match gpu {
+                    Some(gpu) => PrivateMemory::Device(DeviceMemory::private(gpu, layout.total_bytes as usize)?),
+                    None => PrivateMemory::Host(vec![0; layout.total_bytes as usize]),
+                };
+                Output::Private { format, layout, memory }
             }
         })
     }
 
-    /// Take memory for the next output frame.
-    pub fn acquire(&mut self) -> Result<Pending, LinkError> {
+    /// Take memory for the next output frame; on a GPU ring, the stream waits until every
+    /// consumer is done with it.
+    pub fn acquire(&mut self, gpu: Option<&Arc<Gpu>>) -> Result<Pending, StageError> {
         Ok(match self {
             Output::None => Pending::None,
-            Output::Ring(p) => Pending::Ring(p.acquire(None)?),
+            Output::Ring(p, end) => {
+                let slot = p.acquire(None).map_err(StageError::from)?;
+                if let Err(e) = end.prepare(gpu, slot.index) {
+                    p.cancel(slot);
+                    return Err(e);
+                }
+                Pending::Ring(slot)
+            }
             Output::Private { .. } => Pending::Private,
         })
     }
 
     /// The raw frame the plugin writes into.
     pub fn raw_frame(&mut self, pending: &Pending, seq: u64, timestamp_ns: u64) -> Option<RawFrame> {
-        let (format, layout, addr, len) = match (self, pending) {
-            (Output::Ring(p), Pending::Ring(slot)) => {
-                let (ptr, len) = p.ring().slot_data(slot.index).expect("host rings carry frame data");
-                (p.ring().format(), p.ring().layout(), ptr as u64, len)
+        match (self, pending) {
+            (Output::Ring(p, end), Pending::Ring(slot)) => Some(end.frame(p.ring(), slot.index, seq, timestamp_ns)),
+            (Output::Private { format, layout, memory }, Pending::Private) => {
+                let (domain, addr, len) = match memory {
+                    PrivateMemory::Host(bytes) => (abi::DOMAIN_CPU, bytes.as_mut_ptr() as u64, bytes.len() as u64),
+                    PrivateMemory::Device(m) => (abi::DOMAIN_CUDA, m.addr(), m.len() as u64),
+                };
+                Some(RawFrame { format: *format, layout: *layout, domain, addr, len, seq, timestamp_ns })
             }
-            (Output::Private { format, layout, bytes }, Pending::Private) => {
-                (*format, *layout, bytes.as_mut_ptr() as u64, bytes.len() as u64)
-            }
-            _ => return None,
-        };
-        Some(RawFrame { format, layout, domain: abi::DOMAIN_CPU, addr, len, seq, timestamp_ns })
+            _ => None,
+        }
     }
 
-    /// [`gpuipc_plugin_api::pixel_hash`] of the frame being written (`None`: no output).
-    pub fn pixel_hash(&self, pending: &Pending) -> Option<u64> {
-        let (layout, bytes): (FrameLayout, &[u8]) = match (self, pending) {
-            (Output::Ring(p), Pending::Ring(slot)) => {
-                let (ptr, len) = p.ring().slot_data(slot.index).expect("host rings carry frame data");
-                #[allow(unsafe_code)]
-                // SAFETY: the slot is ours (taken, not yet published): no other process reads
-                // or writes it until `publish`, and the ring's mapping outlives the borrow.
-                let bytes = unsafe { std::slice::from_raw_parts(ptr, len as usize) };
-                (p.ring().layout(), bytes)
+    /// The plugin's work is enqueued: make the frame visible to consumers' streams or copy it
+    /// out to host memory.
+    pub fn finish(&mut self, gpu: Option<&Arc<Gpu>>, pending: &Pending) -> Result<(), StageError> {
+        if let (Output::Ring(p, end), Pending::Ring(slot)) = (self, pending) {
+            end.finish(gpu, p.ring(), slot.index)?;
+        }
+        Ok(())
+    }
+
+    /// [`gpuipc_plugin_api::pixel_hash`] of the frame being written (`None`: no output). A
+    /// frame on the GPU is copied back first (`run --checksums` only: it waits for the GPU).
+    pub fn pixel_hash(&self, gpu: Option<&Arc<Gpu>>, frame: Option<&RawFrame>) -> Result<Option<u64>, StageError> {
+        let Some(frame) = frame else { return Ok(None) };
+        let mut copy;
+        let bytes: &[u8] = if frame.domain == abi::DOMAIN_CUDA {
+            let gpu = gpu.expect("device frames belong to cuda stages");
+            copy = vec![0u8; frame.len as usize];
+            gpu.copy_dtoh_async(copy.as_mut_ptr(), frame.addr, copy.len())?;
+            gpu.synchronize()?;
+            &copy
+        } else {
+            #[allow(unsafe_code)]
+            // SAFETY: a host frame we are writing: a taken ring slot (no other process reads
+            // or writes it until `publish`) or our private buffer, valid for `len` bytes.
+            unsafe {
+                std::slice::from_raw_parts(frame.addr as *const u8, frame.len as usize)
             }
-            (Output::Private { layout, bytes, .. }, Pending::Private) => (*layout, bytes),
-            _ => return None,
         };
-        gpuipc_plugin_api::pixel_hash(&layout, bytes)
+        Ok(gpuipc_plugin_api::pixel_hash(&frame.layout, bytes))
     }
 
     pub fn publish(&mut self, pending: Pending, seq: u64, timestamp_ns: u64) {
-        if let (Output::Ring(p), Pending::Ring(slot)) = (self, pending) {
+        if let (Output::Ring(p, _), Pending::Ring(slot)) = (self, pending) {
             p.publish(slot, seq, timestamp_ns);
         }
     }
 
     pub fn cancel(&mut self, pending: Pending) {
-        if let (Output::Ring(p), Pending::Ring(slot)) = (self, pending) {
+        if let (Output::Ring(p, _), Pending::Ring(slot)) = (self, pending) {
             p.cancel(slot);
         }
     }
 
     /// End of stream for consumers.
     pub fn close(&mut self) {
-        if let Output::Ring(p) = self {
+        if let Output::Ring(p, _) = self {
             p.close();
         }
     }

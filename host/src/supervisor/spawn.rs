@@ -22,13 +22,14 @@ pub struct StageProcess {
     pub exit: Option<std::process::ExitStatus>,
 }
 
-pub fn spawn_stage(exe: &Path, name: &str) -> std::io::Result<StageProcess> {
+pub fn spawn_stage(exe: &Path, name: &str, env: &[(String, String)]) -> std::io::Result<StageProcess> {
     let (ours, theirs) = ControlSocket::pair().map_err(std::io::Error::other)?;
     let mut command = Command::new(exe);
     command
         .arg("__stage")
         .arg(name)
         .env(HOST_PID_ENV, std::process::id().to_string())
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .process_group(0);
     command

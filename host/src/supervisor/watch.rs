@@ -13,7 +13,9 @@ use rustix::event::{PollFd, PollFlags};
 use super::RunOptions;
 use super::report::{Live, RunReport, StageOutcome};
 use super::spawn::Stages;
-use crate::control::{FromStage, ToStage};
+use std::os::fd::OwnedFd;
+
+use crate::control::{Export, FromStage, ToStage};
 use crate::link::{RingMap, StatsMap, stats};
 use crate::plan::Plan;
 
@@ -92,6 +94,7 @@ pub fn watch(
     let mut ending = Ending::Running;
     let mut started: Option<Instant> = None;
     let mut killed = false;
+    let mut broker = super::broker::Broker::default();
     let live = Live::new(plan, options.live);
     let abort = |ending: &mut Ending| {
         if !matches!(ending, Ending::Aborting { .. }) {
@@ -131,8 +134,16 @@ pub fn watch(
             }
         }
 
-        for (i, p) in stages.0.iter_mut().enumerate() {
-            drain_messages(p, &mut tracks[i]);
+        for i in 0..stages.0.len() {
+            for (export, fds) in drain_messages(&stages.0[i], &mut tracks[i]) {
+                if let Err(e) = broker.export(plan, &stages.0, i, export, fds)
+                    && first_failure.is_none()
+                {
+                    first_failure = Some((i, e));
+                    abort(&mut ending);
+                }
+            }
+            let p = &mut stages.0[i];
             if p.exit.is_some() {
                 continue;
             }
@@ -200,19 +211,19 @@ fn poll_once(stages: &Stages, tracks: &[Track], shutdown: &Shutdown) {
     let _ = rustix::event::poll(&mut fds, Some(&timeout));
 }
 
-/// Read every message a stage has sent so far.
-fn drain_messages(p: &super::spawn::StageProcess, track: &mut Track) {
+/// Read every message a stage has sent so far; return the GPU link exports among them.
+fn drain_messages(p: &super::spawn::StageProcess, track: &mut Track) -> Vec<(Export, Vec<OwnedFd>)> {
+    let mut exports = Vec::new();
     while track.socket_open {
         match p.socket.try_recv::<FromStage>() {
-            Ok(Some((message, _))) => {
-                if matches!(message, FromStage::Ready) {
-                    track.ready = true;
-                } else {
-                    track.last_message = Some(message);
-                }
-            }
+            Ok(Some((message, fds))) => match message {
+                FromStage::Ready => track.ready = true,
+                FromStage::Exported(export) => exports.push((*export, fds)),
+                other => track.last_message = Some(other),
+            },
             Ok(None) => break,
             Err(_) => track.socket_open = false,
         }
     }
+    exports
 }

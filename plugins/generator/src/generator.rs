@@ -12,6 +12,8 @@ use gpuipc_plugin_api::{
 };
 use serde::Deserialize;
 
+use crate::cuda::GpuGenerator;
+
 /// Largest accepted width and height. Keeps every intermediate of the formulas (`x * 255`,
 /// `x + w`) far inside 32 bits, so GPU kernels can use 32-bit arithmetic.
 pub const MAX_SIZE: u32 = 32768;
@@ -309,6 +311,8 @@ pub struct Generator {
     format: FrameFormat,
     /// Taken at the first `process` call when pacing.
     start: Option<Instant>,
+    /// The loaded kernel, in the cuda domain.
+    gpu: Option<GpuGenerator>,
 }
 
 impl Plugin for Generator {
@@ -318,7 +322,7 @@ impl Plugin for Generator {
         name: "generator",
         version: env!("CARGO_PKG_VERSION"),
         description: "synthetic test frames (bars, gradient, noise, box), a function of seq",
-        domains: &[Domain::Cpu],
+        domains: &[Domain::Cpu, Domain::Cuda],
         min_inputs: 0,
         max_inputs: 0,
         accepts: &[],
@@ -337,14 +341,18 @@ impl Plugin for Generator {
         params: Params,
         _inputs: &[FrameFormat],
         output: Option<FrameFormat>,
-        _ctx: &CreateContext<'_>,
+        ctx: &CreateContext<'_>,
     ) -> Result<Generator> {
         params.validate()?;
         let format = params.frame_format();
         if output != Some(format) {
             bail!("the generator makes {format} frames, but the output was set to {output:?}");
         }
-        Ok(Generator { params, format, start: None })
+        let gpu = match ctx.domain {
+            Domain::Cuda => Some(GpuGenerator::new(ctx, params.format.pixel())?),
+            Domain::Cpu => None,
+        };
+        Ok(Generator { params, format, start: None, gpu })
     }
 
     fn process(
@@ -359,7 +367,16 @@ impl Plugin for Generator {
         }
         let p = &self.params;
         let frame = PatternFrame::new(p.pattern, p.width, p.height, output.info.seq, p.seed);
-        render(&frame, output)?;
+        match (output.device_buffer(), &self.gpu) {
+            // Enqueued on the stage's stream; the runner orders it with the consumers.
+            (Some(buffer), Some(gpu)) => {
+                gpu.draw(&frame, buffer, &output.info.layout, ctx.cuda_stream)?
+            }
+            (Some(_), None) => {
+                bail!("the output frame is in device memory, but this stage runs in the cpu domain")
+            }
+            (None, _) => render(&frame, output)?,
+        }
         if let Some(fps) = p.fps {
             let start = *self.start.get_or_insert_with(Instant::now);
             let due = deadline(start, ctx.frame_index, fps).ok_or_else(|| {
@@ -629,6 +646,63 @@ mod tests {
         assert_eq!(deadline(start, 30, 30.0), Some(start + Duration::from_secs(1)));
         assert_eq!(deadline(start, 3, 2.0), Some(start + Duration::from_millis(1500)));
         assert_eq!(deadline(start, 1, 1e-300), None);
+    }
+
+    #[test]
+    fn a_cpu_stage_refuses_device_frames_and_cuda_needs_a_context() {
+        let params = parse_params::<Generator>("width = 4\nheight = 4").unwrap();
+        let format = params.frame_format();
+        let mut stage = Generator::create(params.clone(), &[], Some(format), &ctx()).unwrap();
+        let info = FrameInfo::new(format, 0, 0).unwrap();
+        let buffer = gpuipc_plugin_api::DeviceBuffer { addr: 0x1000, len: info.layout.total_bytes };
+        let mut out = OutputFrame::device(info, buffer);
+        let pc = ProcessContext { frame_index: 0, cuda_stream: 0 };
+        let e = stage.process(&[], Some(&mut out), &pc).unwrap_err();
+        assert!(e.message().contains("runs in the cpu domain"), "{e}");
+        // No context: an error before any CUDA call.
+        let cuda = CreateContext { domain: Domain::Cuda, ..ctx() };
+        let e = Generator::create(params, &[], Some(format), &cuda).unwrap_err();
+        assert!(e.message().contains("kernels/generator.cu"), "{e}");
+    }
+
+    /// The cuda path draws exactly the cpu path's bytes, padding untouched, for every format
+    /// and pattern, odd sizes and large sequence numbers included. Needs a GPU (skipped
+    /// without one unless GPUIPC_REQUIRE_GPU=1) and NVRTC.
+    #[test]
+    fn gpu_frames_equal_cpu_frames() {
+        use gpuipc_plugin_api::cuda::testing::{GpuHarness, first_difference};
+        let Some(gpu) = GpuHarness::for_test() else { return };
+        const SENTINEL: u8 = 0xa5;
+        for (width, height) in [(1, 1), (5, 3), (17, 9), (64, 2), (641, 479), (1920, 1080)] {
+            for format in ["rgb8", "rgba8", "gray8"] {
+                for pattern in ["bars", "gradient", "noise", "box"] {
+                    let text = format!(
+                        "width = {width}\nheight = {height}\nformat = \"{format}\"\n\
+                         pattern = \"{pattern}\"\nseed = 99"
+                    );
+                    let params = parse_params::<Generator>(&text).unwrap();
+                    let frame_format = params.frame_format();
+                    let ctx = gpu.create_context("gen").unwrap();
+                    let mut stage =
+                        Generator::create(params, &[], Some(frame_format), &ctx).unwrap();
+                    for seq in [0, 7, (1 << 33) + 5] {
+                        let info = FrameInfo::new(frame_format, seq, 0).unwrap();
+                        let mut cpu = vec![SENTINEL; info.layout.total_bytes as usize];
+                        let mut out = OutputFrame::host(info, &mut cpu).unwrap();
+                        let pc = ProcessContext { frame_index: 0, cuda_stream: 0 };
+                        stage.process(&[], Some(&mut out), &pc).unwrap();
+
+                        let device = gpu.upload(&vec![SENTINEL; cpu.len()]).unwrap();
+                        let mut out = OutputFrame::device(info, device.buffer());
+                        stage.process(&[], Some(&mut out), &gpu.process_context(0)).unwrap();
+                        let got = gpu.download(&device).unwrap();
+                        if let Some(d) = first_difference(&got, &cpu, &info.layout) {
+                            panic!("{text} seq {seq}: GPU and CPU frames differ: {d}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

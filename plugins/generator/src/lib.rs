@@ -1,9 +1,15 @@
-//! `generator`: a source stage drawing synthetic test frames (cpu domain for now).
+//! `generator`: a source stage drawing synthetic test frames, in the cpu or the cuda domain.
 //!
 //! A frame's pixels are a pure function of the params and the frame's sequence number `seq`,
 //! never of wall time or of how many frames this instance made, so a rerun or a restarted
 //! stage draws the same frames and a GPU version can be checked against this one byte for byte.
 //! Every formula is integer-only for that reason.
+//!
+//! In the cuda domain the frame is drawn straight into device memory by
+//! `kernels/generator.cu` (compiled with NVRTC for the device when the stage starts and cached,
+//! see [`gpuipc_plugin_api::cuda`]) on the stage's stream, byte for byte what the cpu code here
+//! draws; the per-frame values (noise hash state, box corner) come from
+//! [`generator::PatternFrame`].
 //!
 //! # Params
 //!
@@ -55,6 +61,7 @@
 //! `(77 R + 150 G + 29 B + 128) >> 8` of the same triple ([`generator::luma`]).
 #![deny(unsafe_code)]
 
+pub mod cuda;
 pub mod generator;
 
 gpuipc_plugin_api::export_plugin!(generator::Generator);

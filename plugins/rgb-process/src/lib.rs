@@ -1,10 +1,12 @@
 //! `rgb-process`: a filter stage applying brightness, contrast, gamma and invert to every
-//! colour channel (cpu domain for now).
+//! colour channel, in the cpu or the cuda domain.
 //!
 //! Takes one `rgb8`, `rgba8` or `gray8` input and writes the same format and size. R, G and B
 //! (or gray) go through one 256-entry lookup table built from the params
-//! ([`rgb_process::lut`]); the alpha of `rgba8` is copied unchanged. A GPU version uploads
-//! the same table, so it matches this one byte for byte.
+//! ([`rgb_process::lut`]); the alpha of `rgba8` is copied unchanged. In the cuda domain the
+//! same table is uploaded once when the stage starts and `kernels/rgb_process.cu` (compiled
+//! with NVRTC and cached, see [`gpuipc_plugin_api::cuda`]) applies it on the stage's stream,
+//! byte for byte what the cpu code does.
 //!
 //! # Params
 //!
@@ -38,6 +40,7 @@
 //! `out = round(v * 255)` (halves away from zero).
 #![deny(unsafe_code)]
 
+pub mod cuda;
 pub mod rgb_process;
 
 gpuipc_plugin_api::export_plugin!(rgb_process::RgbProcess);

@@ -6,6 +6,8 @@ use gpuipc_plugin_api::{
 };
 use serde::Deserialize;
 
+use crate::cuda::GpuLut;
+
 /// The `params` table of an rgb-process stage.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -87,6 +89,8 @@ pub fn apply_row(table: &[u8; 256], pixel: PixelFormat, input: &[u8], output: &m
 pub struct RgbProcess {
     table: [u8; 256],
     format: FrameFormat,
+    /// The loaded kernel and the table in device memory, in the cuda domain.
+    gpu: Option<GpuLut>,
 }
 
 fn check_input(inputs: &[FrameFormat]) -> Result<FrameFormat> {
@@ -104,7 +108,7 @@ impl Plugin for RgbProcess {
         name: "rgb-process",
         version: env!("CARGO_PKG_VERSION"),
         description: "brightness, contrast, gamma and invert through a 256-entry table",
-        domains: &[Domain::Cpu],
+        domains: &[Domain::Cpu, Domain::Cuda],
         min_inputs: 1,
         max_inputs: 1,
         accepts: &[PixelFormat::Rgb8, PixelFormat::Rgba8, PixelFormat::Gray8],
@@ -120,7 +124,7 @@ impl Plugin for RgbProcess {
         params: Params,
         inputs: &[FrameFormat],
         output: Option<FrameFormat>,
-        _ctx: &CreateContext<'_>,
+        ctx: &CreateContext<'_>,
     ) -> Result<RgbProcess> {
         params.validate()?;
         let format = check_input(inputs)?;
@@ -129,14 +133,19 @@ impl Plugin for RgbProcess {
                 "rgb-process writes its input format {format}, but the output was set to {output:?}"
             );
         }
-        Ok(RgbProcess { table: lut(&params), format })
+        let table = lut(&params);
+        let gpu = match ctx.domain {
+            Domain::Cuda => Some(GpuLut::new(ctx, &table)?),
+            Domain::Cpu => None,
+        };
+        Ok(RgbProcess { table, format, gpu })
     }
 
     fn process(
         &mut self,
         inputs: &[InputFrame<'_>],
         output: Option<&mut OutputFrame<'_>>,
-        _ctx: &ProcessContext,
+        ctx: &ProcessContext,
     ) -> Result<()> {
         let [input] = inputs else { bail!("rgb-process takes 1 input, got {}", inputs.len()) };
         let output = output.ok_or_else(|| Error::new("rgb-process needs an output frame"))?;
@@ -144,6 +153,16 @@ impl Plugin for RgbProcess {
             if frame.format != self.format {
                 bail!("frame is {}, expected {}", frame.format, self.format);
             }
+        }
+        if let Some(dst) = output.device_buffer() {
+            let Some(gpu) = &self.gpu else {
+                bail!("the output frame is in device memory, but this stage runs in the cpu domain")
+            };
+            let Some(src) = input.device_buffer() else {
+                bail!("the output frame is in device memory but the input is in host memory")
+            };
+            // Enqueued on the stage's stream; the runner orders it with its neighbours.
+            return gpu.apply((&input.info, src), (&output.info, dst), ctx.cuda_stream);
         }
         let host_only = || Error::new("rgb-process reads and writes host memory only (cpu domain)");
         let src = input.plane(0).ok_or_else(host_only)?;
@@ -359,6 +378,68 @@ mod tests {
         let table = lut(&params("gamma = 0.5"));
         assert_eq!(out, pixels.iter().map(|&c| table[c as usize]).collect::<Vec<_>>());
         assert_eq!(out[..3], [0, 0, 1]); // (7/255)^2 * 255 = 0.19, (14/255)^2 * 255 = 0.77
+    }
+
+    #[test]
+    fn a_cpu_stage_refuses_device_frames_and_cuda_needs_a_context() {
+        let format = FrameFormat::new(PixelFormat::Rgb8, 4, 4);
+        let mut stage = RgbProcess::create(params(""), &[format], Some(format), &ctx()).unwrap();
+        let info = FrameInfo::new(format, 0, 0).unwrap();
+        let buffer = gpuipc_plugin_api::DeviceBuffer { addr: 0x1000, len: info.layout.total_bytes };
+        let input = InputFrame::device(info, buffer);
+        let mut out = OutputFrame::device(info, buffer);
+        let pc = ProcessContext { frame_index: 0, cuda_stream: 0 };
+        let e = stage.process(&[input], Some(&mut out), &pc).unwrap_err();
+        assert!(e.message().contains("runs in the cpu domain"), "{e}");
+        let cuda = CreateContext { domain: Domain::Cuda, ..ctx() };
+        let e = RgbProcess::create(params(""), &[format], Some(format), &cuda).unwrap_err();
+        assert!(e.message().contains("kernels/rgb_process.cu"), "{e}");
+    }
+
+    /// The cuda path writes exactly the cpu path's bytes, padding untouched, for every format,
+    /// odd sizes, aligned and unaligned pitches. Needs a GPU (skipped without one unless
+    /// GPUIPC_REQUIRE_GPU=1) and NVRTC.
+    #[test]
+    fn gpu_frames_equal_cpu_frames() {
+        use gpuipc_plugin_api::cuda::testing::{GpuHarness, first_difference};
+        let Some(gpu) = GpuHarness::for_test() else { return };
+        const SENTINEL: u8 = 0xa5;
+        let settings = ["invert = true", "brightness = 0.1\ncontrast = 1.2\ngamma = 2.2"];
+        for (width, height) in [(1, 1), (5, 3), (17, 9), (641, 479), (1920, 1080)] {
+            for pixel in [PixelFormat::Rgb8, PixelFormat::Rgba8, PixelFormat::Gray8] {
+                let format = FrameFormat::new(pixel, width, height);
+                for text in settings {
+                    let ctx = gpu.create_context("grade").unwrap();
+                    let mut stage =
+                        RgbProcess::create(params(text), &[format], Some(format), &ctx).unwrap();
+                    for (in_extra, out_extra) in [(0, 0), (5, 3)] {
+                        let mut in_info = FrameInfo::new(format, 1, 0).unwrap();
+                        in_info.layout = padded(in_info.layout, in_extra);
+                        let mut out_info = FrameInfo::new(format, 1, 0).unwrap();
+                        out_info.layout = padded(out_info.layout, out_extra);
+                        let in_bytes: Vec<u8> = (0..in_info.layout.total_bytes)
+                            .map(|i| (i * 31 + 7) as u8)
+                            .collect();
+
+                        let input = InputFrame::host(in_info, &in_bytes).unwrap();
+                        let mut cpu = vec![SENTINEL; out_info.layout.total_bytes as usize];
+                        let mut out = OutputFrame::host(out_info, &mut cpu).unwrap();
+                        let pc = ProcessContext { frame_index: 0, cuda_stream: 0 };
+                        stage.process(&[input], Some(&mut out), &pc).unwrap();
+
+                        let device_in = gpu.upload(&in_bytes).unwrap();
+                        let device_out = gpu.upload(&vec![SENTINEL; cpu.len()]).unwrap();
+                        let input = InputFrame::device(in_info, device_in.buffer());
+                        let mut out = OutputFrame::device(out_info, device_out.buffer());
+                        stage.process(&[input], Some(&mut out), &gpu.process_context(0)).unwrap();
+                        let got = gpu.download(&device_out).unwrap();
+                        if let Some(d) = first_difference(&got, &cpu, &out_info.layout) {
+                            panic!("{format} {text:?} pitch +{in_extra}/+{out_extra}: {d}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

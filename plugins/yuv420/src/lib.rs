@@ -1,10 +1,15 @@
-//! `yuv420`: a filter stage converting RGB to 4:2:0 YUV, `i420` or `nv12` (cpu domain for now).
+//! `yuv420`: a filter stage converting RGB to 4:2:0 YUV, `i420` or `nv12`, in the cpu or the
+//! cuda domain.
 //!
 //! Takes one `rgb8` or `rgba8` input (alpha is ignored) and writes the same width and height.
 //! Odd sizes are allowed: the chroma planes are `ceil(w/2)` x `ceil(h/2)`, and each chroma
 //! sample comes from the average of the pixels of its 2x2 block that lie inside the frame: 4
 //! inside, 2 on the last column or row of an odd size, 1 in the corner of an odd-by-odd frame.
 //! Chroma sits at the centre of its block (JPEG/MPEG-1 siting, the `C420jpeg` of y4m).
+//!
+//! In the cuda domain `kernels/yuv420.cu` (compiled with NVRTC when the stage starts and
+//! cached, see [`gpuipc_plugin_api::cuda`]) converts on the stage's stream with the same
+//! fixed-point [`yuv420::Coefficients`], byte for byte what the cpu code does.
 //!
 //! # Params
 //!
@@ -56,6 +61,7 @@
 //! an i32 (|numerator| < 2^27); the code uses i64 for margin.
 #![deny(unsafe_code)]
 
+pub mod cuda;
 pub mod yuv420;
 
 gpuipc_plugin_api::export_plugin!(yuv420::Yuv420);

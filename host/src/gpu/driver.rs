@@ -1,0 +1,345 @@
+//! The driver itself: whether libcuda can be loaded, initialising it once, its version, the
+//! devices and what each supports, and [`GpuError`], which every call here and in the
+//! sibling modules returns. `check` turns a `CUresult` into that error, keeping the code.
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::OnceLock;
+
+use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute, CUresult};
+
+/// Everything that can go wrong talking to the CUDA driver.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GpuError {
+    /// libcuda could not be loaded (or `GPUIPC_NO_CUDA` is set): nothing CUDA can run here.
+    #[error("no CUDA driver found (libcuda.so.1 could not be loaded)")]
+    NoDriver,
+    /// The driver library lacks a function gpuipc needs (a driver older than CUDA 11).
+    #[error("the CUDA driver lacks {symbol}; gpuipc needs a driver for CUDA 11.0 or newer")]
+    MissingSymbol { symbol: &'static str },
+    /// A driver call failed; `code` is the `CUresult`, `name` its symbolic name.
+    #[error("{op}{}: {name} ({code}): {description}", on_device(*.device))]
+    Driver { op: &'static str, device: Option<u32>, code: u32, name: String, description: String },
+    #[error("cuda:{ordinal} does not exist (the driver sees {count} device(s))")]
+    NoSuchDevice { ordinal: u32, count: u32 },
+    /// A call that gpuipc refuses before it reaches the driver (sizes, ranges, streams).
+    #[error("{op}: {reason}")]
+    Invalid { op: &'static str, reason: String },
+    /// An operating-system call around a driver call (e.g. on an exported descriptor).
+    #[error("{op}: {reason}")]
+    Os { op: &'static str, reason: String },
+}
+
+fn on_device(device: Option<u32>) -> String {
+    device.map(|d| format!(" on cuda:{d}")).unwrap_or_default()
+}
+
+/// `CUDA_SUCCESS` or the error, named by the driver, with the operation and device.
+pub(super) fn check(op: &'static str, device: Option<u32>, result: CUresult) -> Result<(), GpuError> {
+    if result == CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let (name, description) = describe(result);
+    Err(GpuError::Driver { op, device, code: result as u32, name, description })
+}
+
+/// The driver's name and text for `result`. Only called once the library is loaded (a
+/// `CUresult` other than success only comes from it).
+fn describe(result: CUresult) -> (String, String) {
+    let text = |get: unsafe fn(CUresult, *mut *const c_char) -> CUresult| {
+        let mut ptr: *const c_char = std::ptr::null();
+        // SAFETY: the library is loaded (we hold a result from it); the driver writes a
+        // pointer to a static NUL-terminated string, or fails and leaves it null.
+        let r = unsafe { get(result, &mut ptr) };
+        if r != CUresult::CUDA_SUCCESS || ptr.is_null() {
+            return None;
+        }
+        // SAFETY: non-null, static and NUL-terminated per the driver API.
+        Some(unsafe { CStr::from_ptr(ptr) }.to_string_lossy().into_owned())
+    };
+    let name = text(sys::cuGetErrorName).unwrap_or_else(|| format!("{result:?}"));
+    let description = text(sys::cuGetErrorString).unwrap_or_else(|| "unknown error".into());
+    (name, description)
+}
+
+/// Whether the CUDA driver library can be loaded. Cheap after the first call (cached).
+/// `GPUIPC_NO_CUDA` in the environment forces `false`, as the planner does. Loading the
+/// library creates no context.
+pub fn driver_available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        if std::env::var_os("GPUIPC_NO_CUDA").is_some() {
+            return false;
+        }
+        // SAFETY: only dlopen()s the candidate names (libcuda.so, libcuda.so.1, ...) and closes
+        // them again; libcuda's initialisers register the library and create no context.
+        unsafe { sys::is_culib_present() }
+    })
+}
+
+/// Every driver function gpuipc calls. cudarc resolves a symbol on first use and panics if it
+/// is missing, so we look them all up once, up front, and fail cleanly instead.
+const SYMBOLS: &[&str] = &[
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetName",
+    "cuDeviceGetAttribute",
+    "cuDeviceGetPCIBusId",
+    "cuDeviceTotalMem_v2",
+    "cuDeviceCanAccessPeer",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxGetCurrent",
+    "cuCtxSetCurrent",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuStreamWaitEvent",
+    "cuMemGetAllocationGranularity",
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuMemExportToShareableHandle",
+    "cuMemImportFromShareableHandle",
+    "cuMemAddressReserve",
+    "cuMemAddressFree",
+    "cuMemMap",
+    "cuMemUnmap",
+    "cuMemSetAccess",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemGetAddressRange_v2",
+    "cuIpcGetMemHandle",
+    "cuIpcOpenMemHandle_v2",
+    "cuIpcCloseMemHandle",
+    "cuMemHostRegister_v2",
+    "cuMemHostUnregister",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoDAsync_v2",
+    "cuMemsetD8Async",
+    "cuEventCreate",
+    "cuEventDestroy_v2",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuEventQuery",
+    "cuIpcGetEventHandle",
+    "cuIpcOpenEventHandle",
+];
+
+/// The library is loaded and has every function we call.
+pub(super) fn library() -> Result<(), GpuError> {
+    if !driver_available() {
+        return Err(GpuError::NoDriver);
+    }
+    static SYMBOLS_OK: OnceLock<Result<(), GpuError>> = OnceLock::new();
+    SYMBOLS_OK
+        .get_or_init(|| {
+            // SAFETY: `driver_available` just loaded one of the candidates, so `culib` finds
+            // a library instead of panicking.
+            let lib = unsafe { sys::culib() };
+            for &symbol in SYMBOLS {
+                // SAFETY: only a dlsym lookup; the pointer is not called.
+                if unsafe { lib.get::<*const c_void>(symbol.as_bytes()) }.is_err() {
+                    return Err(GpuError::MissingSymbol { symbol });
+                }
+            }
+            Ok(())
+        })
+        .clone()
+}
+
+/// Load the library and `cuInit` it, once per process. Creates no context.
+pub(super) fn init() -> Result<(), GpuError> {
+    library()?;
+    static INIT: OnceLock<Result<(), GpuError>> = OnceLock::new();
+    INIT.get_or_init(|| {
+        // SAFETY: the library is loaded with all our symbols; cuInit takes flags 0.
+        check("cuInit", None, unsafe { sys::cuInit(0) })
+    })
+    .clone()
+}
+
+/// The CUDA version the installed driver supports, as (major, minor), e.g. (13, 0). Does not
+/// initialise the driver.
+pub fn driver_version() -> Result<(u32, u32), GpuError> {
+    library()?;
+    let mut version: c_int = 0;
+    // SAFETY: library loaded; writes one int. Allowed before cuInit.
+    check("cuDriverGetVersion", None, unsafe { sys::cuDriverGetVersion(&mut version) })?;
+    Ok(split_version(version as u32))
+}
+
+/// The CUDA version gpuipc's bindings were generated for (the `cuda-13000` feature of cudarc).
+pub fn built_for_cuda() -> (u32, u32) {
+    split_version(sys::CUDA_VERSION)
+}
+
+/// 13000 → (13, 0); 12080 → (12, 8).
+fn split_version(v: u32) -> (u32, u32) {
+    (v / 1000, (v % 1000) / 10)
+}
+
+/// One device and what gpuipc can use on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub ordinal: u32,
+    pub name: String,
+    /// e.g. "0000:19:00.0"; empty if the driver would not say.
+    pub pci_bus_id: String,
+    pub compute_capability: (u32, u32),
+    pub total_memory: u64,
+    /// Virtual memory management with POSIX file-descriptor handles: the preferred transport.
+    pub vmm_posix_fd: bool,
+    /// Interprocess events (`cuIpcGetEventHandle`).
+    pub ipc_events: bool,
+    /// Legacy `cuIpcGetMemHandle` memory sharing (needs unified addressing).
+    pub legacy_ipc: bool,
+}
+
+/// The devices the driver sees, in ordinal order. Initialises the driver; creates no context.
+pub fn devices() -> Result<Vec<DeviceInfo>, GpuError> {
+    init()?;
+    (0..device_count()?).map(device_info).collect()
+}
+
+pub(super) fn device_count() -> Result<u32, GpuError> {
+    let mut count: c_int = 0;
+    // SAFETY: initialised; writes one int.
+    check("cuDeviceGetCount", None, unsafe { sys::cuDeviceGetCount(&mut count) })?;
+    Ok(count.max(0) as u32)
+}
+
+/// The `CUdevice` of `ordinal`, checked against the device count for a clear error.
+pub(super) fn device(ordinal: u32) -> Result<CUdevice, GpuError> {
+    init()?;
+    let count = device_count()?;
+    if ordinal >= count {
+        return Err(GpuError::NoSuchDevice { ordinal, count });
+    }
+    let mut dev: CUdevice = 0;
+    // SAFETY: initialised; ordinal < count; writes one CUdevice.
+    check("cuDeviceGet", Some(ordinal), unsafe { sys::cuDeviceGet(&mut dev, ordinal as c_int) })?;
+    Ok(dev)
+}
+
+pub(super) fn attribute(dev: CUdevice, ordinal: u32, attr: CUdevice_attribute) -> Result<i32, GpuError> {
+    let mut value: c_int = 0;
+    // SAFETY: initialised; `dev` came from cuDeviceGet; writes one int.
+    check("cuDeviceGetAttribute", Some(ordinal), unsafe { sys::cuDeviceGetAttribute(&mut value, attr, dev) })?;
+    Ok(value)
+}
+
+/// What a device supports, from its attributes (shared by `devices` and `Gpu::open`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Support {
+    pub compute_capability: (u32, u32),
+    pub vmm_posix_fd: bool,
+    pub ipc_events: bool,
+    pub legacy_ipc: bool,
+}
+
+pub(super) fn support(dev: CUdevice, ordinal: u32) -> Result<Support, GpuError> {
+    use CUdevice_attribute::*;
+    let flag = |a| attribute(dev, ordinal, a).map(|v| v != 0);
+    Ok(Support {
+        compute_capability: (
+            attribute(dev, ordinal, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32,
+            attribute(dev, ordinal, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32,
+        ),
+        // Attribute 102, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED in cuda.h; a
+        // Rust enum cannot hold two names for one value, and cudarc kept the older alias.
+        vmm_posix_fd: flag(CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED)?
+            && flag(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED)?,
+        ipc_events: flag(CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED)?,
+        // cuIpcGetMemHandle: "restricted to devices with support for unified addressing on
+        // Linux" (driver API docs). The self-test in `doctor` is the real proof.
+        legacy_ipc: flag(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)?,
+    })
+}
+
+fn device_info(ordinal: u32) -> Result<DeviceInfo, GpuError> {
+    let dev = device(ordinal)?;
+    let mut name = [0 as c_char; 256];
+    // SAFETY: writes at most `len` bytes, NUL-terminated, into our buffer.
+    check("cuDeviceGetName", Some(ordinal), unsafe {
+        sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as c_int, dev)
+    })?;
+    let mut bus = [0 as c_char; 32];
+    // SAFETY: as above; the driver documents 13 bytes as enough.
+    let bus_ok =
+        unsafe { sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as c_int, dev) } == CUresult::CUDA_SUCCESS;
+    let mut total: usize = 0;
+    // SAFETY: writes one size_t.
+    check("cuDeviceTotalMem", Some(ordinal), unsafe { sys::cuDeviceTotalMem_v2(&mut total, dev) })?;
+    let s = support(dev, ordinal)?;
+    Ok(DeviceInfo {
+        ordinal,
+        name: c_string(&name),
+        pci_bus_id: if bus_ok { c_string(&bus) } else { String::new() },
+        compute_capability: s.compute_capability,
+        total_memory: total as u64,
+        vmm_posix_fd: s.vmm_posix_fd,
+        ipc_events: s.ipc_events,
+        legacy_ipc: s.legacy_ipc,
+    })
+}
+
+/// A NUL-terminated C string in a fixed buffer (the whole buffer if it has no NUL).
+fn c_string(buf: &[c_char]) -> String {
+    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Whether device `a` can access memory on device `b` directly (peer access). Creates no
+/// context.
+pub fn can_access_peer(a: u32, b: u32) -> Result<bool, GpuError> {
+    let (da, db) = (device(a)?, device(b)?);
+    let mut can: c_int = 0;
+    // SAFETY: initialised; both devices came from cuDeviceGet; writes one int.
+    check("cuDeviceCanAccessPeer", Some(a), unsafe { sys::cuDeviceCanAccessPeer(&mut can, da, db) })?;
+    Ok(can != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_split() {
+        assert_eq!(split_version(13000), (13, 0));
+        assert_eq!(split_version(12080), (12, 8));
+        assert_eq!(split_version(11040), (11, 4));
+    }
+
+    #[test]
+    fn c_strings_stop_at_nul() {
+        let buf: Vec<c_char> = b"H100\0junk".iter().map(|&b| b as c_char).collect();
+        assert_eq!(c_string(&buf), "H100");
+        let full: Vec<c_char> = b"abc".iter().map(|&b| b as c_char).collect();
+        assert_eq!(c_string(&full), "abc");
+    }
+
+    #[test]
+    fn errors_name_the_operation_device_and_code() {
+        let e = GpuError::Driver {
+            op: "cuMemCreate",
+            device: Some(1),
+            code: 2,
+            name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
+            description: "out of memory".into(),
+        };
+        assert_eq!(e.to_string(), "cuMemCreate on cuda:1: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory");
+        let e = GpuError::Driver {
+            op: "cuInit",
+            device: None,
+            code: 100,
+            name: "CUDA_ERROR_NO_DEVICE".into(),
+            description: "no CUDA-capable device is detected".into(),
+        };
+        assert_eq!(e.to_string(), "cuInit: CUDA_ERROR_NO_DEVICE (100): no CUDA-capable device is detected");
+    }
+}

@@ -1,0 +1,111 @@
+//! The yuv420 stage's cuda path: `kernels/yuv420.cu` converting a device frame with the
+//! fixed-point [`Coefficients`] computed on the CPU.
+
+use gpuipc_plugin_api::cuda::{self, Kernel, KernelArg, Kernels};
+use gpuipc_plugin_api::{CreateContext, DeviceBuffer, FrameInfo, PixelFormat, Result, bail};
+
+use crate::yuv420::{ChromaLayout, Coefficients};
+
+/// The kernel source, compiled with NVRTC when a cuda stage starts.
+pub const SOURCE: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../kernels/yuv420.cu"
+));
+/// How the source is named in NVRTC's messages and the kernel cache.
+pub const FILE_NAME: &str = "kernels/yuv420.cu";
+/// The kernel's entry point.
+pub const ENTRY_POINT: &str = "rgb_to_yuv420";
+/// Threads per block (any works; 128 is what the kernel's header suggests).
+const BLOCK_X: u32 = 128;
+
+/// The kernel's `layout` argument: [`ChromaLayout`] in declaration order.
+pub fn layout_code(layout: ChromaLayout) -> u32 {
+    match layout {
+        ChromaLayout::I420 => 0,
+        ChromaLayout::Nv12 => 1,
+    }
+}
+
+/// The loaded kernel.
+#[derive(Debug)]
+pub struct GpuConverter {
+    kernel: Kernel,
+}
+
+impl GpuConverter {
+    /// Compile (or take from the cache) and load the kernel.
+    pub fn new(ctx: &CreateContext<'_>) -> Result<GpuConverter> {
+        let kernels = Kernels::load(ctx, FILE_NAME, SOURCE, &[ENTRY_POINT])?;
+        Ok(GpuConverter {
+            kernel: kernels.get(ENTRY_POINT)?.clone(),
+        })
+    }
+
+    /// Enqueue converting the rgb8/rgba8 device frame `input` into the i420/nv12 device frame
+    /// `output` (same size, checked by the caller) on `stream`.
+    pub fn convert(
+        &self,
+        coeffs: &Coefficients,
+        input: (&FrameInfo, DeviceBuffer),
+        output: (&FrameInfo, DeviceBuffer),
+        stream: usize,
+    ) -> Result<()> {
+        let in_bpp = match input.0.pixel() {
+            PixelFormat::Rgb8 => 3,
+            PixelFormat::Rgba8 => 4,
+            other => bail!("yuv420 takes rgb8 or rgba8 frames; input is {other}"),
+        };
+        let (layout, out_layout) = (output.0.layout, output.1);
+        let src = cuda::device_plane(input.1, &input.0.layout, 0)?;
+        let y = cuda::device_plane(out_layout, &layout, 0)?;
+        let u = cuda::device_plane(out_layout, &layout, 1)?;
+        let (chroma, v_addr, v_pitch) = match output.0.pixel() {
+            PixelFormat::I420 => {
+                let v = cuda::device_plane(out_layout, &layout, 2)?;
+                (ChromaLayout::I420, v.addr, v.pitch)
+            }
+            // nv12: the v arguments are unused; the header says to pass 0.
+            PixelFormat::Nv12 => (ChromaLayout::Nv12, 0, 0),
+            other => bail!("yuv420 writes i420 or nv12 frames; output is {other}"),
+        };
+        let (width, height) = (output.0.width(), output.0.height());
+        // One thread per 16 x 2 pixels: ceil(width / 16) threads a row pair, one block row per
+        // row pair (grid-stride beyond).
+        let grid = cuda::row_grid(
+            u64::from(width).div_ceil(16),
+            u64::from(height).div_ceil(2),
+            BLOCK_X,
+        );
+        let c = coeffs;
+        self.kernel.launch(
+            stream,
+            grid,
+            (BLOCK_X, 1, 1),
+            0,
+            &[
+                KernelArg::DevicePtr(src.addr),
+                KernelArg::U64(src.pitch),
+                KernelArg::U32(in_bpp),
+                KernelArg::DevicePtr(y.addr),
+                KernelArg::U64(y.pitch),
+                KernelArg::DevicePtr(u.addr),
+                KernelArg::U64(u.pitch),
+                KernelArg::DevicePtr(v_addr),
+                KernelArg::U64(v_pitch),
+                KernelArg::U32(width),
+                KernelArg::U32(height),
+                KernelArg::U32(layout_code(chroma)),
+                KernelArg::I32(c.y_offset),
+                KernelArg::I32(c.y_r),
+                KernelArg::I32(c.y_g),
+                KernelArg::I32(c.y_b),
+                KernelArg::I32(c.u_r),
+                KernelArg::I32(c.u_g),
+                KernelArg::I32(c.u_b),
+                KernelArg::I32(c.v_r),
+                KernelArg::I32(c.v_g),
+                KernelArg::I32(c.v_b),
+            ],
+        )
+    }
+}

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The GPU checks, run from a bundle made by scripts/gpu-check.sh on a machine with an NVIDIA
+# GPU. Every step prints what it found; the script exits non-zero if any check failed.
+#  1. doctor: driver, devices, capabilities, a two-process IPC self-test
+#  2. every pipeline in pipelines/ on cuda and on cpu: every stage's output checksums equal
+#  3. a 4K generator -> rgb-process -> yuv420 pipeline for 10,000 frames on the GPU
+#  4. SIGKILL of a GPU stage mid-run: the run ends, and GPU memory is returned
+#  5. the two-process handoff benchmark
+set -uo pipefail
+cd "$(dirname "$0")"
+here=$PWD
+host=$here/bin/gpuipc-host
+results=${OUT:-$here/results}
+mkdir -p "$results"
+export GPUIPC_KERNEL_CACHE=$here/kernel-cache
+# NVRTC comes with the CUDA toolkit of the GPU machine.
+for dir in $(ldconfig -p | awk '/libnvrtc.so/ {print $NF}' | xargs -r -n1 dirname) /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    if [ -e "$dir/libnvrtc.so.13" ] || [ -e "$dir/libnvrtc.so" ]; then export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
+done
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+section() { echo; echo "== $*"; }
+
+section "1. doctor"
+"$host" doctor || fail "doctor"
+
+section "1b. plugin kernels against the CPU reference (gpu_* tests)"
+for t in tests/*; do
+    GPUIPC_REQUIRE_GPU=1 GPUIPC_REQUIRE_NVRTC=1 "$t" gpu_ 2>&1 | grep -E "^test |test result|panicked|assert" | sed "s|^|    $(basename "$t"): |" 
+    [ "${PIPESTATUS[0]}" = 0 ] || fail "$(basename "$t") gpu tests"
+done
+
+section "2. every pipeline, cuda against cpu"
+for file in pipelines/*.toml; do
+    name=$(basename "$file" .toml)
+    frames=30
+    case $name in 4k*) frames=8 ;; handoff*) frames=1000 ;; esac
+    for device in cpu cuda; do
+        work=$here/work/$name-$device
+        rm -rf "$work" && mkdir -p "$work"
+        (cd "$work" && "$host" run "$here/$file" --device "$device" --frames "$frames" --quiet \
+            --checksums sums --report report.json > run.txt 2> err.txt) || { fail "$name on $device"; cat "$work/err.txt" "$work/run.txt"; }
+    done
+    if diff -r "$here/work/$name-cpu" "$here/work/$name-cuda" -x report.json -x run.txt -x err.txt > "$here/work/$name.diff"; then
+        lines=$(cat "$here/work/$name-cuda"/sums/*.sum | wc -l)
+        echo "match  $name: $frames frames, $lines stage outputs compared, cuda = cpu byte for byte"
+    else
+        fail "$name: cuda output differs from cpu"
+        head -20 "$here/work/$name.diff"
+    fi
+    grep -E "^(stage|[a-z])" "$here/work/$name-cuda/run.txt" | sed 's/^/    /'
+done
+
+section "3. 4K generator -> rgb-process -> yuv420, 10,000 frames on the GPU"
+(cd "$here/work" && "$host" run "$here/pipelines/4k-yuv.toml" --device cuda --frames 10000 --quiet --report 4k.json) || fail "4K run"
+cp "$here/work/4k.json" "$results/" 2>/dev/null
+
+section "4. SIGKILL of a GPU stage mid-run"
+nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits > "$here/work/mem-before.txt"
+(cd "$here/work" && exec "$host" run "$here/pipelines/4k-yuv.toml" --device cuda --frames 100000000 --quiet > kill.txt 2> kill.err) &
+hostpid=$!
+for _ in $(seq 1 300); do grep -q "stages ready; running" "$here/work/kill.err" 2>/dev/null && break; sleep 0.1; done
+sleep 1
+echo "GPU processes while running:"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
+victim=$(pgrep -f "gpuipc-host __stage grade" | head -1)
+echo "killing stage 'grade' (pid $victim) with SIGKILL"
+kill -KILL "$victim"
+wait "$hostpid"; code=$?
+echo "host exit code: $code"; tail -5 "$here/work/kill.txt"
+[ "$code" = 1 ] || fail "the run did not fail with exit code 1 after SIGKILL"
+grep -q "stage 'grade' killed by SIGKILL" "$here/work/kill.txt" || fail "the report does not name the killed stage"
+left=$(pgrep -f "gpuipc-host __stage" || true)
+[ -z "$left" ] || fail "stage processes left: $left"
+apps=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader)
+[ -z "$apps" ] || fail "GPU processes left: $apps"
+after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+echo "GPU memory used: before $(cat "$here/work/mem-before.txt") MiB, after $after MiB"
+[ "$after" -le $(( $(cat "$here/work/mem-before.txt") + 64 )) ] || fail "GPU memory not returned"
+
+section "5. handoff benchmark (two processes, cpu domain)"
+for spin in 20 0; do
+    (cd "$here/work" && "$host" run "$here/pipelines/handoff-64.toml" --quiet --spin-us "$spin" | grep -E "^sink")
+done
+
+echo
+if [ "$failed" = 0 ]; then echo "ALL GPU CHECKS PASSED"; else echo "SOME GPU CHECKS FAILED"; fi
+exit "$failed"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Build in release mode and bundle everything the GPU checks need into one folder that runs
+# on a machine with an NVIDIA GPU and its driver but no Rust toolchain:
+#
+#   scripts/gpu-check.sh [BUNDLE_DIR]     (default: gpu-bundle, ignored by git)
+#   # copy BUNDLE_DIR to the GPU machine, then there:
+#   BUNDLE_DIR/check.sh                   (writes its results under $OUT or BUNDLE_DIR/results)
+#
+# The bundle holds gpuipc-host, every plugin library next to it, pipelines/ and check.sh
+# (scripts/gpu-check-run.sh). Kernels are compiled into the plugins' sources and built with
+# NVRTC on the GPU machine at stage start.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bundle=${1:-gpu-bundle}
+cargo build --workspace --release --locked
+rm -rf "$bundle"
+mkdir -p "$bundle/bin" "$bundle/tests"
+# The plugins' GPU-against-CPU tests (named gpu_*), run there with the GPU required.
+for crate in gpuipc-plugin-api gpuipc-generator gpuipc-rgb-process gpuipc-yuv420; do
+    cargo test --release --locked -p "$crate" --lib --no-run --message-format=json 2>/dev/null |
+        python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])' | while read -r exe; do cp "$exe" "$bundle/tests/$crate"; done
+done
+cp target/release/gpuipc-host "$bundle/bin/"
+cp target/release/libgpuipc_*.so "$bundle/bin/"
+cp -r pipelines "$bundle/"
+cp scripts/gpu-check-run.sh "$bundle/check.sh"
+chmod +x "$bundle/check.sh"
+du -sh "$bundle"
