@@ -16,7 +16,7 @@ sed 's/width = 64, height = 64/width = 1, height = 1/' pipelines/handoff-64.toml
 echo "machine: $(nproc) cores, $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 for file in pipelines/handoff-64.toml "$work/handoff-1.toml"; do
     for spin in 20 0; do
-        "$host" run "$file" --quiet --frames "$frames" --spin-us "$spin" --report "$work/report.json" > /dev/null
+        "$host" run "$file" --device cpu --quiet --frames "$frames" --spin-us "$spin" --report "$work/report.json" > /dev/null
         python3 - "$work/report.json" "$file" "$spin" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
@@ -28,3 +28,10 @@ print(f"{size:>6} {mode:17} {sink['frames']:>8} frames {sink['fps']:>12,.0f} fra
 PY
     done
 done
+# The same 64x64 generator -> null in one process, no link: the generator's own cost.
+"$host" run pipelines/handoff-64.toml --device cpu --in-process --quiet --frames "$frames" --report "$work/report.json" > /dev/null
+python3 - "$work/report.json" <<'PY'
+import json, sys
+sink = next(s for s in json.load(open(sys.argv[1]))["stages"] if s["name"] == "sink")
+print(f" 64x64 in-process (no link) {sink['frames']:>8} frames {sink['fps']:>12,.0f} frames/s {1e9 / sink['fps']:>8.0f} ns/frame")
+PY

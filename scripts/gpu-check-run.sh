@@ -79,7 +79,7 @@ echo "GPU memory used: before $(cat "$here/work/mem-before.txt") MiB, after $aft
 
 section "5. handoff benchmark (two processes, cpu domain)"
 for spin in 20 0; do
-    (cd "$here/work" && "$host" run "$here/pipelines/handoff-64.toml" --quiet --spin-us "$spin" | grep -E "^sink")
+    (cd "$here/work" && "$host" run "$here/pipelines/handoff-64.toml" --device cpu --quiet --spin-us "$spin" | grep -E "^sink")
 done
 
 echo

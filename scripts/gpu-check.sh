@@ -29,4 +29,5 @@ cp target/release/libgpuipc_*.so "$bundle/bin/"
 cp -r pipelines "$bundle/"
 cp scripts/gpu-check-run.sh "$bundle/check.sh"
 chmod +x "$bundle/check.sh"
+strip --strip-debug "$bundle"/bin/* "$bundle"/tests/*
 du -sh "$bundle"
