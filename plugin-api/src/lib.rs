@@ -45,6 +45,8 @@ pub mod format;
 pub mod frame;
 pub mod log;
 mod plugin;
+#[doc(hidden)]
+pub mod testing;
 
 pub use error::{Error, Result};
 

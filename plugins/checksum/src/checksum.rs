@@ -101,54 +101,13 @@ impl Plugin for Checksum {
 
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::{FrameInfo, FrameLayout, parse_params};
+    use gpuipc_plugin_api::testing::{
+        check_doc_examples, cpu_context, frame_bytes, padded, temp_path,
+    };
+    use gpuipc_plugin_api::{FrameInfo, parse_params};
     use xxhash_rust::xxh3::xxh3_64;
 
     use super::*;
-
-    fn ctx() -> CreateContext<'static> {
-        CreateContext {
-            stage: "test",
-            domain: Domain::Cpu,
-            device_ordinal: None,
-            cuda_context: 0,
-            cuda_stream: 0,
-            kernel_cache_dir: None,
-        }
-    }
-
-    /// `layout` with `extra` more bytes of padding after every row.
-    fn padded(layout: FrameLayout, extra: u64) -> FrameLayout {
-        let mut padded = layout;
-        let mut offset = 0;
-        for plane in &mut padded.planes[..layout.n_planes as usize] {
-            plane.pitch += extra;
-            plane.offset = offset;
-            offset = (offset + plane.pitch * plane.rows).next_multiple_of(256);
-        }
-        padded.total_bytes = offset;
-        padded
-    }
-
-    /// A frame of `info`'s layout whose packed pixels are `packed`, padding filled with `fill`.
-    fn frame_bytes(info: &FrameInfo, packed: &[u8], fill: u8) -> Vec<u8> {
-        let mut bytes = vec![fill; info.layout.total_bytes as usize];
-        let mut rest = packed;
-        for plane in info.layout.planes() {
-            for y in 0..plane.rows {
-                let start = (plane.offset + y * plane.pitch) as usize;
-                let (row, tail) = rest.split_at(plane.row_bytes as usize);
-                bytes[start..start + row.len()].copy_from_slice(row);
-                rest = tail;
-            }
-        }
-        assert!(rest.is_empty());
-        bytes
-    }
-
-    fn temp_path(name: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("gpuipc-checksum-{}-{name}", std::process::id()))
-    }
 
     #[test]
     fn hash_ignores_padding_and_equals_the_packed_hash() {
@@ -177,12 +136,12 @@ mod tests {
 
     #[test]
     fn writes_one_line_per_frame() {
-        let path = temp_path("lines");
+        let path = temp_path("checksum", "lines");
         let text = format!("path = {:?}", path.to_str().unwrap());
         let params = parse_params::<Checksum>(&text).unwrap();
         let format = FrameFormat::new(PixelFormat::Nv12, 3, 3);
         assert_eq!(Checksum::negotiate(&params, &[format]).unwrap(), None);
-        let mut stage = Checksum::create(params, &[format], None, &ctx()).unwrap();
+        let mut stage = Checksum::create(params, &[format], None, &cpu_context()).unwrap();
         let mut expected = String::new();
         for seq in [0, 1, 7] {
             let info = FrameInfo::new(format, seq, 0).unwrap();
@@ -202,12 +161,12 @@ mod tests {
 
     #[test]
     fn the_file_is_truncated_at_create() {
-        let path = temp_path("truncate");
+        let path = temp_path("checksum", "truncate");
         std::fs::write(&path, "old contents\n").unwrap();
         let text = format!("path = {:?}", path.to_str().unwrap());
         let params = parse_params::<Checksum>(&text).unwrap();
         let format = FrameFormat::new(PixelFormat::Gray8, 1, 1);
-        let mut stage = Checksum::create(params, &[format], None, &ctx()).unwrap();
+        let mut stage = Checksum::create(params, &[format], None, &cpu_context()).unwrap();
         stage.flush().unwrap();
         let written = std::fs::read(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
@@ -224,7 +183,7 @@ mod tests {
         assert!(e.message().contains("seed"), "{e}");
         let params = parse_params::<Checksum>("path = \"/proc/nonexistent/y.txt\"").unwrap();
         let format = FrameFormat::new(PixelFormat::Gray8, 1, 1);
-        let e = Checksum::create(params, &[format], None, &ctx()).unwrap_err();
+        let e = Checksum::create(params, &[format], None, &cpu_context()).unwrap_err();
         assert!(
             e.message().starts_with("param `path`: cannot create /proc/nonexistent/y.txt"),
             "{e}"
@@ -233,23 +192,8 @@ mod tests {
 
     #[test]
     fn doc_examples_are_valid_params() {
-        let docs: Vec<&str> = include_str!("lib.rs")
-            .lines()
-            .filter_map(|l| l.strip_prefix("//!"))
-            .map(|l| l.strip_prefix(' ').unwrap_or(l))
-            .collect();
-        let docs = docs.join("\n");
-        let mut checked = 0;
-        for block in docs.split("```toml").skip(1) {
-            let doc: toml::Table = block.split("```").next().unwrap().parse().unwrap();
-            for stage in doc["stage"].as_array().unwrap() {
-                assert_eq!(stage["plugin"].as_str(), Some(Checksum::INFO.name));
-                let table = stage.get("params").and_then(|p| p.as_table()).cloned();
-                let text = toml::to_string(&table.unwrap_or_default()).unwrap();
-                parse_params::<Checksum>(&text).unwrap();
-                checked += 1;
-            }
-        }
-        assert!(checked > 0);
+        check_doc_examples(include_str!("lib.rs"), Checksum::INFO.name, |text| {
+            parse_params::<Checksum>(text).unwrap();
+        });
     }
 }

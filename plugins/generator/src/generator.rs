@@ -391,40 +391,17 @@ impl Plugin for Generator {
 
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::{FrameInfo, FrameLayout, parse_params};
+    use gpuipc_plugin_api::testing::{check_doc_examples, cpu_context, packed_planes, padded};
+    use gpuipc_plugin_api::{FrameInfo, parse_params};
 
     use super::*;
-
-    fn ctx() -> CreateContext<'static> {
-        CreateContext {
-            stage: "test",
-            domain: Domain::Cpu,
-            device_ordinal: None,
-            cuda_context: 0,
-            cuda_stream: 0,
-            kernel_cache_dir: None,
-        }
-    }
-
-    /// `layout` with `extra` more bytes of padding after every row.
-    fn padded(layout: FrameLayout, extra: u64) -> FrameLayout {
-        let mut padded = layout;
-        let mut offset = 0;
-        for plane in &mut padded.planes[..layout.n_planes as usize] {
-            plane.pitch += extra;
-            plane.offset = offset;
-            offset = (offset + plane.pitch * plane.rows).next_multiple_of(256);
-        }
-        padded.total_bytes = offset;
-        padded
-    }
 
     /// Run a generator made from `params` text for frame `seq` with `extra` row padding;
     /// returns the packed pixels, after checking no padding byte was written.
     fn generate(params: &str, seq: u64, extra: u64) -> Vec<u8> {
         let params = parse_params::<Generator>(params).unwrap();
         let format = Generator::negotiate(&params, &[]).unwrap().unwrap();
-        let mut stage = Generator::create(params, &[], Some(format), &ctx()).unwrap();
+        let mut stage = Generator::create(params, &[], Some(format), &cpu_context()).unwrap();
         let mut info = FrameInfo::new(format, seq, 0).unwrap();
         info.layout = padded(info.layout, extra);
         const SENTINEL: u8 = 0xa5;
@@ -432,17 +409,8 @@ mod tests {
         let mut out = OutputFrame::host(info, &mut bytes).unwrap();
         let pc = ProcessContext { frame_index: 0, cuda_stream: 0 };
         stage.process(&[], Some(&mut out), &pc).unwrap();
-
-        let plane = info.layout.planes[0];
-        let mut packed = Vec::new();
-        for y in 0..plane.rows {
-            let start = (plane.offset + y * plane.pitch) as usize;
-            let row = &bytes[start..start + plane.pitch as usize];
-            let (pixels, padding) = row.split_at(plane.row_bytes as usize);
-            assert!(padding.iter().all(|&b| b == SENTINEL), "padding written in row {y}");
-            packed.extend_from_slice(pixels);
-        }
-        packed
+        // rgb8, rgba8 and gray8 have one plane.
+        packed_planes(&info.layout, &bytes, SENTINEL).concat()
     }
 
     #[test]
@@ -492,24 +460,9 @@ mod tests {
 
     #[test]
     fn doc_examples_are_valid_params() {
-        let docs: Vec<&str> = include_str!("lib.rs")
-            .lines()
-            .filter_map(|l| l.strip_prefix("//!"))
-            .map(|l| l.strip_prefix(' ').unwrap_or(l))
-            .collect();
-        let docs = docs.join("\n");
-        let mut checked = 0;
-        for block in docs.split("```toml").skip(1) {
-            let doc: toml::Table = block.split("```").next().unwrap().parse().unwrap();
-            for stage in doc["stage"].as_array().unwrap() {
-                assert_eq!(stage["plugin"].as_str(), Some(Generator::INFO.name));
-                let table = stage.get("params").and_then(|p| p.as_table()).cloned();
-                let text = toml::to_string(&table.unwrap_or_default()).unwrap();
-                parse_params::<Generator>(&text).unwrap().validate().unwrap();
-                checked += 1;
-            }
-        }
-        assert!(checked > 0);
+        check_doc_examples(include_str!("lib.rs"), Generator::INFO.name, |text| {
+            parse_params::<Generator>(text).unwrap().validate().unwrap();
+        });
     }
 
     #[test]
@@ -626,7 +579,7 @@ mod tests {
         let text = "width = 9\nheight = 4\npattern = \"gradient\"\nfps = 1000.0";
         let params = parse_params::<Generator>(text).unwrap();
         let format = params.frame_format();
-        let mut stage = Generator::create(params, &[], Some(format), &ctx()).unwrap();
+        let mut stage = Generator::create(params, &[], Some(format), &cpu_context()).unwrap();
         let info = FrameInfo::new(format, 5, 0).unwrap();
         let mut frames = Vec::new();
         for frame_index in 0..3 {
@@ -652,7 +605,8 @@ mod tests {
     fn a_cpu_stage_refuses_device_frames_and_cuda_needs_a_context() {
         let params = parse_params::<Generator>("width = 4\nheight = 4").unwrap();
         let format = params.frame_format();
-        let mut stage = Generator::create(params.clone(), &[], Some(format), &ctx()).unwrap();
+        let mut stage =
+            Generator::create(params.clone(), &[], Some(format), &cpu_context()).unwrap();
         let info = FrameInfo::new(format, 0, 0).unwrap();
         let buffer = gpuipc_plugin_api::DeviceBuffer { addr: 0x1000, len: info.layout.total_bytes };
         let mut out = OutputFrame::device(info, buffer);
@@ -660,7 +614,7 @@ mod tests {
         let e = stage.process(&[], Some(&mut out), &pc).unwrap_err();
         assert!(e.message().contains("runs in the cpu domain"), "{e}");
         // No context: an error before any CUDA call.
-        let cuda = CreateContext { domain: Domain::Cuda, ..ctx() };
+        let cuda = CreateContext { domain: Domain::Cuda, ..cpu_context() };
         let e = Generator::create(params, &[], Some(format), &cuda).unwrap_err();
         assert!(e.message().contains("kernels/generator.cu"), "{e}");
     }
@@ -710,8 +664,8 @@ mod tests {
         let params = parse_params::<Generator>("width = 4\nheight = 4").unwrap();
         let format = params.frame_format();
         let wrong = FrameFormat::new(PixelFormat::Rgb8, 4, 5);
-        assert!(Generator::create(params.clone(), &[], Some(wrong), &ctx()).is_err());
-        let mut stage = Generator::create(params, &[], Some(format), &ctx()).unwrap();
+        assert!(Generator::create(params.clone(), &[], Some(wrong), &cpu_context()).is_err());
+        let mut stage = Generator::create(params, &[], Some(format), &cpu_context()).unwrap();
         let info = FrameInfo::new(wrong, 0, 0).unwrap();
         let mut bytes = vec![0; info.layout.total_bytes as usize];
         let mut out = OutputFrame::host(info, &mut bytes).unwrap();

@@ -57,6 +57,7 @@ impl Plugin for Null {
 
 #[cfg(test)]
 mod tests {
+    use gpuipc_plugin_api::testing::cpu_context;
     use gpuipc_plugin_api::{FrameInfo, parse_params};
 
     use super::*;
@@ -64,14 +65,7 @@ mod tests {
     #[test]
     fn takes_every_format_and_has_no_output() {
         let params = parse_params::<Null>("").unwrap();
-        let ctx = CreateContext {
-            stage: "test",
-            domain: Domain::Cpu,
-            device_ordinal: None,
-            cuda_context: 0,
-            cuda_stream: 0,
-            kernel_cache_dir: None,
-        };
+        let ctx = cpu_context();
         for pixel in PixelFormat::ALL {
             let format = FrameFormat::new(pixel, 5, 3);
             assert_eq!(Null::negotiate(&params, &[format]).unwrap(), None);

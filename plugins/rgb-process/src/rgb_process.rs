@@ -177,38 +177,17 @@ impl Plugin for RgbProcess {
 
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::{FrameInfo, FrameLayout, parse_params};
+    use gpuipc_plugin_api::testing::{
+        check_doc_examples, cpu_context, frame_bytes, packed_planes, padded,
+    };
+    use gpuipc_plugin_api::{FrameInfo, parse_params};
 
     use super::*;
-
-    fn ctx() -> CreateContext<'static> {
-        CreateContext {
-            stage: "test",
-            domain: Domain::Cpu,
-            device_ordinal: None,
-            cuda_context: 0,
-            cuda_stream: 0,
-            kernel_cache_dir: None,
-        }
-    }
 
     fn params(text: &str) -> Params {
         let p = parse_params::<RgbProcess>(text).unwrap();
         p.validate().unwrap();
         p
-    }
-
-    /// `layout` with `extra` more bytes of padding after every row.
-    fn padded(layout: FrameLayout, extra: u64) -> FrameLayout {
-        let mut padded = layout;
-        let mut offset = 0;
-        for plane in &mut padded.planes[..layout.n_planes as usize] {
-            plane.pitch += extra;
-            plane.offset = offset;
-            offset = (offset + plane.pitch * plane.rows).next_multiple_of(256);
-        }
-        padded.total_bytes = offset;
-        padded
     }
 
     /// Run a stage on one frame of `pixel` format whose packed pixels are `pixels`; the input
@@ -218,19 +197,14 @@ mod tests {
         let format = FrameFormat::new(pixel, width, height);
         let p = params(text);
         assert_eq!(RgbProcess::negotiate(&p, &[format]).unwrap(), Some(format));
-        let mut stage = RgbProcess::create(p, &[format], Some(format), &ctx()).unwrap();
+        let mut stage = RgbProcess::create(p, &[format], Some(format), &cpu_context()).unwrap();
 
         let mut in_info = FrameInfo::new(format, 9, 0).unwrap();
         in_info.layout = padded(in_info.layout, 5);
-        let plane = in_info.layout.planes[0];
-        let row_bytes = plane.row_bytes as usize;
+        let row_bytes = in_info.layout.planes[0].row_bytes as usize;
         assert_eq!(pixels.len(), row_bytes * height as usize);
         // Input padding is garbage that must not leak into the output.
-        let mut in_bytes = vec![0x5a; in_info.layout.total_bytes as usize];
-        for (y, row) in pixels.chunks(row_bytes).enumerate() {
-            let start = (plane.offset + y as u64 * plane.pitch) as usize;
-            in_bytes[start..start + row_bytes].copy_from_slice(row);
-        }
+        let in_bytes = frame_bytes(&in_info, pixels, 0x5a);
         let input = InputFrame::host(in_info, &in_bytes).unwrap();
 
         let out_info = FrameInfo::new(format, 9, 0).unwrap(); // the default 64-byte pitch
@@ -238,16 +212,8 @@ mod tests {
         let mut output = OutputFrame::host(out_info, &mut out_bytes).unwrap();
         let pc = ProcessContext { frame_index: 0, cuda_stream: 0 };
         stage.process(&[input], Some(&mut output), &pc).unwrap();
-
-        let plane = out_info.layout.planes[0];
-        let mut packed = Vec::new();
-        for y in 0..plane.rows {
-            let start = (plane.offset + y * plane.pitch) as usize;
-            let (row, padding) = out_bytes[start..start + plane.pitch as usize].split_at(row_bytes);
-            assert!(padding.iter().all(|&b| b == 0xa5), "padding written in row {y}");
-            packed.extend_from_slice(row);
-        }
-        packed
+        // rgb8, rgba8 and gray8 have one plane.
+        packed_planes(&out_info.layout, &out_bytes, 0xa5).concat()
     }
 
     fn check(table: &[u8; 256], expected: &[(usize, u8)]) {
@@ -332,24 +298,9 @@ mod tests {
 
     #[test]
     fn doc_examples_are_valid_params() {
-        let docs: Vec<&str> = include_str!("lib.rs")
-            .lines()
-            .filter_map(|l| l.strip_prefix("//!"))
-            .map(|l| l.strip_prefix(' ').unwrap_or(l))
-            .collect();
-        let docs = docs.join("\n");
-        let mut checked = 0;
-        for block in docs.split("```toml").skip(1) {
-            let doc: toml::Table = block.split("```").next().unwrap().parse().unwrap();
-            for stage in doc["stage"].as_array().unwrap() {
-                assert_eq!(stage["plugin"].as_str(), Some(RgbProcess::INFO.name));
-                let table = stage.get("params").and_then(|p| p.as_table()).cloned();
-                let text = toml::to_string(&table.unwrap_or_default()).unwrap();
-                parse_params::<RgbProcess>(&text).unwrap().validate().unwrap();
-                checked += 1;
-            }
-        }
-        assert!(checked > 0);
+        check_doc_examples(include_str!("lib.rs"), RgbProcess::INFO.name, |text| {
+            parse_params::<RgbProcess>(text).unwrap().validate().unwrap();
+        });
     }
 
     #[test]
@@ -383,7 +334,8 @@ mod tests {
     #[test]
     fn a_cpu_stage_refuses_device_frames_and_cuda_needs_a_context() {
         let format = FrameFormat::new(PixelFormat::Rgb8, 4, 4);
-        let mut stage = RgbProcess::create(params(""), &[format], Some(format), &ctx()).unwrap();
+        let mut stage =
+            RgbProcess::create(params(""), &[format], Some(format), &cpu_context()).unwrap();
         let info = FrameInfo::new(format, 0, 0).unwrap();
         let buffer = gpuipc_plugin_api::DeviceBuffer { addr: 0x1000, len: info.layout.total_bytes };
         let input = InputFrame::device(info, buffer);
@@ -391,7 +343,7 @@ mod tests {
         let pc = ProcessContext { frame_index: 0, cuda_stream: 0 };
         let e = stage.process(&[input], Some(&mut out), &pc).unwrap_err();
         assert!(e.message().contains("runs in the cpu domain"), "{e}");
-        let cuda = CreateContext { domain: Domain::Cuda, ..ctx() };
+        let cuda = CreateContext { domain: Domain::Cuda, ..cpu_context() };
         let e = RgbProcess::create(params(""), &[format], Some(format), &cuda).unwrap_err();
         assert!(e.message().contains("kernels/rgb_process.cu"), "{e}");
     }

@@ -150,63 +150,22 @@ impl Plugin for Y4m {
 
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::{FrameInfo, FrameLayout, parse_params};
+    use gpuipc_plugin_api::testing::{
+        check_doc_examples, cpu_context, frame_bytes, padded, temp_path,
+    };
+    use gpuipc_plugin_api::{FrameInfo, parse_params};
 
     use super::*;
 
-    fn ctx() -> CreateContext<'static> {
-        CreateContext {
-            stage: "test",
-            domain: Domain::Cpu,
-            device_ordinal: None,
-            cuda_context: 0,
-            cuda_stream: 0,
-            kernel_cache_dir: None,
-        }
-    }
-
-    /// `layout` with `extra` more bytes of padding after every row.
-    fn padded(layout: FrameLayout, extra: u64) -> FrameLayout {
-        let mut padded = layout;
-        let mut offset = 0;
-        for plane in &mut padded.planes[..layout.n_planes as usize] {
-            plane.pitch += extra;
-            plane.offset = offset;
-            offset = (offset + plane.pitch * plane.rows).next_multiple_of(256);
-        }
-        padded.total_bytes = offset;
-        padded
-    }
-
-    /// A frame of `info`'s layout whose packed pixels are `packed`, padding filled with `fill`.
-    fn frame_bytes(info: &FrameInfo, packed: &[u8], fill: u8) -> Vec<u8> {
-        let mut bytes = vec![fill; info.layout.total_bytes as usize];
-        let mut rest = packed;
-        for plane in info.layout.planes() {
-            for y in 0..plane.rows {
-                let start = (plane.offset + y * plane.pitch) as usize;
-                let (row, tail) = rest.split_at(plane.row_bytes as usize);
-                bytes[start..start + row.len()].copy_from_slice(row);
-                rest = tail;
-            }
-        }
-        assert!(rest.is_empty());
-        bytes
-    }
-
-    fn temp_path(name: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("gpuipc-y4m-{}-{name}", std::process::id()))
-    }
-
     #[test]
     fn writes_header_and_packed_frames() {
-        let path = temp_path("two-frames.y4m");
+        let path = temp_path("y4m", "two-frames.y4m");
         let text = format!("path = {:?}\nfps = 30000\nfps_den = 1001", path.to_str().unwrap());
         let params = parse_params::<Y4m>(&text).unwrap();
         // 5x3: Y 5x3 = 15 bytes, U and V 3x2 = 6 bytes each: 27 bytes a frame.
         let format = FrameFormat::new(PixelFormat::I420, 5, 3);
         assert_eq!(Y4m::negotiate(&params, &[format]).unwrap(), None);
-        let mut stage = Y4m::create(params, &[format], None, &ctx()).unwrap();
+        let mut stage = Y4m::create(params, &[format], None, &cpu_context()).unwrap();
         let frames: Vec<Vec<u8>> =
             (0..2u8).map(|f| (0..27).map(|i| f * 100 + i).collect()).collect();
         for (seq, packed) in frames.iter().enumerate() {
@@ -268,29 +227,14 @@ mod tests {
             assert!(e.message().contains(key), "{e}");
         }
         let params = parse_params::<Y4m>("path = \"/proc/nonexistent/x.y4m\"").unwrap();
-        let e = Y4m::create(params, &[format], None, &ctx()).unwrap_err();
+        let e = Y4m::create(params, &[format], None, &cpu_context()).unwrap_err();
         assert!(e.message().starts_with("param `path`: cannot create"), "{e}");
     }
 
     #[test]
     fn doc_examples_are_valid_params() {
-        let docs: Vec<&str> = include_str!("lib.rs")
-            .lines()
-            .filter_map(|l| l.strip_prefix("//!"))
-            .map(|l| l.strip_prefix(' ').unwrap_or(l))
-            .collect();
-        let docs = docs.join("\n");
-        let mut checked = 0;
-        for block in docs.split("```toml").skip(1) {
-            let doc: toml::Table = block.split("```").next().unwrap().parse().unwrap();
-            for stage in doc["stage"].as_array().unwrap() {
-                assert_eq!(stage["plugin"].as_str(), Some(Y4m::INFO.name));
-                let table = stage.get("params").and_then(|p| p.as_table()).cloned();
-                let text = toml::to_string(&table.unwrap_or_default()).unwrap();
-                parse_params::<Y4m>(&text).unwrap().validate().unwrap();
-                checked += 1;
-            }
-        }
-        assert!(checked > 0);
+        check_doc_examples(include_str!("lib.rs"), Y4m::INFO.name, |text| {
+            parse_params::<Y4m>(text).unwrap().validate().unwrap();
+        });
     }
 }

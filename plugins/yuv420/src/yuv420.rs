@@ -297,7 +297,10 @@ impl Plugin for Yuv420 {
 
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::{FrameInfo, FrameLayout, parse_params};
+    use gpuipc_plugin_api::testing::{
+        check_doc_examples, cpu_context, frame_bytes, packed_planes, padded,
+    };
+    use gpuipc_plugin_api::{FrameInfo, parse_params};
 
     use super::*;
 
@@ -463,30 +466,6 @@ mod tests {
         assert_eq!((c.v_r, c.v_g, c.v_b), (32768, -27439, -5329));
     }
 
-    fn ctx() -> CreateContext<'static> {
-        CreateContext {
-            stage: "test",
-            domain: Domain::Cpu,
-            device_ordinal: None,
-            cuda_context: 0,
-            cuda_stream: 0,
-            kernel_cache_dir: None,
-        }
-    }
-
-    /// `layout` with `extra` more bytes of padding after every row.
-    fn padded(layout: FrameLayout, extra: u64) -> FrameLayout {
-        let mut padded = layout;
-        let mut offset = 0;
-        for plane in &mut padded.planes[..layout.n_planes as usize] {
-            plane.pitch += extra;
-            plane.offset = offset;
-            offset = (offset + plane.pitch * plane.rows).next_multiple_of(256);
-        }
-        padded.total_bytes = offset;
-        padded
-    }
-
     /// Convert packed `pixels` (rgb8 or rgba8) with a stage made from `params`; returns the
     /// packed output planes, after checking that no padding byte was written.
     fn run(params: &str, pixel: PixelFormat, w: u32, h: u32, pixels: &[u8]) -> Vec<Vec<u8>> {
@@ -494,16 +473,11 @@ mod tests {
         let in_format = FrameFormat::new(pixel, w, h);
         let out_format = Yuv420::negotiate(&params, &[in_format]).unwrap().unwrap();
         assert_eq!((out_format.width, out_format.height), (w, h));
-        let mut stage = Yuv420::create(params, &[in_format], Some(out_format), &ctx()).unwrap();
+        let mut stage =
+            Yuv420::create(params, &[in_format], Some(out_format), &cpu_context()).unwrap();
 
         let in_info = FrameInfo::new(in_format, 3, 0).unwrap();
-        let plane = in_info.layout.planes[0];
-        let row_bytes = plane.row_bytes as usize;
-        let mut in_bytes = vec![0x77; in_info.layout.total_bytes as usize];
-        for (y, row) in pixels.chunks(row_bytes).enumerate() {
-            let start = (plane.offset + y as u64 * plane.pitch) as usize;
-            in_bytes[start..start + row_bytes].copy_from_slice(row);
-        }
+        let in_bytes = frame_bytes(&in_info, pixels, 0x77);
         let input = InputFrame::host(in_info, &in_bytes).unwrap();
 
         let mut out_info = FrameInfo::new(out_format, 3, 0).unwrap();
@@ -512,20 +486,7 @@ mod tests {
         let mut output = OutputFrame::host(out_info, &mut out_bytes).unwrap();
         let pc = ProcessContext { frame_index: 0, cuda_stream: 0 };
         stage.process(&[input], Some(&mut output), &pc).unwrap();
-
-        let mut planes = Vec::new();
-        for (i, plane) in out_info.layout.planes().iter().enumerate() {
-            let mut packed = Vec::new();
-            for y in 0..plane.rows {
-                let start = (plane.offset + y * plane.pitch) as usize;
-                let row = &out_bytes[start..start + plane.pitch as usize];
-                let (pixels, padding) = row.split_at(plane.row_bytes as usize);
-                assert!(padding.iter().all(|&b| b == 0xa5), "plane {i} row {y} padding written");
-                packed.extend_from_slice(pixels);
-            }
-            planes.push(packed);
-        }
-        planes
+        packed_planes(&out_info.layout, &out_bytes, 0xa5)
     }
 
     /// A 5x3 frame of distinct colours, as `[r, g, b]` per pixel, row by row.
@@ -611,7 +572,8 @@ mod tests {
         let params = parse_params::<Yuv420>("").unwrap();
         let in_format = FrameFormat::new(PixelFormat::Rgb8, 4, 4);
         let out_format = Yuv420::negotiate(&params, &[in_format]).unwrap().unwrap();
-        let mut stage = Yuv420::create(params, &[in_format], Some(out_format), &ctx()).unwrap();
+        let mut stage =
+            Yuv420::create(params, &[in_format], Some(out_format), &cpu_context()).unwrap();
         let (in_info, out_info) =
             (FrameInfo::new(in_format, 0, 0).unwrap(), FrameInfo::new(out_format, 0, 0).unwrap());
         let buffer = gpuipc_plugin_api::DeviceBuffer { addr: 0x1000, len: 1 << 20 };
@@ -620,7 +582,7 @@ mod tests {
         let pc = ProcessContext { frame_index: 0, cuda_stream: 0 };
         let e = stage.process(&[input], Some(&mut out), &pc).unwrap_err();
         assert!(e.message().contains("runs in the cpu domain"), "{e}");
-        let cuda = CreateContext { domain: Domain::Cuda, ..ctx() };
+        let cuda = CreateContext { domain: Domain::Cuda, ..cpu_context() };
         let e = Yuv420::create(params, &[in_format], Some(out_format), &cuda).unwrap_err();
         assert!(e.message().contains("kernels/yuv420.cu"), "{e}");
     }
@@ -707,23 +669,8 @@ mod tests {
 
     #[test]
     fn doc_examples_are_valid_params() {
-        let docs: Vec<&str> = include_str!("lib.rs")
-            .lines()
-            .filter_map(|l| l.strip_prefix("//!"))
-            .map(|l| l.strip_prefix(' ').unwrap_or(l))
-            .collect();
-        let docs = docs.join("\n");
-        let mut checked = 0;
-        for block in docs.split("```toml").skip(1) {
-            let doc: toml::Table = block.split("```").next().unwrap().parse().unwrap();
-            for stage in doc["stage"].as_array().unwrap() {
-                assert_eq!(stage["plugin"].as_str(), Some(Yuv420::INFO.name));
-                let table = stage.get("params").and_then(|p| p.as_table()).cloned();
-                let text = toml::to_string(&table.unwrap_or_default()).unwrap();
-                parse_params::<Yuv420>(&text).unwrap();
-                checked += 1;
-            }
-        }
-        assert!(checked > 0);
+        check_doc_examples(include_str!("lib.rs"), Yuv420::INFO.name, |text| {
+            parse_params::<Yuv420>(text).unwrap();
+        });
     }
 }
