@@ -15,7 +15,7 @@ use std::time::Duration;
 use peer::{Outcome, TEST_BYTES};
 pub use peer::{PeerRole, main as peer_main};
 
-use crate::gpu::{self, DeviceInfo};
+use crate::gpu::{self, ComputeMode, DeviceInfo};
 
 /// How long one device's self-test may take (two context creations, 8 MiB of copies).
 const SELF_TEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -113,11 +113,14 @@ fn report(out: &mut dyn Write, exe: Option<&Path>) -> std::io::Result<bool> {
         writeln!(out, "  cuda:{}", d.ordinal)?;
         let test = match exe {
             None => None,
-            Some(_) if !d.ipc_events => None,
+            Some(_) if !d.ipc_events || d.compute_mode == ComputeMode::Prohibited => None,
             Some(exe) => Some(selftest::run(exe, d.ordinal, SELF_TEST_TIMEOUT)),
         };
         match &test {
             None if exe.is_none() => line(out, "  (not run)", "cannot find this executable to start the peers")?,
+            None if d.compute_mode == ComputeMode::Prohibited => {
+                line(out, "  (not run)", "the device's compute mode is prohibited: no process may use it")?
+            }
             None => line(out, "  (not run)", "the device has no interprocess events, so GPU links cannot use it")?,
             Some(t) => {
                 outcome(out, "VMM fd + event", &t.vmm)?;
@@ -147,7 +150,14 @@ fn write_device(out: &mut dyn Write, d: &DeviceInfo) -> std::io::Result<()> {
     writeln!(out, "  {head}")?;
     line(out, "  interprocess events", yes_no(d.ipc_events))?;
     line(out, "  VMM POSIX fd handles", yes_no(d.vmm_posix_fd))?;
-    line(out, "  legacy IPC handles", yes_no(d.legacy_ipc))
+    line(out, "  legacy IPC handles", yes_no(d.legacy_ipc))?;
+    let mode = match d.compute_mode {
+        ComputeMode::ExclusiveProcess => {
+            format!("{}: one process at a time; stages sharing it need MPS", d.compute_mode)
+        }
+        mode => mode.to_string(),
+    };
+    line(out, "  compute mode", mode)
 }
 
 fn outcome(out: &mut dyn Write, label: &str, o: &Outcome) -> std::io::Result<()> {
@@ -162,6 +172,9 @@ fn outcome(out: &mut dyn Write, label: &str, o: &Outcome) -> std::io::Result<()>
 
 /// One line on what gpuipc will do with a device.
 fn verdict(d: &DeviceInfo, test: Option<&selftest::SelfTest>) -> String {
+    if d.compute_mode == ComputeMode::Prohibited {
+        return "cuda stages: no (compute mode prohibited)".into();
+    }
     let passed = |o: &Outcome| matches!(o, Outcome::Pass(_));
     let (vmm, legacy) = match test {
         Some(t) => (passed(&t.vmm) && passed(&t.released), passed(&t.legacy) && passed(&t.released)),
@@ -171,9 +184,10 @@ fn verdict(d: &DeviceInfo, test: Option<&selftest::SelfTest>) -> String {
     match (vmm, legacy) {
         (true, _) => format!("cuda stages: yes; GPU links share frames through VMM POSIX fds{tested}"),
         (false, true) => format!("cuda stages: yes; GPU links fall back to legacy IPC handles{tested}"),
-        (false, false) => {
-            "cuda stages: yes, but GPU-to-GPU links between processes will not work; see the failures above".into()
+        (false, false) if test.is_some() => {
+            "cuda stages: yes, but GPU links between processes will not work; see the failures above".into()
         }
+        (false, false) => "cuda stages: yes, but GPU links between processes cannot be used on it".into(),
     }
 }
 
@@ -277,6 +291,7 @@ mod tests {
             vmm_posix_fd: true,
             ipc_events: true,
             legacy_ipc: true,
+            compute_mode: ComputeMode::Default,
         };
         let t = selftest::SelfTest {
             vmm: Outcome::Fail("x".into()),

@@ -198,6 +198,42 @@ pub struct DeviceInfo {
     pub ipc_events: bool,
     /// Legacy `cuIpcGetMemHandle` memory sharing (needs unified addressing).
     pub legacy_ipc: bool,
+    pub compute_mode: ComputeMode,
+}
+
+/// Which processes may create a context on a device (set with `nvidia-smi -c`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ComputeMode {
+    /// Any number of processes.
+    Default,
+    /// One process at a time (several stages on the device then need MPS).
+    ExclusiveProcess,
+    /// No process at all.
+    Prohibited,
+    Other(i32),
+}
+
+impl std::fmt::Display for ComputeMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ComputeMode::Default => f.write_str("default"),
+            ComputeMode::ExclusiveProcess => f.write_str("exclusive-process"),
+            ComputeMode::Prohibited => f.write_str("prohibited"),
+            ComputeMode::Other(n) => write!(f, "unknown ({n})"),
+        }
+    }
+}
+
+impl ComputeMode {
+    fn from_attribute(value: i32) -> ComputeMode {
+        // CUcomputemode: 0 default, 2 prohibited, 3 exclusive process (1 was exclusive thread).
+        match value {
+            0 => ComputeMode::Default,
+            2 => ComputeMode::Prohibited,
+            3 => ComputeMode::ExclusiveProcess,
+            n => ComputeMode::Other(n),
+        }
+    }
 }
 
 /// The devices the driver sees, in ordinal order. Initialises the driver; creates no context.
@@ -276,6 +312,7 @@ fn device_info(ordinal: u32) -> Result<DeviceInfo, GpuError> {
     // SAFETY: writes one size_t.
     check("cuDeviceTotalMem", Some(ordinal), unsafe { sys::cuDeviceTotalMem_v2(&mut total, dev) })?;
     let s = support(dev, ordinal)?;
+    let mode = attribute(dev, ordinal, CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_MODE)?;
     Ok(DeviceInfo {
         ordinal,
         name: c_string(&name),
@@ -285,6 +322,7 @@ fn device_info(ordinal: u32) -> Result<DeviceInfo, GpuError> {
         vmm_posix_fd: s.vmm_posix_fd,
         ipc_events: s.ipc_events,
         legacy_ipc: s.legacy_ipc,
+        compute_mode: ComputeMode::from_attribute(mode),
     })
 }
 
@@ -313,6 +351,14 @@ mod tests {
         assert_eq!(split_version(13000), (13, 0));
         assert_eq!(split_version(12080), (12, 8));
         assert_eq!(split_version(11040), (11, 4));
+    }
+
+    #[test]
+    fn compute_modes_follow_cuda_h() {
+        assert_eq!(ComputeMode::from_attribute(0), ComputeMode::Default);
+        assert_eq!(ComputeMode::from_attribute(3), ComputeMode::ExclusiveProcess);
+        assert_eq!(ComputeMode::from_attribute(2).to_string(), "prohibited");
+        assert_eq!(ComputeMode::from_attribute(1), ComputeMode::Other(1));
     }
 
     #[test]

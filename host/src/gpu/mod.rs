@@ -21,7 +21,9 @@ mod event;
 mod memory;
 
 pub use context::Gpu;
-pub use driver::{DeviceInfo, GpuError, built_for_cuda, can_access_peer, devices, driver_available, driver_version};
+pub use driver::{
+    ComputeMode, DeviceInfo, GpuError, built_for_cuda, can_access_peer, devices, driver_available, driver_version,
+};
 pub use event::IpcEvent;
 pub use memory::{DeviceMemory, MemoryKind, PinnedHost};
 
