@@ -2,7 +2,8 @@
 # The GPU checks, run from a bundle made by scripts/gpu-check.sh on a machine with an NVIDIA
 # GPU. Every step prints what it found; the script exits non-zero if any check failed.
 #  1. doctor: driver, devices, capabilities, a two-process IPC self-test
-#  2. every pipeline in pipelines/ on cuda and on cpu: every stage's output checksums equal
+#  2. every pipeline in pipelines/ on cuda and on cpu: every stage's output checksums equal;
+#     with two GPUs, pipelines/multi-gpu/two-gpus.toml (links across GPUs) against cpu
 #  3. a 4K generator -> rgb-process -> yuv420 pipeline for 10,000 frames on the GPU
 #  4. SIGKILL of a GPU stage mid-run: the run ends, and GPU memory is returned
 #  5. the two-process handoff benchmark
@@ -50,6 +51,42 @@ for file in pipelines/*.toml; do
     fi
     grep -E "^(stage|[a-z])" "$here/work/$name-cuda/run.txt" | sed 's/^/    /'
 done
+
+section "2b. links between two GPUs (pipelines/multi-gpu/two-gpus.toml)"
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
+if [ "$gpus" -lt 2 ]; then
+    echo "skipped: $gpus GPU(s) on this machine"
+else
+    src=$here/pipelines/multi-gpu/two-gpus.toml
+    mkdir -p "$here/work"
+    sed 's/"cuda:[0-9]*"/"cpu"/' "$src" > "$here/work/two-gpus-cpu.toml"
+    for variant in mps-auto process-auto process-legacy; do
+        isolation=${variant%-*}; transport=${variant#*-}
+        sed -e "s/^isolation = .*/isolation = \"$isolation\"/" \
+            -e "s/^plugin = \"generator\"/&\ntransport = \"$transport\"/" \
+            -e "s/^plugin = \"rgb-process\"/&\ntransport = \"$transport\"/" "$src" > "$here/work/two-gpus-$variant.toml"
+        "$host" validate "$here/work/two-gpus-$variant.toml" | sed -n '/^links:/,$p' | sed 's/^/    /'
+        for run in cpu "$variant"; do
+            file=$here/work/two-gpus-$run.toml
+            work=$here/work/two-gpus-$run
+            rm -rf "$work" && mkdir -p "$work"
+            (cd "$work" && "$host" run "$file" --quiet --checksums sums --report report.json > run.txt 2> err.txt) ||
+                { fail "two-gpus $run"; cat "$work/err.txt" "$work/run.txt"; }
+        done
+        if diff -r "$here/work/two-gpus-cpu/sums" "$here/work/two-gpus-$variant/sums" > /dev/null; then
+            echo "match  two-gpus ($variant): $(cat "$here/work/two-gpus-$variant"/sums/*.sum | wc -l) stage outputs, cuda:0/cuda:1 = cpu byte for byte"
+        else
+            fail "two-gpus ($variant): output differs from cpu"
+        fi
+        grep -E "^[a-z]" "$here/work/two-gpus-$variant/run.txt" | sed 's/^/    /'
+        grep -hE "output ring|peer" "$here/work/two-gpus-$variant/err.txt" | sort | uniq -c | sed 's/^/    /'
+    done
+    echo "4K across GPUs, 5,000 frames (generator on cuda:0 -> rgb-process on cuda:1 -> yuv420 on cuda:0):"
+    sed -e 's/^name = "gen"/&\ndevice = "cuda:0"/' -e 's/^name = "grade"/&\ndevice = "cuda:1"/' \
+        -e 's/^name = "yuv"/&\ndevice = "cuda:0"/' "$here/pipelines/4k-yuv.toml" > "$here/work/4k-two-gpus.toml"
+    "$host" validate "$here/work/4k-two-gpus.toml" | sed -n '/^links:/,$p' | sed 's/^/    /'
+    (cd "$here/work" && "$host" run 4k-two-gpus.toml --frames 5000 --quiet) || fail "4K across two GPUs"
+fi
 
 section "3. 4K generator -> rgb-process -> yuv420, 10,000 frames on the GPU"
 (cd "$here/work" && "$host" run "$here/pipelines/4k-yuv.toml" --device cuda --frames 10000 --quiet --report 4k.json) || fail "4K run"

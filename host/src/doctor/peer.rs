@@ -149,7 +149,9 @@ fn exporter(device: u32, socket: &ControlSocket) -> Result<Outcome, String> {
     // only the `ready` event tells the importer that the bytes are there.
     let mut host: Vec<u8> =
         (0..2 * n).map(|i| if i < n { pattern(SEED_VMM, i) } else { pattern(SEED_LEGACY, i - n) }).collect();
-    let pinned = PinnedHost::register(&gpu, host.as_mut_ptr(), host.len()).map_err(text)?;
+    #[allow(unsafe_code)]
+    // SAFETY: `host` outlives `pinned` (declared before it) and is not touched again.
+    let pinned = unsafe { PinnedHost::register(&gpu, host.as_mut_ptr(), host.len()).map_err(text)? };
     let staging = DeviceMemory::private(&gpu, 2 * n).map_err(text)?;
     pinned.upload(staging.addr(), 0, 2 * n).map_err(text)?;
     let fill = |memory: &DeviceMemory, from: u64| -> Result<(), String> {
@@ -240,7 +242,10 @@ fn importer(device: u32, socket: &ControlSocket) -> Result<(), String> {
     ready.wait_on(gpu.stream()).map_err(text)?;
 
     let mut host = vec![0u8; 2 * n];
-    let pinned = PinnedHost::register(&gpu, host.as_mut_ptr(), host.len()).map_err(text)?;
+    #[allow(unsafe_code)]
+    // SAFETY: `host` outlives `pinned` (declared before it) and is read only after
+    // `gpu.synchronize()` below, when the copies into it are done.
+    let pinned = unsafe { PinnedHost::register(&gpu, host.as_mut_ptr(), host.len()).map_err(text)? };
     let mut imported: Vec<DeviceMemory> = Vec::new();
     // Import and enqueue the copy back of one transport; the check comes after the sync.
     let mut import = |offered: Offered, offset: usize| -> Outcome {

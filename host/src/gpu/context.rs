@@ -159,19 +159,20 @@ impl Gpu {
 
     /// Enqueue a copy of `bytes` bytes from host memory at `src` to device address `dst`.
     ///
-    /// Contract, not checked (the stage code calls this as a safe function): `src..src+bytes`
-    /// is readable host memory that stays valid and unchanged until the copy has run on the
-    /// stream (synchronize, or wait for an event recorded after it). Prefer
-    /// [`PinnedHost::upload`](super::PinnedHost::upload), which checks the range. From pageable
-    /// memory the driver stages the bytes before returning; from registered (pinned) memory the
-    /// copy is truly asynchronous.
-    pub fn copy_htod_async(&self, dst: u64, src: *const u8, bytes: usize) -> Result<(), GpuError> {
+    /// Used through [`PinnedHost::upload`](super::PinnedHost::upload), which checks the range.
+    /// From pageable memory the driver stages the bytes before returning; from registered
+    /// (pinned) memory the copy is truly asynchronous.
+    ///
+    /// # Safety
+    /// `src..src+bytes` is readable host memory that stays valid and unchanged until the copy
+    /// has run on the stream (synchronize, or wait for an event recorded after it).
+    pub(super) unsafe fn copy_htod_async(&self, dst: u64, src: *const u8, bytes: usize) -> Result<(), GpuError> {
         if bytes == 0 {
             return Ok(());
         }
         non_null("cuMemcpyHtoDAsync", src)?;
         self.bind()?;
-        // SAFETY: the caller's contract above covers the host range; a bad device address is
+        // SAFETY: the caller's contract covers the host range; a bad device address is
         // reported by the driver (or faults the GPU context), never touches host memory.
         check("cuMemcpyHtoDAsync", Some(self.ordinal), unsafe {
             sys::cuMemcpyHtoDAsync_v2(dst, src as *const c_void, bytes, self.stream.raw)
@@ -180,19 +181,32 @@ impl Gpu {
 
     /// Enqueue a copy of `bytes` bytes from device address `src` to host memory at `dst`.
     ///
-    /// Contract, not checked (as for [`Gpu::copy_htod_async`]): `dst..dst+bytes` is writable
-    /// host memory that nothing else reads or writes until the copy has run on the stream.
-    /// Prefer [`PinnedHost::download`](super::PinnedHost::download), which checks the range.
-    pub fn copy_dtoh_async(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<(), GpuError> {
+    /// Used through [`PinnedHost::download`](super::PinnedHost::download), which checks the
+    /// range, and [`Gpu::download`].
+    ///
+    /// # Safety
+    /// `dst..dst+bytes` is writable host memory that nothing else reads or writes until the
+    /// copy has run on the stream.
+    pub(super) unsafe fn copy_dtoh_async(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<(), GpuError> {
         if bytes == 0 {
             return Ok(());
         }
         non_null("cuMemcpyDtoHAsync", dst)?;
         self.bind()?;
-        // SAFETY: the caller's contract above covers the host range.
+        // SAFETY: the caller's contract covers the host range.
         check("cuMemcpyDtoHAsync", Some(self.ordinal), unsafe {
             sys::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, bytes, self.stream.raw)
         })
+    }
+
+    /// Copy `dst.len()` bytes from device address `src` into `dst`, after the work already on
+    /// the stream, and wait for it. Not for the steady state: it blocks on the GPU.
+    pub fn download(&self, src: u64, dst: &mut [u8]) -> Result<(), GpuError> {
+        // SAFETY: `dst` is borrowed mutably until we return, and we return only after the
+        // stream (and so the copy) is done. If synchronising fails the context has hit a
+        // sticky error and runs nothing more, so the copy cannot land later.
+        unsafe { self.copy_dtoh_async(dst.as_mut_ptr(), src, dst.len())? };
+        self.synchronize()
     }
 
     /// Enqueue a device-to-device copy of `bytes` bytes. Device addresses are not checked here

@@ -62,18 +62,20 @@ fn describe(result: CUresult) -> (String, String) {
     (name, description)
 }
 
-/// Whether the CUDA driver library can be loaded. Cheap after the first call (cached).
-/// `GPUIPC_NO_CUDA` in the environment forces `false`, as the planner does. Loading the
-/// library creates no context.
+/// Whether the CUDA driver library (`libcuda.so.1`, the name the driver installs; a bare
+/// `libcuda.so` is often the toolkit's stub) can be loaded. Cheap after the first call
+/// (cached). `GPUIPC_NO_CUDA` in the environment forces `false`. Loading the library creates
+/// no context.
 pub fn driver_available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
         if std::env::var_os("GPUIPC_NO_CUDA").is_some() {
             return false;
         }
-        // SAFETY: only dlopen()s the candidate names (libcuda.so, libcuda.so.1, ...) and closes
-        // them again; libcuda's initialisers register the library and create no context.
-        unsafe { sys::is_culib_present() }
+        // SAFETY: libcuda's initialisers only register the library; no context is created
+        // until cuInit and cuCtxCreate. The handle is closed again on drop.
+        let lib = unsafe { libloading::Library::new("libcuda.so.1") };
+        lib.is_ok()
     })
 }
 
@@ -104,6 +106,7 @@ const SYMBOLS: &[&str] = &[
     "cuMemRelease",
     "cuMemExportToShareableHandle",
     "cuMemImportFromShareableHandle",
+    "cuMemGetAllocationPropertiesFromHandle",
     "cuMemAddressReserve",
     "cuMemAddressFree",
     "cuMemMap",

@@ -144,13 +144,12 @@ impl DeviceMemory {
     }
 
     /// Map memory another process exported with [`DeviceMemory::vmm`] (`bytes` as it asked
-    /// for), read/write for `gpu`'s device. The fd is closed once imported: the imported
-    /// handle keeps the memory alive by itself.
+    /// for), read/write for `gpu`'s device. The memory may live on another device, which
+    /// `gpu`'s device must then reach by peer access (the plan checks that). The fd is closed
+    /// once imported: the imported handle keeps the memory alive by itself.
     pub fn import_vmm(gpu: &Arc<Gpu>, fd: OwnedFd, bytes: usize) -> Result<DeviceMemory, GpuError> {
         nonzero("VMM import", bytes)?;
         gpu.bind()?;
-        let prop = allocation_prop(gpu);
-        let size = round_up(bytes, granularity(gpu, &prop)?);
         let mut build = VmmBuild::new(gpu);
         let mut handle: CUmemGenericAllocationHandle = 0;
         // The driver takes a POSIX fd as the pointer-sized value of the int itself.
@@ -165,6 +164,14 @@ impl DeviceMemory {
         })?;
         drop(fd);
         build.handle = Some(handle);
+        // The mapping must cover the allocation's whole size, which follows the granularity
+        // of the device it lives on: ask the handle, not our own device.
+        let mut prop = allocation_prop(gpu);
+        // SAFETY: `handle` is live; writes one property struct.
+        check("cuMemGetAllocationPropertiesFromHandle", Some(gpu.ordinal()), unsafe {
+            sys::cuMemGetAllocationPropertiesFromHandle(&mut prop, handle)
+        })?;
+        let size = round_up(bytes, granularity(gpu, &prop)?);
         let addr = build.map(size)?;
         let (handle, size) = build.finish();
         Ok(DeviceMemory {
@@ -412,9 +419,14 @@ unsafe impl Send for PinnedHost {}
 unsafe impl Sync for PinnedHost {}
 
 impl PinnedHost {
-    /// Register `len` bytes at `ptr` (mapped host memory that stays mapped while the result
-    /// lives). The driver refuses a range that is not mapped, or already registered.
-    pub fn register(gpu: &Arc<Gpu>, ptr: *mut u8, len: usize) -> Result<PinnedHost, GpuError> {
+    /// Register `len` bytes at `ptr`. The driver refuses a range that is not mapped, or
+    /// already registered.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` is host memory that stays mapped while the result lives, and no Rust
+    /// reference to it is used while a copy enqueued through the result may still be running
+    /// (wait for the stream or an event recorded after the copy first).
+    pub unsafe fn register(gpu: &Arc<Gpu>, ptr: *mut u8, len: usize) -> Result<PinnedHost, GpuError> {
         const OP: &str = "cuMemHostRegister";
         nonzero(OP, len)?;
         if ptr.is_null() {
@@ -443,14 +455,17 @@ impl PinnedHost {
     /// device address `dst`. The host bytes must stay unchanged until the copy has run.
     pub fn upload(&self, dst: u64, offset: usize, bytes: usize) -> Result<(), GpuError> {
         let src = self.range("upload", offset, bytes)?;
-        self.gpu.copy_htod_async(dst, src, bytes)
+        // SAFETY: inside the registered range, which stays mapped and unreferenced while
+        // copies may run (the contract of `register`).
+        unsafe { self.gpu.copy_htod_async(dst, src, bytes) }
     }
 
     /// Enqueue, on the Gpu's stream, a copy of `bytes` bytes from device address `src` to
     /// `offset` in this range. Read the bytes only after the copy has run.
     pub fn download(&self, offset: usize, src: u64, bytes: usize) -> Result<(), GpuError> {
         let dst = self.range("download", offset, bytes)?;
-        self.gpu.copy_dtoh_async(dst, src, bytes)
+        // SAFETY: as for `upload`: the contract of `register`.
+        unsafe { self.gpu.copy_dtoh_async(dst, src, bytes) }
     }
 }
 

@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use super::{LinkMemory, Plan};
+use crate::config::Transport;
 
 fn megabytes(bytes: u64) -> String {
     format!("{:.2} MB", bytes as f64 / 1e6)
@@ -51,11 +52,7 @@ pub fn render_text(plan: &Plan) -> String {
         let _ = writeln!(out, "links:");
     }
     for (i, l) in plan.links.iter().enumerate() {
-        let memory = match l.memory {
-            LinkMemory::Host => "host shared memory".to_owned(),
-            LinkMemory::HostStaged => "host shared memory, copied to/from the GPU on the cuda side".to_owned(),
-            LinkMemory::Device { transport } => format!("GPU memory shared between processes ({transport:?})"),
-        };
+        let memory = link_memory(plan, i);
         let _ = writeln!(
             out,
             "  {}  {}, {} slots x {}, {memory}",
@@ -66,6 +63,39 @@ pub fn render_text(plan: &Plan) -> String {
         );
     }
     out
+}
+
+/// Where a link's frames live and who copies, in words.
+fn link_memory(plan: &Plan, link: usize) -> String {
+    let l = &plan.links[link];
+    match &l.memory {
+        LinkMemory::Host => "host shared memory".to_owned(),
+        LinkMemory::HostStaged => {
+            let ends = std::iter::once(l.producer).chain(l.consumers.iter().copied());
+            let devices: Vec<String> = ends.filter_map(|s| plan.stages[s].device).map(|d| format!("cuda:{d}")).collect();
+            let mut unique = devices.clone();
+            unique.sort();
+            unique.dedup();
+            if devices.len() == l.consumers.len() + 1 && unique.len() > 1 {
+                format!("host shared memory, copied to/from the GPU on each end ({} have no peer access)", unique.join(" and "))
+            } else {
+                "host shared memory, copied to/from the GPU on the cuda side".to_owned()
+            }
+        }
+        LinkMemory::Device { transport, device, peers } => {
+            let shared = match transport {
+                Transport::Auto => "VMM fds where supported, else legacy IPC",
+                Transport::Vmm => "VMM fds",
+                Transport::Legacy => "legacy IPC handles",
+            };
+            let mut text = format!("GPU memory on cuda:{device} shared between processes ({shared}), zero copies");
+            if !peers.is_empty() {
+                let peers: Vec<String> = peers.iter().map(|p| format!("cuda:{p}")).collect();
+                text.push_str(&format!("; read from {} over peer access", peers.join(", ")));
+            }
+            text
+        }
+    }
 }
 
 fn dot_id(name: &str) -> String {

@@ -107,14 +107,15 @@ pub struct OutputPlan {
 }
 
 /// Where a link's frames live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LinkMemory {
     /// Host shared memory (memfd), both ends in the cpu domain.
     Host,
     /// Host shared memory with a cuda end: that end copies through pinned staging.
     HostStaged,
-    /// Device memory on one GPU shared between processes, zero copies.
-    Device { transport: Transport },
+    /// Device memory on the producer's GPU (`device`) shared between processes, zero copies.
+    /// Consumers on the GPUs in `peers` read it over peer access (NVLink or PCIe).
+    Device { transport: Transport, device: u32, peers: Vec<u32> },
 }
 
 /// A ring of `depth` slots from one producer to its consumers.

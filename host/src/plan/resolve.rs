@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use gpuipc_plugin_api::{Domain, FrameFormat, FrameLayout};
+use gpuipc_plugin_api::{FrameFormat, FrameLayout};
 use petgraph::algo::{tarjan_scc, toposort};
 use petgraph::graph::{DiGraph, NodeIndex};
 use toml::Spanned;
@@ -18,6 +18,7 @@ use super::{
 use crate::config::{
     DeviceSpec, Diagnostics, PipelineFile, SourceFile, StageName, StageSection,
 };
+use super::domain::{driver_peer_access, link_memory};
 use crate::plugin::{self, LoadedPlugin};
 
 /// Check a parsed pipeline file and turn it into a plan, loading each plugin to negotiate
@@ -459,13 +460,6 @@ fn plan_stage(
     })
 }
 
-/// Whether every end of a link is on the producer's GPU. Links between GPUs go through host
-/// memory for now.
-fn same_device(stages: &[StagePlan], link: &LinkPlan) -> bool {
-    let device = stages[link.producer].device;
-    link.consumers.iter().all(|&c| stages[c].device == device)
-}
-
 /// A negotiated output must be a format the plugin declared, with a non-empty size.
 fn checked_output(meta: &crate::plugin::PluginMeta, format: FrameFormat) -> Result<(FrameFormat, FrameLayout), String> {
     let Some(pixel) = format.pixel_format() else {
@@ -518,15 +512,9 @@ fn wire_links(
     }
     for (li, link) in links.iter_mut().enumerate() {
         stages[link.producer].output.as_mut().expect("a link has a producer with output").link = Some(li);
-        let domains: Vec<Domain> =
-            std::iter::once(link.producer).chain(link.consumers.iter().copied()).map(|s| stages[s].domain).collect();
-        link.memory = if domains.iter().all(|d| *d == Domain::Cpu) {
-            LinkMemory::Host
-        } else if domains.iter().all(|d| *d == Domain::Cuda) && same_device(stages, link) {
-            LinkMemory::Device { transport: stages[link.producer].transport }
-        } else {
-            LinkMemory::HostStaged
-        };
+        let end = |s: usize| (stages[s].domain, stages[s].device);
+        let consumers: Vec<_> = link.consumers.iter().map(|&c| end(c)).collect();
+        link.memory = link_memory(end(link.producer), &consumers, stages[link.producer].transport, &driver_peer_access);
     }
     links
 }

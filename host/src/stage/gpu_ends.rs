@@ -40,7 +40,7 @@ pub enum InputEnd {
     /// A cpu stage reading a ring in host memory.
     Host,
     /// A cuda stage reading a ring in host memory: copy in first.
-    Staged { staging: DeviceMemory, copied: IpcEvent, _pinned: PinnedHost },
+    Staged { staging: DeviceMemory, copied: IpcEvent, pinned: PinnedHost },
     /// A cuda stage reading GPU memory shared by its producer.
     Device { memory: Vec<DeviceMemory>, ready: Vec<IpcEvent>, released: Vec<IpcEvent> },
 }
@@ -49,7 +49,7 @@ pub enum InputEnd {
 pub enum OutputEnd {
     Host,
     /// A cuda stage writing a ring in host memory: copy out after the plugin.
-    Staged { staging: DeviceMemory, copied: IpcEvent, _pinned: PinnedHost },
+    Staged { staging: DeviceMemory, copied: IpcEvent, pinned: PinnedHost },
     /// `released[consumer][slot]`.
     Device { memory: Vec<DeviceMemory>, ready: Vec<IpcEvent>, released: Vec<Vec<IpcEvent>> },
 }
@@ -75,7 +75,19 @@ fn device_frame(ring: &RingMap, memory: &DeviceMemory, seq: u64, timestamp_ns: u
 fn pin_ring(gpu: &Arc<Gpu>, ring: &RingMap) -> Result<PinnedHost, StageError> {
     let (first, slot_bytes) = ring.slot_data(0).expect("host rings carry frame data");
     let bytes = slot_bytes as usize * ring.depth();
-    Ok(PinnedHost::register(gpu, first, bytes)?)
+    #[allow(unsafe_code)]
+    // SAFETY: the ring's mapping outlives the end that holds this (both live in the stage's
+    // link setup until it exits), and slot data is only ever touched through raw pointers
+    // handed to plugins for a taken slot, after the copies into it are waited for.
+    let pinned = unsafe { PinnedHost::register(gpu, first, bytes)? };
+    Ok(pinned)
+}
+
+/// Where `slot`'s frame data starts in the range [`pin_ring`] registered.
+fn slot_offset(ring: &RingMap, slot: usize) -> usize {
+    let (first, _) = ring.slot_data(0).expect("host rings carry frame data");
+    let (ptr, _) = ring.slot_data(slot).expect("host rings carry frame data");
+    ptr as usize - first as usize
 }
 
 fn handles(events: &[(IpcEvent, Handle64)]) -> Vec<Handle64> {
@@ -106,7 +118,7 @@ impl InputEnd {
     pub fn staged(gpu: &Arc<Gpu>, ring: &RingMap) -> Result<InputEnd, StageError> {
         let staging = DeviceMemory::private(gpu, ring.layout().total_bytes as usize)?;
         let (copied, _) = IpcEvent::create(gpu)?;
-        Ok(InputEnd::Staged { staging, copied, _pinned: pin_ring(gpu, ring)? })
+        Ok(InputEnd::Staged { staging, copied, pinned: pin_ring(gpu, ring)? })
     }
 
     /// Export this consumer's `released` events for `link`.
@@ -122,10 +134,9 @@ impl InputEnd {
         let (seq, ts) = (slot.meta.seq, slot.meta.timestamp_ns);
         Ok(match self {
             InputEnd::Host => host_frame(ring, slot.index, seq, ts),
-            InputEnd::Staged { staging, copied, .. } => {
+            InputEnd::Staged { staging, copied, pinned } => {
                 let gpu = gpu.expect("staged ends belong to cuda stages");
-                let (ptr, _) = ring.slot_data(slot.index).expect("host rings carry frame data");
-                gpu.copy_htod_async(staging.addr(), ptr, ring.layout().total_bytes as usize)?;
+                pinned.upload(staging.addr(), slot_offset(ring, slot.index), ring.layout().total_bytes as usize)?;
                 // The host slot is released after `process`; the copy must be done by then.
                 copied.record(gpu.stream())?;
                 copied.synchronize()?;
@@ -152,7 +163,7 @@ impl OutputEnd {
     pub fn staged(gpu: &Arc<Gpu>, ring: &RingMap) -> Result<OutputEnd, StageError> {
         let staging = DeviceMemory::private(gpu, ring.layout().total_bytes as usize)?;
         let (copied, _) = IpcEvent::create(gpu)?;
-        Ok(OutputEnd::Staged { staging, copied, _pinned: pin_ring(gpu, ring)? })
+        Ok(OutputEnd::Staged { staging, copied, pinned: pin_ring(gpu, ring)? })
     }
 
     /// Allocate the slots and `ready` events of a GPU ring and export them.
@@ -214,10 +225,9 @@ impl OutputEnd {
     pub fn finish(&self, gpu: Option<&Arc<Gpu>>, ring: &RingMap, slot: usize) -> Result<(), StageError> {
         match self {
             OutputEnd::Host => {}
-            OutputEnd::Staged { staging, copied, .. } => {
+            OutputEnd::Staged { staging, copied, pinned } => {
                 let gpu = gpu.expect("staged ends belong to cuda stages");
-                let (ptr, _) = ring.slot_data(slot).expect("host rings carry frame data");
-                gpu.copy_dtoh_async(ptr, staging.addr(), ring.layout().total_bytes as usize)?;
+                pinned.download(slot_offset(ring, slot), staging.addr(), ring.layout().total_bytes as usize)?;
                 copied.record(gpu.stream())?;
                 // A cpu consumer cannot wait on the GPU: the bytes must be there at publish.
                 copied.synchronize()?;

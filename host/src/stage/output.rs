@@ -100,8 +100,7 @@ impl Output {
         let bytes: &[u8] = if frame.domain == abi::DOMAIN_CUDA {
             let gpu = gpu.expect("device frames belong to cuda stages");
             copy = vec![0u8; frame.len as usize];
-            gpu.copy_dtoh_async(copy.as_mut_ptr(), frame.addr, copy.len())?;
-            gpu.synchronize()?;
+            gpu.download(frame.addr, &mut copy)?;
             &copy
         } else {
             #[allow(unsafe_code)]

@@ -45,10 +45,10 @@ pub enum RunError {
     Setup(String),
 }
 
-fn wire_memory(memory: LinkMemory) -> LinkMemoryWire {
+fn wire_memory(memory: &LinkMemory) -> LinkMemoryWire {
     match memory {
         LinkMemory::Host | LinkMemory::HostStaged => LinkMemoryWire::Host,
-        LinkMemory::Device { transport } => LinkMemoryWire::Device { transport },
+        LinkMemory::Device { transport, .. } => LinkMemoryWire::Device { transport: *transport },
     }
 }
 
@@ -105,13 +105,13 @@ pub fn run(plan: &Plan, options: &RunOptions, shutdown: &Shutdown) -> Result<Run
                     from: plan.stages[inp.from].name.to_string(),
                     consumer: inp.consumer,
                     policy: inp.policy,
-                    memory: wire_memory(plan.links[inp.link].memory),
+                    memory: wire_memory(&plan.links[inp.link].memory),
                 })
                 .collect(),
             output: stage.output.as_ref().map(|o| OutputSetup {
                 format: o.format.into(),
                 link: o.link,
-                memory: o.link.map_or(LinkMemoryWire::Host, |l| wire_memory(plan.links[l].memory)),
+                memory: o.link.map_or(LinkMemoryWire::Host, |l| wire_memory(&plan.links[l].memory)),
             }),
             spin_us: options.spin_us.unwrap_or(plan.spin_us),
             checksums: options.checksums.clone(),
