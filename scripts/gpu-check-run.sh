@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks, run from a bundle made by scripts/gpu-check.sh on a machine with an NVIDIA
 # GPU. Every step prints what it found; the script exits non-zero if any check failed.
-#  1. doctor: driver, devices, capabilities, a two-process IPC self-test
+#  1. doctor: driver, devices, capabilities, a two-process IPC self-test; the GPU plugins'
+#     tests against the CPU reference; the plan (transport chosen, a missing GPU refused)
 #  2. every pipeline in pipelines/ on cuda and on cpu: every stage's output checksums equal;
 #     with two GPUs, pipelines/multi-gpu/two-gpus.toml (links across GPUs) against cpu
 #  3. a 4K generator -> rgb-process -> yuv420 pipeline for 10,000 frames on the GPU
@@ -31,6 +32,19 @@ for t in tests/*; do
     [ "${PIPESTATUS[0]}" = 0 ] || fail "$(basename "$t") gpu tests"
 done
 
+section "1c. the plan on this machine"
+"$host" validate "$here/pipelines/4k-yuv.toml" | sed 's/^/    /' || fail "validate 4k-yuv"
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
+mkdir -p "$here/work"
+sed "s/^device = .*/device = \"cuda:$gpus\"/" "$here/pipelines/4k-yuv.toml" > "$here/work/no-such-gpu.toml"
+if "$host" validate "$here/work/no-such-gpu.toml" > "$here/work/no-such-gpu.txt" 2>&1; then
+    fail "cuda:$gpus on a machine with $gpus GPU(s) was accepted"
+else
+    head -1 "$here/work/no-such-gpu.txt" | sed 's/^/    /'
+    grep -q "device cuda:$gpus requested, but the CUDA driver sees $gpus device" "$here/work/no-such-gpu.txt" ||
+        fail "the error for a missing GPU does not say how many there are"
+fi
+
 section "2. every pipeline, cuda against cpu"
 for file in pipelines/*.toml; do
     name=$(basename "$file" .toml)
@@ -53,7 +67,6 @@ for file in pipelines/*.toml; do
 done
 
 section "2b. links between two GPUs (pipelines/multi-gpu/two-gpus.toml)"
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
 if [ "$gpus" -lt 2 ]; then
     echo "skipped: $gpus GPU(s) on this machine"
 else

@@ -335,6 +335,18 @@ fn c_string(buf: &[c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// How many CUDA devices the driver sees. Initialises the driver; creates no context.
+pub fn count_devices() -> Result<u32, GpuError> {
+    init()?;
+    device_count()
+}
+
+/// Whether device `ordinal` supports VMM allocations shareable as POSIX file descriptors, the
+/// preferred GPU link transport. Creates no context.
+pub fn vmm_fd_supported(ordinal: u32) -> Result<bool, GpuError> {
+    Ok(support(device(ordinal)?, ordinal)?.vmm_posix_fd)
+}
+
 /// Whether device `a` can access memory on device `b` directly (peer access). Creates no
 /// context.
 pub fn can_access_peer(a: u32, b: u32) -> Result<bool, GpuError> {

@@ -22,7 +22,8 @@ mod memory;
 
 pub use context::Gpu;
 pub use driver::{
-    ComputeMode, DeviceInfo, GpuError, built_for_cuda, can_access_peer, devices, driver_available, driver_version,
+    ComputeMode, DeviceInfo, GpuError, built_for_cuda, can_access_peer, count_devices, devices, driver_available,
+    driver_version, vmm_fd_supported,
 };
 pub use event::IpcEvent;
 pub use memory::{DeviceMemory, MemoryKind, PinnedHost};
@@ -43,6 +44,8 @@ mod tests {
         assert!(matches!(driver_version(), Err(GpuError::NoDriver)));
         assert!(matches!(devices(), Err(GpuError::NoDriver)));
         assert!(matches!(can_access_peer(0, 1), Err(GpuError::NoDriver)));
+        assert!(matches!(count_devices(), Err(GpuError::NoDriver)));
+        assert!(matches!(vmm_fd_supported(0), Err(GpuError::NoDriver)));
         let err = Gpu::open(0).expect_err("no driver, no Gpu");
         assert!(matches!(err, GpuError::NoDriver));
         assert!(err.to_string().contains("libcuda.so.1"), "{err}");

@@ -12,6 +12,13 @@ pub fn cuda_driver_available() -> bool {
     crate::gpu::driver_available()
 }
 
+/// How many CUDA devices the driver sees, or why it sees none. Asked once per process; it
+/// initialises the driver in the host, which creates no context.
+fn cuda_device_count() -> Result<u32, String> {
+    static COUNT: std::sync::OnceLock<Result<u32, String>> = std::sync::OnceLock::new();
+    COUNT.get_or_init(|| crate::gpu::count_devices().map_err(|e| e.to_string())).clone()
+}
+
 /// The domain and device for a stage asking for `spec`, or why it cannot have it. The note
 /// says what `auto` decided and why. A device that is only the pipeline's default (`explicit`
 /// false) yields to a plugin without a cuda implementation, which then runs on the cpu.
@@ -34,10 +41,26 @@ pub fn resolve_domain(
         DeviceSpec::Cuda(n) if !cuda_driver_available() => Err(format!(
             "device cuda:{n} requested, but no CUDA driver was found (libcuda.so.1 could not be loaded); use device = \"cpu\" or \"auto\""
         )),
-        DeviceSpec::Cuda(n) => Ok((Domain::Cuda, Some(n), None)),
-        DeviceSpec::Auto if supports_cuda && cuda_driver_available() => Ok((Domain::Cuda, Some(0), None)),
+        DeviceSpec::Cuda(n) => match cuda_device_count() {
+            Ok(count) if n < count => Ok((Domain::Cuda, Some(n), None)),
+            Ok(0) => Err(format!("device cuda:{n} requested, but the CUDA driver sees no device")),
+            Ok(count) => Err(format!(
+                "device cuda:{n} requested, but the CUDA driver sees {count} device{} (cuda:0 to cuda:{})",
+                if count == 1 { "" } else { "s" },
+                count - 1
+            )),
+            Err(e) => Err(format!("device cuda:{n} requested, but the CUDA driver cannot be used: {e}")),
+        },
+        DeviceSpec::Auto if supports_cuda && cuda_driver_available() && matches!(cuda_device_count(), Ok(1..)) => {
+            Ok((Domain::Cuda, Some(0), None))
+        }
         DeviceSpec::Auto if supports_cpu => {
-            let why = if !supports_cuda { "plugin has no cuda implementation" } else { "no CUDA driver found" };
+            let why = match cuda_device_count() {
+                _ if !supports_cuda => "plugin has no cuda implementation".to_owned(),
+                _ if !cuda_driver_available() => "no CUDA driver found".to_owned(),
+                Ok(_) => "the CUDA driver sees no device".to_owned(),
+                Err(e) => format!("the CUDA driver cannot be used: {e}"),
+            };
             Ok((Domain::Cpu, None, Some(format!("auto: cpu ({why})"))))
         }
         DeviceSpec::Auto => Err(format!(
@@ -47,15 +70,44 @@ pub fn resolve_domain(
     }
 }
 
+/// What the planner asks the CUDA driver about devices (a trait, so tests can answer).
+pub trait DeviceFacts {
+    /// Whether device `a` can read and write memory on device `b`.
+    fn peer_access(&self, a: u32, b: u32) -> bool;
+    /// Whether the device shares VMM memory as POSIX fds (else: legacy IPC handles).
+    fn vmm_fd(&self, device: u32) -> bool;
+}
+
+/// The driver's answers. Initialises the driver in the host (no context); an error counts as
+/// "no", and the stage that needs the device reports it.
+pub struct Driver;
+
+impl DeviceFacts for Driver {
+    fn peer_access(&self, a: u32, b: u32) -> bool {
+        crate::gpu::can_access_peer(a, b).unwrap_or_else(|e| {
+            tracing::debug!("peer access cuda:{a} -> cuda:{b}: {e}");
+            false
+        })
+    }
+
+    fn vmm_fd(&self, device: u32) -> bool {
+        crate::gpu::vmm_fd_supported(device).unwrap_or_else(|e| {
+            tracing::debug!("VMM fd support of cuda:{device}: {e}");
+            false
+        })
+    }
+}
+
 /// Where a link's frames live, given its producer's and consumers' (domain, device):
 /// host memory when every end is cpu; GPU memory shared between processes when every end is
-/// cuda and every consumer's device can read the producer's (the same device, or peer access
-/// as `peer(consumer, producer)` reports); otherwise host memory with copies on the cuda ends.
+/// cuda and every consumer's device can read the producer's (the same device, or peer access);
+/// otherwise host memory with copies on the cuda ends. `transport = "auto"` becomes VMM fds
+/// when every device on the link supports them, else legacy IPC handles.
 pub fn link_memory(
     producer: (Domain, Option<u32>),
     consumers: &[(Domain, Option<u32>)],
     transport: Transport,
-    peer: &dyn Fn(u32, u32) -> bool,
+    facts: &dyn DeviceFacts,
 ) -> LinkMemory {
     let ends = || std::iter::once(&producer).chain(consumers);
     if ends().all(|(d, _)| *d == Domain::Cpu) {
@@ -71,24 +123,17 @@ pub fn link_memory(
         if device == home || peers.contains(&device) {
             continue;
         }
-        if !peer(device, home) {
+        if !facts.peer_access(device, home) {
             return LinkMemory::HostStaged;
         }
         peers.push(device);
     }
+    let transport = match transport {
+        Transport::Auto if std::iter::once(&home).chain(&peers).all(|&d| facts.vmm_fd(d)) => Transport::Vmm,
+        Transport::Auto => Transport::Legacy,
+        chosen => chosen,
+    };
     LinkMemory::Device { transport, device: home, peers }
-}
-
-/// Whether the driver says device `a` can read and write memory on device `b`. Initialises
-/// the driver (no context); any error counts as no.
-pub fn driver_peer_access(a: u32, b: u32) -> bool {
-    match crate::gpu::can_access_peer(a, b) {
-        Ok(can) => can,
-        Err(e) => {
-            tracing::debug!("peer access cuda:{a} -> cuda:{b}: {e}");
-            false
-        }
-    }
 }
 
 #[cfg(test)]
@@ -99,28 +144,37 @@ mod tests {
     const fn cuda(n: u32) -> (Domain, Option<u32>) {
         (Domain::Cuda, Some(n))
     }
-    fn no_peers(_: u32, _: u32) -> bool {
-        false
+    /// Devices that reach each other where `peer` says so, with VMM fd support where `vmm` does.
+    struct Facts {
+        peer: fn(u32, u32) -> bool,
+        vmm: fn(u32) -> bool,
     }
-    fn all_peers(_: u32, _: u32) -> bool {
-        true
+    impl DeviceFacts for Facts {
+        fn peer_access(&self, a: u32, b: u32) -> bool {
+            (self.peer)(a, b)
+        }
+        fn vmm_fd(&self, device: u32) -> bool {
+            (self.vmm)(device)
+        }
     }
+    const NO_PEERS: Facts = Facts { peer: |_, _| false, vmm: |_| true };
+    const ALL_PEERS: Facts = Facts { peer: |_, _| true, vmm: |_| true };
 
     #[test]
     fn cpu_ends_share_host_memory() {
-        assert_eq!(link_memory(CPU, &[CPU, CPU], Transport::Auto, &all_peers), LinkMemory::Host);
+        assert_eq!(link_memory(CPU, &[CPU, CPU], Transport::Auto, &ALL_PEERS), LinkMemory::Host);
     }
 
     #[test]
     fn a_cpu_end_on_a_gpu_link_means_staging() {
-        assert_eq!(link_memory(cuda(0), &[cuda(0), CPU], Transport::Auto, &all_peers), LinkMemory::HostStaged);
-        assert_eq!(link_memory(CPU, &[cuda(0)], Transport::Auto, &all_peers), LinkMemory::HostStaged);
+        assert_eq!(link_memory(cuda(0), &[cuda(0), CPU], Transport::Auto, &ALL_PEERS), LinkMemory::HostStaged);
+        assert_eq!(link_memory(CPU, &[cuda(0)], Transport::Auto, &ALL_PEERS), LinkMemory::HostStaged);
     }
 
     #[test]
     fn one_gpu_shares_device_memory() {
         assert_eq!(
-            link_memory(cuda(1), &[cuda(1), cuda(1)], Transport::Legacy, &no_peers),
+            link_memory(cuda(1), &[cuda(1), cuda(1)], Transport::Legacy, &NO_PEERS),
             LinkMemory::Device { transport: Transport::Legacy, device: 1, peers: vec![] }
         );
     }
@@ -128,13 +182,25 @@ mod tests {
     #[test]
     fn two_gpus_use_peer_access_only_where_the_driver_allows_it() {
         assert_eq!(
-            link_memory(cuda(0), &[cuda(1), cuda(0), cuda(1)], Transport::Auto, &all_peers),
-            LinkMemory::Device { transport: Transport::Auto, device: 0, peers: vec![1] }
+            link_memory(cuda(0), &[cuda(1), cuda(0), cuda(1)], Transport::Auto, &ALL_PEERS),
+            LinkMemory::Device { transport: Transport::Vmm, device: 0, peers: vec![1] }
         );
-        assert_eq!(link_memory(cuda(0), &[cuda(1)], Transport::Auto, &no_peers), LinkMemory::HostStaged);
+        assert_eq!(link_memory(cuda(0), &[cuda(1)], Transport::Auto, &NO_PEERS), LinkMemory::HostStaged);
         // The direction matters: the consumer's device reads the producer's.
-        let only_1_reads_0 = |a: u32, b: u32| (a, b) == (1, 0);
+        let only_1_reads_0 = Facts { peer: |a, b| (a, b) == (1, 0), vmm: |_| true };
         assert!(matches!(link_memory(cuda(0), &[cuda(1)], Transport::Auto, &only_1_reads_0), LinkMemory::Device { .. }));
         assert_eq!(link_memory(cuda(1), &[cuda(0)], Transport::Auto, &only_1_reads_0), LinkMemory::HostStaged);
+    }
+
+    #[test]
+    fn auto_transport_is_vmm_only_where_every_device_on_the_link_has_it() {
+        let vmm_on_0 = Facts { peer: |_, _| true, vmm: |d| d == 0 };
+        let device = |t| LinkMemory::Device { transport: t, device: 0, peers: vec![] };
+        assert_eq!(link_memory(cuda(0), &[cuda(0)], Transport::Auto, &vmm_on_0), device(Transport::Vmm));
+        assert_eq!(link_memory(cuda(0), &[cuda(0)], Transport::Legacy, &vmm_on_0), device(Transport::Legacy));
+        assert_eq!(
+            link_memory(cuda(0), &[cuda(1)], Transport::Auto, &vmm_on_0),
+            LinkMemory::Device { transport: Transport::Legacy, device: 0, peers: vec![1] }
+        );
     }
 }

@@ -18,7 +18,7 @@ use super::{
 use crate::config::{
     DeviceSpec, Diagnostics, PipelineFile, SourceFile, StageName, StageSection,
 };
-use super::domain::{driver_peer_access, link_memory};
+use super::domain::{Driver, link_memory};
 use crate::plugin::{self, LoadedPlugin};
 
 /// Check a parsed pipeline file and turn it into a plan, loading each plugin to negotiate
@@ -514,7 +514,7 @@ fn wire_links(
         stages[link.producer].output.as_mut().expect("a link has a producer with output").link = Some(li);
         let end = |s: usize| (stages[s].domain, stages[s].device);
         let consumers: Vec<_> = link.consumers.iter().map(|&c| end(c)).collect();
-        link.memory = link_memory(end(link.producer), &consumers, stages[link.producer].transport, &driver_peer_access);
+        link.memory = link_memory(end(link.producer), &consumers, stages[link.producer].transport, &Driver);
     }
     links
 }
