@@ -44,9 +44,9 @@ pub fn resolve_domain(
         DeviceSpec::Cuda(n) => match cuda_device_count() {
             Ok(count) if n < count => Ok((Domain::Cuda, Some(n), None)),
             Ok(0) => Err(format!("device cuda:{n} requested, but the CUDA driver sees no device")),
+            Ok(1) => Err(format!("device cuda:{n} requested, but the CUDA driver sees 1 device (cuda:0)")),
             Ok(count) => Err(format!(
-                "device cuda:{n} requested, but the CUDA driver sees {count} device{} (cuda:0 to cuda:{})",
-                if count == 1 { "" } else { "s" },
+                "device cuda:{n} requested, but the CUDA driver sees {count} devices (cuda:0 to cuda:{})",
                 count - 1
             )),
             Err(e) => Err(format!("device cuda:{n} requested, but the CUDA driver cannot be used: {e}")),
