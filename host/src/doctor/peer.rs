@@ -133,6 +133,18 @@ fn inherited_socket() -> Option<ControlSocket> {
     Some(ControlSocket::from_fd(fd))
 }
 
+/// Waits for the stream when dropped, so host memory that queued copies read or write is
+/// freed only after them, whichever way a function returns.
+struct WaitOnDrop<'a>(&'a Gpu);
+
+impl Drop for WaitOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.synchronize() {
+            tracing::warn!("waiting for the stream: {e}");
+        }
+    }
+}
+
 fn text(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
@@ -150,8 +162,10 @@ fn exporter(device: u32, socket: &ControlSocket) -> Result<Outcome, String> {
     let mut host: Vec<u8> =
         (0..2 * n).map(|i| if i < n { pattern(SEED_VMM, i) } else { pattern(SEED_LEGACY, i - n) }).collect();
     #[allow(unsafe_code)]
-    // SAFETY: `host` outlives `pinned` (declared before it) and is not touched again.
+    // SAFETY: `host` outlives `pinned` (declared before it) and is not touched again; on
+    // every way out, `_wait` (dropped before both) lets the copies from it finish first.
     let pinned = unsafe { PinnedHost::register(&gpu, host.as_mut_ptr(), host.len()).map_err(text)? };
+    let _wait = WaitOnDrop(&gpu);
     let staging = DeviceMemory::private(&gpu, 2 * n).map_err(text)?;
     pinned.upload(staging.addr(), 0, 2 * n).map_err(text)?;
     let fill = |memory: &DeviceMemory, from: u64| -> Result<(), String> {
@@ -244,8 +258,10 @@ fn importer(device: u32, socket: &ControlSocket) -> Result<(), String> {
     let mut host = vec![0u8; 2 * n];
     #[allow(unsafe_code)]
     // SAFETY: `host` outlives `pinned` (declared before it) and is read only after
-    // `gpu.synchronize()` below, when the copies into it are done.
+    // `gpu.synchronize()` below, when the copies into it are done; on an early return,
+    // `_wait` (dropped before both) lets them finish before `host` is freed.
     let pinned = unsafe { PinnedHost::register(&gpu, host.as_mut_ptr(), host.len()).map_err(text)? };
+    let _wait = WaitOnDrop(&gpu);
     let mut imported: Vec<DeviceMemory> = Vec::new();
     // Import and enqueue the copy back of one transport; the check comes after the sync.
     let mut import = |offered: Offered, offset: usize| -> Outcome {

@@ -62,10 +62,12 @@ fn describe(result: CUresult) -> (String, String) {
     (name, description)
 }
 
-/// Whether the CUDA driver library (`libcuda.so.1`, the name the driver installs; a bare
-/// `libcuda.so` is often the toolkit's stub) can be loaded. Cheap after the first call
-/// (cached). `GPUIPC_NO_CUDA` in the environment forces `false`. Loading the library creates
-/// no context.
+/// Whether the CUDA driver library can be loaded, by the name the driver installs
+/// (`libcuda.so.1`): a machine with only the toolkit's stub (`libcuda.so`) says no. cudarc
+/// then loads the library by its own list of names; with the stub folder on the library path
+/// as well, it may pick the stub, whose `cuInit` fails with a clear error. Cheap after the
+/// first call (cached). `GPUIPC_NO_CUDA` in the environment forces `false`. Loading the
+/// library creates no context.
 pub fn driver_available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {

@@ -70,18 +70,10 @@ fn link_memory(plan: &Plan, link: usize) -> String {
     let l = &plan.links[link];
     match &l.memory {
         LinkMemory::Host => "host shared memory".to_owned(),
-        LinkMemory::HostStaged => {
-            let ends = std::iter::once(l.producer).chain(l.consumers.iter().copied());
-            let devices: Vec<String> = ends.filter_map(|s| plan.stages[s].device).map(|d| format!("cuda:{d}")).collect();
-            let mut unique = devices.clone();
-            unique.sort();
-            unique.dedup();
-            if devices.len() == l.consumers.len() + 1 && unique.len() > 1 {
-                format!("host shared memory, copied to/from the GPU on each end ({} have no peer access)", unique.join(" and "))
-            } else {
-                "host shared memory, copied to/from the GPU on the cuda side".to_owned()
-            }
-        }
+        LinkMemory::HostStaged { no_peer: None } => "host shared memory, copied to/from the GPU on the cuda side".to_owned(),
+        LinkMemory::HostStaged { no_peer: Some((from, to)) } => format!(
+            "host shared memory, copied to/from the GPU on each end (cuda:{from} has no peer access to cuda:{to})"
+        ),
         LinkMemory::Device { transport, device, peers } => {
             let shared = match transport {
                 Transport::Auto => "VMM fds where supported, else legacy IPC",

@@ -19,6 +19,18 @@ fn cuda_device_count() -> Result<u32, String> {
     COUNT.get_or_init(|| crate::gpu::count_devices().map_err(|e| e.to_string())).clone()
 }
 
+/// Whether `auto` can pick cuda:0, or why not. Asks the driver only when the library loads.
+fn usable_cuda() -> Result<(), String> {
+    if !cuda_driver_available() {
+        return Err("no CUDA driver was found (libcuda.so.1 could not be loaded)".into());
+    }
+    match cuda_device_count() {
+        Ok(0) => Err("the CUDA driver sees no device".into()),
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("the CUDA driver cannot be used: {e}")),
+    }
+}
+
 /// The domain and device for a stage asking for `spec`, or why it cannot have it. The note
 /// says what `auto` decided and why. A device that is only the pipeline's default (`explicit`
 /// false) yields to a plugin without a cuda implementation, which then runs on the cpu.
@@ -51,22 +63,14 @@ pub fn resolve_domain(
             )),
             Err(e) => Err(format!("device cuda:{n} requested, but the CUDA driver cannot be used: {e}")),
         },
-        DeviceSpec::Auto if supports_cuda && cuda_driver_available() && matches!(cuda_device_count(), Ok(1..)) => {
-            Ok((Domain::Cuda, Some(0), None))
+        DeviceSpec::Auto => {
+            let cuda = if supports_cuda { usable_cuda() } else { Err("plugin has no cuda implementation".to_owned()) };
+            match cuda {
+                Ok(()) => Ok((Domain::Cuda, Some(0), None)),
+                Err(why) if supports_cpu => Ok((Domain::Cpu, None, Some(format!("auto: cpu ({why})")))),
+                Err(why) => Err(format!("plugin `{}` runs only on cuda, and {why}", plugin.name)),
+            }
         }
-        DeviceSpec::Auto if supports_cpu => {
-            let why = match cuda_device_count() {
-                _ if !supports_cuda => "plugin has no cuda implementation".to_owned(),
-                _ if !cuda_driver_available() => "no CUDA driver found".to_owned(),
-                Ok(_) => "the CUDA driver sees no device".to_owned(),
-                Err(e) => format!("the CUDA driver cannot be used: {e}"),
-            };
-            Ok((Domain::Cpu, None, Some(format!("auto: cpu ({why})"))))
-        }
-        DeviceSpec::Auto => Err(format!(
-            "plugin `{}` runs only on cuda, and no CUDA driver was found (libcuda.so.1 could not be loaded)",
-            plugin.name
-        )),
     }
 }
 
@@ -114,7 +118,7 @@ pub fn link_memory(
         return LinkMemory::Host;
     }
     if ends().any(|(d, _)| *d != Domain::Cuda) {
-        return LinkMemory::HostStaged;
+        return LinkMemory::HostStaged { no_peer: None };
     }
     let home = producer.1.unwrap_or(0);
     let mut peers = Vec::new();
@@ -124,7 +128,7 @@ pub fn link_memory(
             continue;
         }
         if !facts.peer_access(device, home) {
-            return LinkMemory::HostStaged;
+            return LinkMemory::HostStaged { no_peer: Some((device, home)) };
         }
         peers.push(device);
     }
@@ -167,8 +171,9 @@ mod tests {
 
     #[test]
     fn a_cpu_end_on_a_gpu_link_means_staging() {
-        assert_eq!(link_memory(cuda(0), &[cuda(0), CPU], Transport::Auto, &ALL_PEERS), LinkMemory::HostStaged);
-        assert_eq!(link_memory(CPU, &[cuda(0)], Transport::Auto, &ALL_PEERS), LinkMemory::HostStaged);
+        let staged = LinkMemory::HostStaged { no_peer: None };
+        assert_eq!(link_memory(cuda(0), &[cuda(0), CPU], Transport::Auto, &ALL_PEERS), staged);
+        assert_eq!(link_memory(CPU, &[cuda(0)], Transport::Auto, &ALL_PEERS), staged);
     }
 
     #[test]
@@ -185,11 +190,17 @@ mod tests {
             link_memory(cuda(0), &[cuda(1), cuda(0), cuda(1)], Transport::Auto, &ALL_PEERS),
             LinkMemory::Device { transport: Transport::Vmm, device: 0, peers: vec![1] }
         );
-        assert_eq!(link_memory(cuda(0), &[cuda(1)], Transport::Auto, &NO_PEERS), LinkMemory::HostStaged);
+        assert_eq!(
+            link_memory(cuda(0), &[cuda(0), cuda(1)], Transport::Auto, &NO_PEERS),
+            LinkMemory::HostStaged { no_peer: Some((1, 0)) }
+        );
         // The direction matters: the consumer's device reads the producer's.
         let only_1_reads_0 = Facts { peer: |a, b| (a, b) == (1, 0), vmm: |_| true };
         assert!(matches!(link_memory(cuda(0), &[cuda(1)], Transport::Auto, &only_1_reads_0), LinkMemory::Device { .. }));
-        assert_eq!(link_memory(cuda(1), &[cuda(0)], Transport::Auto, &only_1_reads_0), LinkMemory::HostStaged);
+        assert_eq!(
+            link_memory(cuda(1), &[cuda(0)], Transport::Auto, &only_1_reads_0),
+            LinkMemory::HostStaged { no_peer: Some((0, 1)) }
+        );
     }
 
     #[test]

@@ -112,7 +112,9 @@ pub enum LinkMemory {
     /// Host shared memory (memfd), both ends in the cpu domain.
     Host,
     /// Host shared memory with a cuda end: that end copies through pinned staging.
-    HostStaged,
+    /// `no_peer`: the ends are all cuda, but device `.0` (a consumer's) cannot reach device
+    /// `.1` (the producer's) directly.
+    HostStaged { no_peer: Option<(u32, u32)> },
     /// Device memory on the producer's GPU (`device`) shared between processes, zero copies.
     /// Consumers on the GPUs in `peers` read it over peer access (NVLink or PCIe).
     Device { transport: Transport, device: u32, peers: Vec<u32> },

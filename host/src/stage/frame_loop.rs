@@ -51,9 +51,11 @@ pub enum LoopEnd {
 
 pub struct FrameLoop<'a, 'p> {
     pub instance: Instance<'p>,
-    pub inputs: Vec<Consumer>,
     /// How each input is read (host memory, staged copy, GPU memory), parallel to `inputs`.
+    /// Declared before `inputs` so it drops first: a staged end unregisters pinned memory of
+    /// the input's ring, which must still be mapped then.
     pub input_ends: Vec<InputEnd>,
+    pub inputs: Vec<Consumer>,
     /// The stage's GPU context and stream, in the cuda domain.
     pub gpu: Option<Arc<Gpu>>,
     pub output: Output,

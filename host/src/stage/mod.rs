@@ -151,7 +151,8 @@ fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<
     let instance = plugin
         .create(&setup.params, &input_formats, output_format, &ctx)
         .map_err(|e| StageError::Plugin { during: "create", error: e })?;
-    let producer = producer.zip(output_end);
+    // The end before the producer: see `Output::Ring`.
+    let producer = output_end.zip(producer);
     let output = output::Output::new(producer, output_format, gpu.as_ref())?;
     socket.send(&FromStage::Ready, &[]).map_err(setup_error)?;
     match socket.recv::<ToStage>() {

@@ -19,7 +19,9 @@ pub enum PrivateMemory {
 
 pub enum Output {
     None,
-    Ring(Producer, OutputEnd),
+    /// The end first: fields drop in order, and a staged end unregisters the ring's pinned
+    /// memory, which must still be mapped then.
+    Ring(OutputEnd, Producer),
     Private { format: FrameFormat, layout: FrameLayout, memory: PrivateMemory },
 }
 
@@ -32,12 +34,12 @@ pub enum Pending {
 
 impl Output {
     pub fn new(
-        producer: Option<(Producer, OutputEnd)>,
+        producer: Option<(OutputEnd, Producer)>,
         format: Option<FrameFormat>,
         gpu: Option<&Arc<Gpu>>,
     ) -> Result<Output, StageError> {
         Ok(match (producer, format) {
-            (Some((p, end)), _) => Output::Ring(p, end),
+            (Some((end, p)), _) => Output::Ring(end, p),
             (None, None) => Output::None,
             (None, Some(format)) => {
                 let layout = FrameLayout::for_format(format)
@@ -56,7 +58,7 @@ impl Output {
     pub fn acquire(&mut self, gpu: Option<&Arc<Gpu>>) -> Result<Pending, StageError> {
         Ok(match self {
             Output::None => Pending::None,
-            Output::Ring(p, end) => {
+            Output::Ring(end, p) => {
                 let slot = p.acquire(None).map_err(StageError::from)?;
                 if let Err(e) = end.prepare(gpu, slot.index) {
                     p.cancel(slot);
@@ -71,7 +73,7 @@ impl Output {
     /// The raw frame the plugin writes into.
     pub fn raw_frame(&mut self, pending: &Pending, seq: u64, timestamp_ns: u64) -> Option<RawFrame> {
         match (self, pending) {
-            (Output::Ring(p, end), Pending::Ring(slot)) => Some(end.frame(p.ring(), slot.index, seq, timestamp_ns)),
+            (Output::Ring(end, p), Pending::Ring(slot)) => Some(end.frame(p.ring(), slot.index, seq, timestamp_ns)),
             (Output::Private { format, layout, memory }, Pending::Private) => {
                 let (domain, addr, len) = match memory {
                     PrivateMemory::Host(bytes) => (abi::DOMAIN_CPU, bytes.as_mut_ptr() as u64, bytes.len() as u64),
@@ -86,7 +88,7 @@ impl Output {
     /// The plugin's work is enqueued: make the frame visible to consumers' streams or copy it
     /// out to host memory.
     pub fn finish(&mut self, gpu: Option<&Arc<Gpu>>, pending: &Pending) -> Result<(), StageError> {
-        if let (Output::Ring(p, end), Pending::Ring(slot)) = (self, pending) {
+        if let (Output::Ring(end, p), Pending::Ring(slot)) = (self, pending) {
             end.finish(gpu, p.ring(), slot.index)?;
         }
         Ok(())
@@ -114,20 +116,20 @@ impl Output {
     }
 
     pub fn publish(&mut self, pending: Pending, seq: u64, timestamp_ns: u64) {
-        if let (Output::Ring(p, _), Pending::Ring(slot)) = (self, pending) {
+        if let (Output::Ring(_, p), Pending::Ring(slot)) = (self, pending) {
             p.publish(slot, seq, timestamp_ns);
         }
     }
 
     pub fn cancel(&mut self, pending: Pending) {
-        if let (Output::Ring(p, _), Pending::Ring(slot)) = (self, pending) {
+        if let (Output::Ring(_, p), Pending::Ring(slot)) = (self, pending) {
             p.cancel(slot);
         }
     }
 
     /// End of stream for consumers.
     pub fn close(&mut self) {
-        if let Output::Ring(p, _) = self {
+        if let Output::Ring(_, p) = self {
             p.close();
         }
     }

@@ -47,7 +47,7 @@ pub enum RunError {
 
 fn wire_memory(memory: &LinkMemory) -> LinkMemoryWire {
     match memory {
-        LinkMemory::Host | LinkMemory::HostStaged => LinkMemoryWire::Host,
+        LinkMemory::Host | LinkMemory::HostStaged { .. } => LinkMemoryWire::Host,
         LinkMemory::Device { transport, .. } => LinkMemoryWire::Device { transport: *transport },
     }
 }
