@@ -114,7 +114,7 @@ fn report(out: &mut dyn Write, exe: Option<&Path>) -> std::io::Result<bool> {
         let test = match exe {
             None => None,
             Some(_) if !d.ipc_events || d.compute_mode == ComputeMode::Prohibited => None,
-            Some(exe) => Some(selftest::run(exe, d.ordinal, SELF_TEST_TIMEOUT)),
+            Some(exe) => Some(selftest::run(exe, d.ordinal, d.ordinal, SELF_TEST_TIMEOUT)),
         };
         match &test {
             None if exe.is_none() => line(out, "  (not run)", "cannot find this executable to start the peers")?,
@@ -133,9 +133,49 @@ fn report(out: &mut dyn Write, exe: Option<&Path>) -> std::io::Result<bool> {
         results.push((d, test));
     }
 
+    if let Some(exe) = exe {
+        all_passed &= cross_device_tests(out, exe, &devices)?;
+    }
+
     writeln!(out, "\nsummary")?;
     for (d, test) in &results {
         line(out, &format!("cuda:{}", d.ordinal), verdict(d, test.as_ref()))?;
+    }
+    Ok(all_passed)
+}
+
+/// The most devices whose every ordered pair is tested; beyond it, only pairs with cuda:0
+/// (each pair starts two processes with a context each).
+const ALL_PAIRS_UP_TO: usize = 4;
+
+/// The self-test between devices, for each ordered pair where the importer's device has peer
+/// access to the exporter's: what a GPU link across devices does (memory mapped for the other
+/// device, events waited on across devices). Returns whether every test run passed.
+fn cross_device_tests(out: &mut dyn Write, exe: &Path, devices: &[DeviceInfo]) -> std::io::Result<bool> {
+    let usable = |d: &DeviceInfo| d.ipc_events && d.compute_mode != ComputeMode::Prohibited;
+    let pairs: Vec<(u32, u32)> = devices
+        .iter()
+        .filter(|a| usable(a))
+        .flat_map(|a| devices.iter().filter(|b| usable(b) && b.ordinal != a.ordinal).map(|b| (a.ordinal, b.ordinal)))
+        .filter(|&(a, b)| devices.len() <= ALL_PAIRS_UP_TO || a == 0 || b == 0)
+        .collect();
+    if pairs.is_empty() {
+        return Ok(true);
+    }
+    writeln!(out, "\nIPC self-test across devices (exporter -> importer, read by peer access)")?;
+    let mut all_passed = true;
+    for (from, to) in pairs {
+        writeln!(out, "  cuda:{from} -> cuda:{to}")?;
+        if !matches!(gpu::can_access_peer(to, from), Ok(true)) {
+            line(out, "  (not run)", format!("cuda:{to} has no peer access to cuda:{from}; links copy through the host"))?;
+            continue;
+        }
+        let t = selftest::run(exe, from, to, SELF_TEST_TIMEOUT);
+        outcome(out, "VMM fd + event", &t.vmm)?;
+        outcome(out, "legacy IPC + event", &t.legacy)?;
+        outcome(out, "released event back", &t.released)?;
+        all_passed &= t.passed();
+        out.flush()?;
     }
     Ok(all_passed)
 }

@@ -1,5 +1,5 @@
-//! The doctor's side of the IPC self-test: start the exporter and importer peers on one
-//! device, joined by a socketpair, bound their run with a deadline, and turn what they
+//! The doctor's side of the IPC self-test: start the exporter and importer peers (on one
+//! device, or on two with peer access), joined by a socketpair, bound their run with a deadline, and turn what they
 //! printed (or how they died) into one outcome per check. The doctor itself never touches
 //! CUDA here: a fault in a peer cannot take it down.
 
@@ -86,17 +86,19 @@ fn spawn(exe: &Path, role: PeerRole, ordinal: u32, socket: ControlSocket) -> std
     Ok(Peer { role, child, pidfd, stdout, stderr })
 }
 
-/// Run the two-process test on device `ordinal`, using `exe` (this binary) for the peers.
-pub fn run(exe: &Path, ordinal: u32, timeout: Duration) -> SelfTest {
+/// Run the two-process test with the exporter on device `from` and the importer on `to`
+/// (the same device, or one that reads `from`'s memory by peer access), using `exe` (this
+/// binary) for the peers.
+pub fn run(exe: &Path, from: u32, to: u32, timeout: Duration) -> SelfTest {
     let (a, b) = match ControlSocket::pair() {
         Ok(pair) => pair,
         Err(e) => return SelfTest::failed(format!("cannot create a socketpair: {e}")),
     };
-    let exporter = match spawn(exe, PeerRole::Exporter, ordinal, a) {
+    let exporter = match spawn(exe, PeerRole::Exporter, from, a) {
         Ok(p) => p,
         Err(e) => return SelfTest::failed(format!("cannot start {}: {e}", exe.display())),
     };
-    let importer = match spawn(exe, PeerRole::Importer, ordinal, b) {
+    let importer = match spawn(exe, PeerRole::Importer, to, b) {
         Ok(p) => p,
         Err(e) => {
             let mut peers = [exporter];
@@ -261,7 +263,7 @@ mod tests {
         if !exe.is_file() {
             return;
         }
-        let t = run(&exe, 0, Duration::from_secs(20));
+        let t = run(&exe, 0, 0, Duration::from_secs(20));
         for o in [&t.vmm, &t.legacy, &t.released] {
             assert!(matches!(o, Outcome::Fail(w) if w.starts_with("exporter: no CUDA driver found")), "{o:?}");
         }
@@ -271,9 +273,9 @@ mod tests {
     /// peer, end as failures with a reason instead of hanging.
     #[test]
     fn peers_that_cannot_run_fail_cleanly() {
-        let t = run(Path::new("/nonexistent/gpuipc-host"), 0, Duration::from_secs(5));
+        let t = run(Path::new("/nonexistent/gpuipc-host"), 0, 0, Duration::from_secs(5));
         assert!(matches!(&t.vmm, Outcome::Fail(w) if w.contains("cannot start")), "{:?}", t.vmm);
-        let t = run(Path::new("/bin/true"), 0, Duration::from_secs(5));
+        let t = run(Path::new("/bin/true"), 0, 0, Duration::from_secs(5));
         assert!(matches!(&t.released, Outcome::Fail(w) if w.contains("exited")), "{:?}", t.released);
     }
 }
