@@ -254,6 +254,7 @@ impl PatternFrame {
     /// Row `y` of the frame in `pixel` format into `row` (pixels only).
     pub fn fill_row(&self, pixel: PixelFormat, y: u32, row: &mut [u8]) -> Result<()> {
         match pixel {
+            PixelFormat::Rgb8 if self.pattern == Pattern::Gradient => self.gradient_row_rgb8(y, row),
             PixelFormat::Rgb8 => {
                 for (x, px) in (0..).zip(row.chunks_exact_mut(3)) {
                     px.copy_from_slice(&self.rgb(x, y));
@@ -273,6 +274,30 @@ impl PatternFrame {
             other => bail!("the generator does not make {other} frames"),
         }
         Ok(())
+    }
+}
+
+impl PatternFrame {
+    /// [`gradient_rgb`] for a whole rgb8 row without a division per pixel: R's quotient
+    /// `x * 255 / d` is carried from pixel to pixel (add `255 / d`, and one more when the
+    /// remainder reaches `d`), G is the row's, B counts up by one. The per-pixel formula stays
+    /// the reference; a test checks this against it.
+    fn gradient_row_rgb8(&self, y: u32, row: &mut [u8]) {
+        let d = (self.width - 1).max(1);
+        let (step, step_rem) = (255 / d, 255 % d);
+        let g = (y * 255 / (self.height - 1).max(1)) as u8;
+        let (mut r, mut rem) = (0u32, 0u32);
+        let mut b = y.wrapping_add((self.seq as u32).wrapping_mul(4));
+        for px in row.chunks_exact_mut(3) {
+            px.copy_from_slice(&[r as u8, g, b as u8]);
+            r += step;
+            rem += step_rem;
+            if rem >= d {
+                r += 1;
+                rem -= d;
+            }
+            b = b.wrapping_add(1);
+        }
     }
 }
 
@@ -496,6 +521,21 @@ mod tests {
         assert_eq!(rgb[(2 * 5 + 4) * 3 + 2], ((4u32 + 2 + 252) % 256) as u8);
         // A 1x1 frame divides by max(0, 1).
         assert_eq!(generate("width = 1\nheight = 1\npattern = \"gradient\"", 1, 0), [0, 0, 4]);
+    }
+
+    #[test]
+    fn gradient_rows_equal_the_per_pixel_formula() {
+        for (width, height) in [(1, 1), (2, 3), (5, 3), (64, 64), (255, 2), (256, 7), (257, 9), (1001, 5), (3840, 3)] {
+            for seq in [0, 1, 63, 64, u64::from(u32::MAX) + 5] {
+                let frame = PatternFrame::new(Pattern::Gradient, width, height, seq, 0);
+                for y in 0..height {
+                    let mut row = vec![0u8; width as usize * 3];
+                    frame.fill_row(PixelFormat::Rgb8, y, &mut row).unwrap();
+                    let expected: Vec<u8> = (0..width).flat_map(|x| gradient_rgb(x, y, width, height, seq)).collect();
+                    assert_eq!(row, expected, "{width}x{height}, row {y}, seq {seq}");
+                }
+            }
+        }
     }
 
     #[test]
