@@ -2,7 +2,7 @@
 //! publish, release, count.
 
 use std::sync::atomic::Ordering;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use std::sync::Arc;
 
@@ -87,46 +87,53 @@ impl FrameLoop<'_, '_> {
         let mut index = 0u64;
         let mut skipped = 0u64;
         loop {
-            let (seq, timestamp_ns, held) = if self.inputs.is_empty() {
+            // A source's frames are stamped when it starts making them (`None` here).
+            let (seq, source_timestamp, held) = if self.inputs.is_empty() {
                 if self.frames.is_some_and(|n| index >= n) {
                     return Ok(LoopEnd::FrameCount);
                 }
                 if self.stats.get().stop.load(Ordering::Relaxed) != stats::RUN {
                     return Ok(LoopEnd::Stopped);
                 }
-                (index, now_ns(), Vec::new())
+                (index, None, Vec::new())
             } else {
                 match acquire_aligned(&mut self.inputs, &mut skipped)? {
                     None => return Ok(LoopEnd::EndOfStream),
-                    Some(held) => (held[0].meta.seq, held[0].meta.timestamp_ns, held),
+                    Some(held) => (held[0].meta.seq, Some(held[0].meta.timestamp_ns), held),
                 }
             };
-            let result = self.process_one(index, seq, timestamp_ns, &held);
-            release_all(&mut self.inputs, held.into_iter().map(Some).collect());
-            result?;
+            let result = self.process_one(index, seq, source_timestamp, &held);
+            release_all(&mut self.inputs, held.into_iter().map(Some));
+            let ended_ns = result?;
             index += 1;
-            self.count(skipped);
+            self.count(skipped, ended_ns);
         }
     }
 
-    fn process_one(&mut self, index: u64, seq: u64, timestamp_ns: u64, held: &[ReadSlot]) -> Result<(), StageError> {
+    /// Run the plugin on one frame and publish its output. Returns when it ended (ns since the
+    /// epoch). Two clock reads a frame: they stamp a source's frames, time the plugin (busy)
+    /// and mark the stage's first and last frame, which matters when a frame costs 0.5 µs.
+    fn process_one(&mut self, index: u64, seq: u64, source_timestamp: Option<u64>, held: &[ReadSlot]) -> Result<u64, StageError> {
         let gpu = self.gpu.as_ref();
         let mut inputs = Vec::with_capacity(held.len());
         for ((input, end), slot) in self.inputs.iter().zip(&self.input_ends).zip(held) {
             inputs.push(end.frame(gpu, input.ring(), slot)?);
         }
         let pending = self.output.acquire(gpu)?;
+        let started_ns = now_ns();
+        let timestamp_ns = source_timestamp.unwrap_or(started_ns);
         let mut out = self.output.raw_frame(&pending, seq, timestamp_ns);
         let stream = gpu.map_or(std::ptr::null_mut(), |g| g.stream_ptr());
         let ctx = RawProcessContext { frame_index: index, cuda_stream: stream };
-        let started = Instant::now();
         if self.stats.get().first_ns.load(Ordering::Relaxed) == 0 {
-            self.stats.get().first_ns.store(now_ns(), Ordering::Relaxed);
+            self.stats.get().first_ns.store(started_ns, Ordering::Relaxed);
         }
         // The input slots are claimed and the output slot is ours until publish, so the
         // memory the raw frames point at stays valid and unshared for the call.
         let result = self.instance.process(&inputs, out.as_mut(), &ctx);
-        self.stats.get().busy_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let ended_ns = now_ns();
+        // A wall clock stepped backwards counts as no time, not as a huge one.
+        self.stats.get().busy_ns.fetch_add(ended_ns.saturating_sub(started_ns), Ordering::Relaxed);
         if let Err(error) = result {
             self.output.cancel(pending);
             return Err(StageError::Plugin { during: "process", error });
@@ -140,14 +147,14 @@ impl FrameLoop<'_, '_> {
             tap.record(seq, hash).map_err(StageError::Setup)?;
         }
         self.output.publish(pending, seq, timestamp_ns);
-        Ok(())
+        Ok(ended_ns)
     }
 
-    fn count(&self, skipped: u64) {
+    fn count(&self, skipped: u64, ended_ns: u64) {
         let s = self.stats.get();
         s.frames.fetch_add(1, Ordering::Relaxed);
         let dropped: u64 = self.inputs.iter().map(|c| c.dropped()).sum::<u64>() + skipped;
         s.dropped.store(dropped, Ordering::Relaxed);
-        s.last_ns.store(now_ns(), Ordering::Relaxed);
+        s.last_ns.store(ended_ns, Ordering::Relaxed);
     }
 }

@@ -33,8 +33,8 @@ pub fn acquire_aligned(inputs: &mut [Consumer], skipped: &mut u64) -> Result<Opt
     }
 }
 
-/// Give back every frame held.
-pub fn release_all(inputs: &mut [Consumer], held: Vec<Option<ReadSlot>>) {
+/// Give back every frame held (slot `k` to input `k`).
+pub fn release_all(inputs: &mut [Consumer], held: impl IntoIterator<Item = Option<ReadSlot>>) {
     for (input, slot) in inputs.iter_mut().zip(held) {
         if let Some(slot) = slot {
             input.release(slot);
