@@ -140,6 +140,21 @@ pub fn link_memory(
     LinkMemory::Device { transport, device: home, peers }
 }
 
+/// Why a GPU link cannot use the transport its producer asked for, if it cannot: `vmm` needs
+/// VMM fd support on every device that maps the memory. (`auto` was decided from the same
+/// facts; `legacy` needs nothing more than the driver checks at stage start.)
+pub fn transport_problem(link: &super::LinkPlan, facts: &dyn DeviceFacts) -> Option<String> {
+    let LinkMemory::Device { transport: Transport::Vmm, device, peers } = &link.memory else { return None };
+    let lacking: Vec<String> =
+        std::iter::once(device).chain(peers).filter(|&&d| !facts.vmm_fd(d)).map(|d| format!("cuda:{d}")).collect();
+    (!lacking.is_empty()).then(|| {
+        format!(
+            "transport = \"vmm\", but {} cannot share VMM memory as file descriptors; use \"auto\" or \"legacy\"",
+            lacking.join(", ")
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,6 +215,29 @@ mod tests {
         assert_eq!(
             link_memory(cuda(1), &[cuda(0)], Transport::Auto, &only_1_reads_0),
             LinkMemory::HostStaged { no_peer: Some((0, 1)) }
+        );
+    }
+
+    #[test]
+    fn an_explicit_vmm_transport_needs_it_on_every_device() {
+        use gpuipc_plugin_api::{FrameFormat, FrameLayout, PixelFormat};
+        let format = FrameFormat::new(PixelFormat::Rgb8, 4, 4);
+        let link = |transport, peers| super::super::LinkPlan {
+            producer: 0,
+            consumers: vec![1],
+            policies: vec![crate::config::Policy::Block],
+            format,
+            layout: FrameLayout::for_format(format).unwrap(),
+            depth: 4,
+            memory: LinkMemory::Device { transport, device: 0, peers },
+        };
+        let vmm_on_0 = Facts { peer: |_, _| true, vmm: |d| d == 0 };
+        assert_eq!(transport_problem(&link(Transport::Vmm, vec![]), &vmm_on_0), None);
+        assert_eq!(transport_problem(&link(Transport::Legacy, vec![1]), &vmm_on_0), None);
+        let why = transport_problem(&link(Transport::Vmm, vec![1]), &vmm_on_0).expect("cuda:1 has no VMM fds");
+        assert_eq!(
+            why,
+            "transport = \"vmm\", but cuda:1 cannot share VMM memory as file descriptors; use \"auto\" or \"legacy\""
         );
     }
 

@@ -18,7 +18,7 @@ use super::{
 use crate::config::{
     DeviceSpec, Diagnostics, PipelineFile, SourceFile, StageName, StageSection,
 };
-use super::domain::{Driver, link_memory};
+use super::domain::{Driver, link_memory, transport_problem};
 use crate::plugin::{self, LoadedPlugin};
 
 /// Check a parsed pipeline file and turn it into a plan, loading each plugin to negotiate
@@ -68,6 +68,11 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
                     link.consumers.len()
                 ),
             ));
+        }
+        if let Some(why) = transport_problem(link, &Driver) {
+            let stage = stages[order[link.producer]].get_ref();
+            let span = stage.transport.as_ref().map_or_else(|| stages[order[link.producer]].span(), |t| t.span());
+            diags.push(source.error_at(span, format!("stage '{}': {why}", stages_out[link.producer].name)));
         }
     }
     diags.into_result()?;
