@@ -113,7 +113,7 @@ fn report(out: &mut dyn Write, exe: Option<&Path>) -> std::io::Result<bool> {
         writeln!(out, "  cuda:{}", d.ordinal)?;
         let test = match exe {
             None => None,
-            Some(_) if !d.ipc_events || d.compute_mode == ComputeMode::Prohibited => None,
+            Some(_) if !can_self_test(d) => None,
             Some(exe) => Some(selftest::run(exe, d.ordinal, d.ordinal, SELF_TEST_TIMEOUT)),
         };
         match &test {
@@ -144,6 +144,12 @@ fn report(out: &mut dyn Write, exe: Option<&Path>) -> std::io::Result<bool> {
     Ok(all_passed)
 }
 
+/// Whether processes may share memory and events on the device at all: the self-test's
+/// precondition, on one device or between two.
+fn can_self_test(d: &DeviceInfo) -> bool {
+    d.ipc_events && d.compute_mode != ComputeMode::Prohibited
+}
+
 /// The most devices whose every ordered pair is tested; beyond it, only pairs with cuda:0
 /// (each pair starts two processes with a context each).
 const ALL_PAIRS_UP_TO: usize = 4;
@@ -152,11 +158,12 @@ const ALL_PAIRS_UP_TO: usize = 4;
 /// access to the exporter's: what a GPU link across devices does (memory mapped for the other
 /// device, events waited on across devices). Returns whether every test run passed.
 fn cross_device_tests(out: &mut dyn Write, exe: &Path, devices: &[DeviceInfo]) -> std::io::Result<bool> {
-    let usable = |d: &DeviceInfo| d.ipc_events && d.compute_mode != ComputeMode::Prohibited;
     let pairs: Vec<(u32, u32)> = devices
         .iter()
-        .filter(|a| usable(a))
-        .flat_map(|a| devices.iter().filter(|b| usable(b) && b.ordinal != a.ordinal).map(|b| (a.ordinal, b.ordinal)))
+        .filter(|a| can_self_test(a))
+        .flat_map(|a| {
+            devices.iter().filter(|b| can_self_test(b) && b.ordinal != a.ordinal).map(|b| (a.ordinal, b.ordinal))
+        })
         .filter(|&(a, b)| devices.len() <= ALL_PAIRS_UP_TO || a == 0 || b == 0)
         .collect();
     if pairs.is_empty() {

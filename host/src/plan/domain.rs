@@ -7,11 +7,6 @@ use crate::plugin::PluginMeta;
 
 use super::LinkMemory;
 
-/// Whether the CUDA driver library can be loaded. Loading it creates no context.
-pub fn cuda_driver_available() -> bool {
-    crate::gpu::driver_available()
-}
-
 /// How many CUDA devices the driver sees, or why it sees none. Asked once per process; it
 /// initialises the driver in the host, which creates no context.
 fn cuda_device_count() -> Result<u32, String> {
@@ -21,7 +16,7 @@ fn cuda_device_count() -> Result<u32, String> {
 
 /// Whether `auto` can pick cuda:0, or why not. Asks the driver only when the library loads.
 fn usable_cuda() -> Result<(), String> {
-    if !cuda_driver_available() {
+    if !crate::gpu::driver_available() {
         return Err("no CUDA driver was found (libcuda.so.1 could not be loaded)".into());
     }
     match cuda_device_count() {
@@ -50,7 +45,7 @@ pub fn resolve_domain(
         DeviceSpec::Cuda(n) if !supports_cuda => {
             Err(format!("device cuda:{n} requested, but plugin `{}` has no cuda implementation", plugin.name))
         }
-        DeviceSpec::Cuda(n) if !cuda_driver_available() => Err(format!(
+        DeviceSpec::Cuda(n) if !crate::gpu::driver_available() => Err(format!(
             "device cuda:{n} requested, but no CUDA driver was found (libcuda.so.1 could not be loaded); use device = \"cpu\" or \"auto\""
         )),
         DeviceSpec::Cuda(n) => match cuda_device_count() {

@@ -76,9 +76,10 @@ fn pin_ring(gpu: &Arc<Gpu>, ring: &RingMap) -> Result<PinnedHost, StageError> {
     let (first, slot_bytes) = ring.slot_data(0).expect("host rings carry frame data");
     let bytes = slot_bytes as usize * ring.depth();
     #[allow(unsafe_code)]
-    // SAFETY: the ring's mapping outlives the end that holds this (both live in the stage's
-    // link setup until it exits), and slot data is only ever touched through raw pointers
-    // handed to plugins for a taken slot, after the copies into it are waited for.
+    // SAFETY: the ring's mapping outlives the end that holds this: the frame loop and
+    // `Output::Ring` declare the end before the ring's owner, so it drops first. Slot data is
+    // only ever touched through raw pointers handed to plugins for a taken slot, after the
+    // copies into it are waited for.
     let pinned = unsafe { PinnedHost::register(gpu, first, bytes)? };
     Ok(pinned)
 }
