@@ -22,6 +22,15 @@ done
 failed=0
 fail() { echo "FAIL: $*"; failed=1; }
 section() { echo; echo "== $*"; }
+# run_into DIR FILE ARGS...: run FILE from a fresh DIR, every stage's output checksums under
+# DIR/sums, its report in DIR/report.json, its output in DIR/run.txt and DIR/err.txt.
+run_into() {
+    local work=$1 file=$2
+    shift 2
+    rm -rf "$work" && mkdir -p "$work"
+    (cd "$work" && "$host" run "$file" "$@" --quiet --checksums sums --report report.json > run.txt 2> err.txt) ||
+        { fail "run $(basename "$work")"; cat "$work/err.txt" "$work/run.txt"; }
+}
 
 section "1. doctor"
 "$host" doctor || fail "doctor"
@@ -53,10 +62,7 @@ for file in pipelines/*.toml; do
     frames=30
     case $name in 4k*) frames=8 ;; handoff*) frames=1000 ;; esac
     for device in cpu cuda; do
-        work=$here/work/$name-$device
-        rm -rf "$work" && mkdir -p "$work"
-        (cd "$work" && "$host" run "$here/$file" --device "$device" --frames "$frames" --quiet \
-            --checksums sums --report report.json > run.txt 2> err.txt) || { fail "$name on $device"; cat "$work/err.txt" "$work/run.txt"; }
+        run_into "$here/work/$name-$device" "$here/$file" --device "$device" --frames "$frames"
     done
     if diff -r "$here/work/$name-cpu" "$here/work/$name-cuda" -x report.json -x run.txt -x err.txt > "$here/work/$name.diff"; then
         lines=$(cat "$here/work/$name-cuda"/sums/*.sum | wc -l)
@@ -73,22 +79,15 @@ if [ "$gpus" -lt 2 ]; then
     echo "skipped: $gpus GPU(s) on this machine"
 else
     src=$here/pipelines/multi-gpu/two-gpus.toml
-    mkdir -p "$here/work"
     sed 's/"cuda:[0-9]*"/"cpu"/' "$src" > "$here/work/two-gpus-cpu.toml"
-    two_gpus_run() {  # two_gpus_run NAME: runs work/two-gpus-NAME.toml into work/two-gpus-NAME/
-        local work=$here/work/two-gpus-$1
-        rm -rf "$work" && mkdir -p "$work"
-        (cd "$work" && "$host" run "$work.toml" --quiet --checksums sums --report report.json > run.txt 2> err.txt) ||
-            { fail "two-gpus $1"; cat "$work/err.txt" "$work/run.txt"; }
-    }
-    two_gpus_run cpu
+    run_into "$here/work/two-gpus-cpu" "$here/work/two-gpus-cpu.toml"
     for variant in mps-auto process-auto process-legacy; do
         isolation=${variant%-*}; transport=${variant#*-}
         sed -e "s/^isolation = .*/isolation = \"$isolation\"/" \
             -e "s/^plugin = \"generator\"/&\ntransport = \"$transport\"/" \
             -e "s/^plugin = \"rgb-process\"/&\ntransport = \"$transport\"/" "$src" > "$here/work/two-gpus-$variant.toml"
         "$host" validate "$here/work/two-gpus-$variant.toml" | sed -n '/^links:/,$p' | sed 's/^/    /'
-        two_gpus_run "$variant"
+        run_into "$here/work/two-gpus-$variant" "$here/work/two-gpus-$variant.toml"
         if diff -r "$here/work/two-gpus-cpu/sums" "$here/work/two-gpus-$variant/sums" > /dev/null; then
             echo "match  two-gpus ($variant): $(cat "$here/work/two-gpus-$variant"/sums/*.sum | wc -l) stage outputs, cuda:0/cuda:1 = cpu byte for byte"
         else

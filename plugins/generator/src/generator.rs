@@ -275,9 +275,7 @@ impl PatternFrame {
         }
         Ok(())
     }
-}
 
-impl PatternFrame {
     /// [`gradient_rgb`] for a whole rgb8 row without a division per pixel: R's quotient
     /// `x * 255 / d` is carried from pixel to pixel (add `255 / d`, and one more when the
     /// remainder reaches `d`), G is the row's, B counts up by one. The per-pixel formula stays
