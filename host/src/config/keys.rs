@@ -8,8 +8,33 @@ use super::{Diagnostics, SourceFile};
 /// Keys of the top level, `[pipeline]` and `[[stage]]`, as the serde types in `types.rs`
 /// name them (a test keeps the two in step).
 pub const TOP_KEYS: &[&str] = &["pipeline", "stage"];
-pub const PIPELINE_KEYS: &[&str] = &["name", "frames", "device", "isolation", "spin_us"];
-pub const STAGE_KEYS: &[&str] = &["name", "plugin", "inputs", "depth", "device", "policy", "transport", "params"];
+pub const PIPELINE_KEYS: &[&str] = &[
+    "name",
+    "frames",
+    "device",
+    "isolation",
+    "spin_us",
+    "restart",
+    "max_restarts",
+    "restart_window",
+    "restart_backoff",
+    "stall_timeout",
+];
+pub const STAGE_KEYS: &[&str] = &[
+    "name",
+    "plugin",
+    "inputs",
+    "depth",
+    "device",
+    "policy",
+    "transport",
+    "params",
+    "restart",
+    "max_restarts",
+    "restart_window",
+    "restart_backoff",
+    "stall_timeout",
+];
 
 fn unknown(source: &SourceFile, table: &DeTable<'_>, known: &[&str], diags: &mut Diagnostics) {
     for key in table.keys() {

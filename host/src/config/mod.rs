@@ -5,11 +5,15 @@
 mod diagnostic;
 mod keys;
 mod names;
+mod supervision;
 mod types;
 
 pub use diagnostic::{Diagnostic, Diagnostics, SourceFile};
 pub use names::StageName;
-pub use types::{DeviceSpec, Isolation, PipelineFile, Policy, StageSection, Transport};
+pub use supervision::format_duration;
+pub use types::{
+    DeviceSpec, DurationSpec, Isolation, PipelineFile, Policy, RestartPolicy, StageSection, Transport,
+};
 
 use std::path::Path;
 

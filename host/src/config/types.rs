@@ -6,6 +6,8 @@ use std::fmt;
 use serde::Deserialize;
 use toml::Spanned;
 
+pub use super::supervision::{DurationSpec, RestartPolicy};
+
 /// The whole file.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -29,6 +31,16 @@ pub struct PipelineSection {
     pub isolation: Option<Spanned<Isolation>>,
     /// Microseconds a waiting stage spins before it sleeps on a futex (default 20).
     pub spin_us: Option<Spanned<u32>>,
+    // Defaults of every stage's supervision keys (docs/reliability.md).
+    /// When a failed stage is started again (default `never`).
+    pub restart: Option<Spanned<RestartPolicy>>,
+    /// Restarts allowed within `restart_window` before the host gives up (default 5).
+    pub max_restarts: Option<Spanned<u32>>,
+    pub restart_window: Option<Spanned<DurationSpec>>,
+    /// Wait before the first restart; doubles for each further one in the window.
+    pub restart_backoff: Option<Spanned<DurationSpec>>,
+    /// A stage that makes no progress for this long is killed and handled as a failure.
+    pub stall_timeout: Option<Spanned<DurationSpec>>,
 }
 
 /// `[[stage]]`: one process running one plugin.
@@ -51,6 +63,16 @@ pub struct StageSection {
     pub transport: Option<Spanned<Transport>>,
     /// The plugin's own settings.
     pub params: Option<Spanned<toml::Table>>,
+    // What the host does when this stage fails or stalls; each overrides `[pipeline]`'s.
+    /// When a failed stage is started again (default `never`).
+    pub restart: Option<Spanned<RestartPolicy>>,
+    /// Restarts allowed within `restart_window` before the host gives up (default 5).
+    pub max_restarts: Option<Spanned<u32>>,
+    pub restart_window: Option<Spanned<DurationSpec>>,
+    /// Wait before the first restart; doubles for each further one in the window.
+    pub restart_backoff: Option<Spanned<DurationSpec>>,
+    /// A stage that makes no progress for this long is killed and handled as a failure.
+    pub stall_timeout: Option<Spanned<DurationSpec>>,
 }
 
 /// Where a stage runs.

@@ -122,6 +122,8 @@ pub struct StageSetup {
     pub spin_us: u32,
     /// Write `seq hash` of every output frame to `<dir>/<stage>.sum` (`run --checksums`).
     pub checksums: Option<PathBuf>,
+    /// 0 for the stage's first process, then one more for each restart.
+    pub incarnation: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use gpuipc_plugin_api::{FrameFormat, FrameLayout};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUIPCRG");
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Most slots a ring can have.
 pub const MAX_SLOTS: usize = 64;
 /// Most consumers a ring can have: claim and pending masks are 16 bits each.
@@ -46,6 +46,8 @@ pub struct ProducerState {
     pub consumers_sleeping: AtomicU32,
     /// `OPEN`, `END_OF_STREAM` or `ABORTED`. Stored after the last publish (Release).
     pub closed: AtomicU32,
+    /// Bumped by the host each time it takes back the slots of an end that died.
+    pub epoch: AtomicU32,
 }
 
 /// Written by consumers; the producer sleeps on `release_futex` when the ring is full.
@@ -58,8 +60,10 @@ pub struct ReleaseState {
 /// Written by one consumer.
 #[repr(C)]
 pub struct ConsumerState {
-    /// The sequence number this consumer expects next.
+    /// The sequence number this consumer expects next, and the publish ordinal: a restarted
+    /// consumer carries on from both (see `ring::Consumer::new`).
     pub next_seq: AtomicU64,
+    pub next_ordinal: AtomicU64,
     pub received: AtomicU64,
     pub dropped: AtomicU64,
 }
@@ -93,6 +97,12 @@ pub struct SlotState {
 
 pub const WRITING: u64 = 1 << 32;
 const GEN_SHIFT: u32 = 33;
+
+/// Whether the slot holds a published frame (read or not): it was written once, and is not
+/// being written now. A consumer's release keeps these bits.
+pub fn holds_frame(state: u64) -> bool {
+    state & WRITING == 0 && state >> GEN_SHIFT != 0
+}
 
 pub fn claim_bit(consumer: usize) -> u64 {
     1 << consumer

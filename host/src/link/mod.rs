@@ -4,9 +4,11 @@
 //! - [`header`]: the ring's control block layout in that memory.
 //! - [`wait`]: spin-then-futex waiting on shared counters, with deadlines.
 //! - [`ring`]: the protocol, as a [`Producer`] and [`Consumer`] endpoint.
+//! - `reclaim`: the host taking back the slots of an end that died.
 //! - [`stats`]: per-stage counters the host reads for live statistics, and its stop flag.
 
 pub mod header;
+mod reclaim;
 pub mod ring;
 pub mod shm;
 pub mod stats;

@@ -10,6 +10,7 @@
 #![allow(unsafe_code)]
 
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -149,15 +150,40 @@ impl RingMap {
     }
 }
 
-/// A slot the producer owns until it publishes.
-#[derive(Debug)]
+/// A slot the producer owns until it publishes. Dropped unpublished (an early `?`, a failed
+/// plugin), it goes back to the ring empty: no slot is ever left WRITING by a live producer.
 pub struct WriteSlot {
-    pub index: usize,
+    ring: Arc<RingMap>,
+    index: usize,
+    armed: bool,
+}
+
+impl WriteSlot {
+    pub fn index(&self) -> usize {
+        self.index
+    }
+}
+
+impl std::fmt::Debug for WriteSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteSlot").field("index", &self.index).finish()
+    }
+}
+
+impl Drop for WriteSlot {
+    fn drop(&mut self) {
+        if self.armed {
+            // Release: whatever was half-written stays before the slot is free again.
+            self.ring.header().slots[self.index].0.state.store(0, Ordering::Release);
+            let r = &self.ring.header().release.0;
+            wake_all(&r.release_futex, &r.producer_sleeping);
+        }
+    }
 }
 
 /// The producing end of a ring.
 pub struct Producer {
-    ring: RingMap,
+    ring: Arc<RingMap>,
     waiter: Waiter,
     next_seq: u64,
     published: u64,
@@ -167,15 +193,25 @@ pub struct Producer {
 }
 
 impl Producer {
+    /// The producing end. A restarted producer carries on where the ring stands: sequence
+    /// numbers after the last one published, publish ordinals after the last ordinal (the
+    /// host repaired both if the previous producer died mid-publish).
     pub fn new(ring: RingMap, waiter: Waiter) -> Producer {
         let h = ring.header();
         let n = h.n_consumers as usize;
         let block_mask = (0..n).filter(|&c| h.policies[c] == POLICY_BLOCK).fold(0, |m, c| m | (1 << c));
-        Producer { ring, waiter, next_seq: 0, published: 0, block_mask, all_mask: (1u64 << n) - 1 }
+        let next_seq = h.producer.0.seq_end.load(Ordering::Acquire);
+        let published = h.producer.0.published.load(Ordering::Acquire);
+        Producer { ring: Arc::new(ring), waiter, next_seq, published, block_mask, all_mask: (1u64 << n) - 1 }
     }
 
     pub fn ring(&self) -> &RingMap {
         &self.ring
+    }
+
+    /// The sequence number the next frame gets unless told otherwise: a source continues here.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
     }
 
     /// Take a slot to write the next frame into: a free one, else (when no `block` consumer
@@ -185,7 +221,7 @@ impl Producer {
         let r = &h.release.0;
         let preferred = (self.next_seq % h.depth as u64) as usize;
         let block_mask = self.block_mask;
-        self.waiter.wait(&r.release_futex, &r.producer_sleeping, deadline, || {
+        let index = self.waiter.wait(&r.release_futex, &r.producer_sleeping, deadline, || {
             if self.ring.is_aborted() {
                 return Some(Err(LinkError::Aborted));
             }
@@ -193,15 +229,13 @@ impl Producer {
             let slot = &h.slots[pick.0].0;
             // Acquire: pairs with consumers' release of their claim, so their reads of the
             // old frame happen before we overwrite it.
-            slot.state
-                .compare_exchange(pick.1, WRITING, Ordering::Acquire, Ordering::Relaxed)
-                .ok()
-                .map(|_| Ok(WriteSlot { index: pick.0 }))
-        })?
+            slot.state.compare_exchange(pick.1, WRITING, Ordering::Acquire, Ordering::Relaxed).ok().map(|_| Ok(pick.0))
+        })??;
+        Ok(WriteSlot { ring: self.ring.clone(), index, armed: true })
     }
 
-    /// Publish the frame written into `slot` with the next sequence number (or `seq`).
-    pub fn publish(&mut self, slot: WriteSlot, seq: u64, timestamp_ns: u64) {
+    /// Publish the frame written into `slot` with sequence number `seq`.
+    pub fn publish(&mut self, mut slot: WriteSlot, seq: u64, timestamp_ns: u64) {
         let h = self.ring.header();
         let s = &h.slots[slot.index].0;
         // SAFETY: the slot is ours (state WRITING): no consumer can claim it, so nobody reads
@@ -214,6 +248,7 @@ impl Producer {
         // Release: publishes the frame data and metadata written above to whoever claims the
         // slot with Acquire.
         s.state.store(header::published_state(seq, self.all_mask), Ordering::Release);
+        slot.armed = false;
         let p = &h.producer.0;
         self.published += 1;
         p.published.store(self.published, Ordering::Relaxed);
@@ -226,7 +261,7 @@ impl Producer {
 
     /// Give a taken slot back without publishing (the plugin failed).
     pub fn cancel(&mut self, slot: WriteSlot) {
-        self.ring.header().slots[slot.index].0.state.store(0, Ordering::Release);
+        drop(slot);
     }
 
     /// End of stream: consumers drain what was published, then stop.
@@ -260,16 +295,57 @@ fn pick_write_slot(h: &RingHeader, preferred: usize, block_mask: u64) -> Option<
         .map(|(i, st, _)| (i, st))
 }
 
-/// A frame a consumer holds until it releases it.
-#[derive(Debug)]
+/// A frame a consumer holds. Dropping the guard releases it: the slot may be reused once
+/// every `block` consumer released it too.
 pub struct ReadSlot {
-    pub index: usize,
-    pub meta: SlotMeta,
+    ring: Arc<RingMap>,
+    consumer: usize,
+    index: usize,
+    meta: SlotMeta,
+}
+
+impl ReadSlot {
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The frame's metadata, copied when it was claimed.
+    pub fn meta(&self) -> &SlotMeta {
+        &self.meta
+    }
+}
+
+impl std::fmt::Debug for ReadSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadSlot").field("index", &self.index).field("seq", &self.meta.seq).finish()
+    }
+}
+
+impl Drop for ReadSlot {
+    fn drop(&mut self) {
+        let h = self.ring.header();
+        let bits = header::claim_bit(self.consumer) | header::pending_bit(self.consumer);
+        // Release: our reads of the frame happen before the producer's Acquire takes the slot.
+        h.slots[self.index].0.state.fetch_and(!bits, Ordering::Release);
+        let r = &h.release.0;
+        wake_all(&r.release_futex, &r.producer_sleeping);
+    }
+}
+
+/// What one scan of the slots found.
+enum Scan {
+    Claimed(ReadSlot),
+    Nothing,
+    /// A frame newer than the one wanted was published during the scan, so the wanted one may
+    /// have been too, behind it: look again. Never looped on here: a producer that died
+    /// between its two publish stores would make that loop spin for ever (the host repairs
+    /// `seq_end` when it reclaims the dead end).
+    Again,
 }
 
 /// One consuming end of a ring.
 pub struct Consumer {
-    ring: RingMap,
+    ring: Arc<RingMap>,
     waiter: Waiter,
     index: usize,
     latest: bool,
@@ -280,13 +356,18 @@ pub struct Consumer {
 }
 
 impl Consumer {
+    /// The consuming end number `index`. A restarted consumer carries on after the last
+    /// frame its previous process took (the one it held when it died is lost).
     pub fn new(ring: RingMap, index: usize, waiter: Waiter) -> Result<Consumer, LinkError> {
         let h = ring.header();
         if index >= h.n_consumers as usize {
             return Err(LinkError::Invalid(format!("consumer {index} of a ring with {}", h.n_consumers)));
         }
         let latest = h.policies[index] == POLICY_LATEST;
-        Ok(Consumer { ring, waiter, index, latest, expected: 0, next_ordinal: 0 })
+        let c = &h.consumers[index].0;
+        let expected = c.next_seq.load(Ordering::Acquire);
+        let next_ordinal = c.next_ordinal.load(Ordering::Acquire);
+        Ok(Consumer { ring: Arc::new(ring), waiter, index, latest, expected, next_ordinal })
     }
 
     pub fn ring(&self) -> &RingMap {
@@ -309,20 +390,32 @@ impl Consumer {
                 ABORTED => return Some(Err(LinkError::Aborted)),
                 // Closed (Acquire above): every frame ever published is visible, so a scan
                 // that finds none means the stream is over.
-                END_OF_STREAM => return Some(Ok(self.try_claim(want))),
+                END_OF_STREAM => {
+                    return match self.try_claim(want) {
+                        Scan::Claimed(slot) => Some(Ok(Some(slot))),
+                        Scan::Nothing => Some(Ok(None)),
+                        Scan::Again => None,
+                    };
+                }
                 _ => {}
             }
-            self.try_claim(want).map(|slot| Ok(Some(slot)))
+            match self.try_claim(want) {
+                Scan::Claimed(slot) => Some(Ok(Some(slot))),
+                Scan::Nothing | Scan::Again => None,
+            }
         })??;
         if let Some(slot) = &found {
             let c = &h.consumers[self.index].0;
             // Every frame published between the last we got and this one was lost to us:
-            // overwritten (drop_oldest), skipped (latest), or passed over to align inputs.
-            c.dropped.fetch_add(slot.meta.ordinal - self.next_ordinal, Ordering::Relaxed);
-            self.next_ordinal = slot.meta.ordinal + 1;
+            // overwritten (drop_oldest), skipped (latest), passed over to align inputs, or
+            // taken back by the host from a producer that died.
+            c.dropped.fetch_add(slot.meta.ordinal.saturating_sub(self.next_ordinal), Ordering::Relaxed);
+            self.next_ordinal = self.next_ordinal.max(slot.meta.ordinal + 1);
             c.received.fetch_add(1, Ordering::Relaxed);
             self.expected = slot.meta.seq + 1;
-            c.next_seq.store(self.expected, Ordering::Relaxed);
+            // Where a restarted process of this stage carries on from.
+            c.next_ordinal.store(self.next_ordinal, Ordering::Relaxed);
+            c.next_seq.store(self.expected, Ordering::Release);
         }
         Ok(found)
     }
@@ -330,69 +423,58 @@ impl Consumer {
     /// Claim the best published frame with seq >= `want`, if any. Frames older than `want`
     /// still pending for us will never be read: give them up, so a producer waiting for them
     /// (a `block` link whose consumer skips to align its inputs) can go on.
-    fn try_claim(&self, want: u64) -> Option<ReadSlot> {
+    fn try_claim(&self, want: u64) -> Scan {
         let h = self.ring.header();
         let pending = header::pending_bit(self.index);
-        loop {
-            // Frames with a sequence number below this were published before the scan began;
-            // any frame published during it has a higher one. The scan is not a snapshot: a
-            // frame can be published behind it while a newer one is seen ahead.
-            let seq_end = h.producer.0.seq_end.load(Ordering::Acquire);
-            let mut best: Option<(usize, u64, u64)> = None;
-            let mut gave_up = false;
-            for i in 0..h.depth as usize {
-                let slot = &h.slots[i].0;
-                let st = slot.state.load(Ordering::Acquire);
-                if st & WRITING != 0 || st & pending == 0 {
-                    continue;
-                }
-                let seq = slot.seq.load(Ordering::Relaxed);
-                if seq < want {
-                    // Only the exact state seen: a slot rewritten meanwhile holds a newer frame.
-                    gave_up |= slot.state.compare_exchange(st, st & !pending, Ordering::AcqRel, Ordering::Relaxed).is_ok();
-                    continue;
-                }
-                let better = match best {
-                    None => true,
-                    Some((_, _, b)) => if self.latest { seq > b } else { seq < b },
-                };
-                if better {
-                    best = Some((i, st, seq));
-                }
-            }
-            if gave_up {
-                let r = &h.release.0;
-                wake_all(&r.release_futex, &r.producer_sleeping);
-            }
-            let (i, st, seq) = best?;
-            if !self.latest && seq > want && seq >= seq_end {
-                // This frame was published during the scan, so an older one we want may have
-                // been too, behind us. Look again.
+        // Frames with a sequence number below this were published before the scan began;
+        // any frame published during it has a higher one. The scan is not a snapshot: a
+        // frame can be published behind it while a newer one is seen ahead.
+        let seq_end = h.producer.0.seq_end.load(Ordering::Acquire);
+        let mut best: Option<(usize, u64, u64)> = None;
+        let mut gave_up = false;
+        for i in 0..h.depth as usize {
+            let slot = &h.slots[i].0;
+            let st = slot.state.load(Ordering::Acquire);
+            if st & WRITING != 0 || st & pending == 0 {
                 continue;
             }
-            let slot = &h.slots[i].0;
-            // Acquire: pairs with the producer's Release publish of this exact state, so the
-            // frame and metadata are visible; failing means the slot changed under us.
-            if slot
-                .state
-                .compare_exchange(st, st | header::claim_bit(self.index), Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
-                // SAFETY: our claim keeps the producer out of this slot until we release it.
-                let meta = unsafe { *slot.meta.get() };
-                return Some(ReadSlot { index: i, meta });
+            let seq = slot.seq.load(Ordering::Relaxed);
+            if seq < want {
+                // Only the exact state seen: a slot rewritten meanwhile holds a newer frame.
+                gave_up |= slot.state.compare_exchange(st, st & !pending, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+                continue;
+            }
+            let better = match best {
+                None => true,
+                Some((_, _, b)) => if self.latest { seq > b } else { seq < b },
+            };
+            if better {
+                best = Some((i, st, seq));
             }
         }
+        if gave_up {
+            let r = &h.release.0;
+            wake_all(&r.release_futex, &r.producer_sleeping);
+        }
+        let Some((i, st, seq)) = best else { return Scan::Nothing };
+        if !self.latest && seq > want && seq >= seq_end {
+            return Scan::Again;
+        }
+        let slot = &h.slots[i].0;
+        // Acquire: pairs with the producer's Release publish of this exact state, so the
+        // frame and metadata are visible; failing means the slot changed under us.
+        if slot.state.compare_exchange(st, st | header::claim_bit(self.index), Ordering::Acquire, Ordering::Relaxed).is_err()
+        {
+            return Scan::Again;
+        }
+        // SAFETY: our claim keeps the producer out of this slot until we release it.
+        let meta = unsafe { *slot.meta.get() };
+        Scan::Claimed(ReadSlot { ring: self.ring.clone(), consumer: self.index, index: i, meta })
     }
 
     /// Done reading: the slot may be reused once every `block` consumer released it too.
     pub fn release(&mut self, slot: ReadSlot) {
-        let h = self.ring.header();
-        let bits = header::claim_bit(self.index) | header::pending_bit(self.index);
-        // Release: our reads of the frame happen before the producer's Acquire takes the slot.
-        h.slots[slot.index].0.state.fetch_and(!bits, Ordering::Release);
-        let r = &h.release.0;
-        wake_all(&r.release_futex, &r.producer_sleeping);
+        drop(slot);
     }
 }
 
@@ -432,12 +514,12 @@ mod tests {
     }
 
     fn check(map: &RingMap, slot: &ReadSlot) {
-        let (ptr, len) = map.slot_data(slot.index).unwrap();
+        let (ptr, len) = map.slot_data(slot.index()).unwrap();
         // SAFETY (test): the consumer's claim keeps the producer out.
         #[allow(unsafe_code)]
         let bytes = unsafe { std::slice::from_raw_parts(ptr, len as usize) };
         for chunk in bytes.chunks_exact(8) {
-            assert_eq!(u64::from_le_bytes(chunk.try_into().unwrap()), slot.meta.seq, "torn frame");
+            assert_eq!(u64::from_le_bytes(chunk.try_into().unwrap()), slot.meta().seq, "torn frame");
         }
     }
 
@@ -453,14 +535,14 @@ mod tests {
         let waiter = Waiter::new(5);
         let consumers: Vec<_> = (0..policies.len())
             .map(|c| {
-                let mut consumer = Consumer::new(reopen(&map), c, waiter).unwrap();
+                let mut consumer = Consumer::new(reopen(&map), c, waiter.clone()).unwrap();
                 let slow = slow[c];
                 thread::spawn(move || {
                     let mut got = Vec::new();
                     let deadline = Some(Instant::now() + std::time::Duration::from_secs(60));
                     while let Some(slot) = consumer.acquire(0, deadline).unwrap() {
                         check(consumer.ring(), &slot);
-                        got.push(slot.meta.seq);
+                        got.push(slot.meta().seq);
                         if slow {
                             let t = Instant::now();
                             while t.elapsed().as_micros() < 50 {
@@ -476,7 +558,7 @@ mod tests {
         let mut producer = Producer::new(reopen(&map), waiter);
         for seq in (0..frames).map(|i| i * stride) {
             let slot = producer.acquire(Some(Instant::now() + std::time::Duration::from_secs(60))).unwrap();
-            fill(producer.ring(), slot.index, seq);
+            fill(producer.ring(), slot.index(), seq);
             producer.publish(slot, seq, seq * 10);
         }
         producer.close();

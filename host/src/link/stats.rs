@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::shm::SharedMemory;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"GPUIPCST");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// `stop` values.
 pub const RUN: u32 = 0;
@@ -30,8 +30,38 @@ pub struct StageStats {
     /// Wall clock (ns since the Unix epoch) when the first frame started and the last ended.
     pub first_ns: AtomicU64,
     pub last_ns: AtomicU64,
-    /// Sequence number of the last frame processed, plus one (0: none yet).
+    /// Sequence number of the last frame done, plus one (0: none yet). Stored after the
+    /// frame's output is published (and its tap line written), before its inputs are
+    /// released: the host tells a frame a dead stage finished from one it lost by it.
     pub last_seq_plus_one: AtomicU64,
+    /// Bumped while the stage waits (each sleep slice), so the watchdog tells a stage that
+    /// waits for its neighbours from one that is stuck.
+    pub heartbeat: AtomicU64,
+    /// What the stage is doing now (`PHASE_*`) and on which frame: for the watchdog's message.
+    pub phase: AtomicU32,
+    pub phase_seq: AtomicU64,
+    /// Written by the host: processes of this stage started again, and frames lost inside
+    /// processes that died (taken from an input, never done).
+    pub restarts: AtomicU64,
+    pub lost: AtomicU64,
+}
+
+/// `phase` values.
+pub const PHASE_STARTING: u32 = 0;
+pub const PHASE_WAITING_INPUT: u32 = 1;
+pub const PHASE_WAITING_OUTPUT: u32 = 2;
+pub const PHASE_PROCESS: u32 = 3;
+pub const PHASE_FLUSH: u32 = 4;
+
+/// How a phase reads in a message.
+pub fn phase_name(phase: u32) -> &'static str {
+    match phase {
+        PHASE_WAITING_INPUT => "waiting for input",
+        PHASE_WAITING_OUTPUT => "waiting for an output slot",
+        PHASE_PROCESS => "in the plugin's process",
+        PHASE_FLUSH => "in the plugin's flush",
+        _ => "starting",
+    }
 }
 
 /// A mapped statistics block.
@@ -74,6 +104,23 @@ impl StatsMap {
         &self.shm
     }
 
+    /// The stage is alive and waiting.
+    pub fn pulse(&self) {
+        self.get().heartbeat.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn set_phase(&self, phase: u32, seq: u64) {
+        let s = self.get();
+        s.phase_seq.store(seq, Ordering::Relaxed);
+        s.phase.store(phase, Ordering::Relaxed);
+    }
+
+    /// Whatever moved since the last look: the watchdog compares these.
+    pub fn progress(&self) -> (u64, u64) {
+        let s = self.get();
+        (s.frames.load(Ordering::Relaxed), s.heartbeat.load(Ordering::Relaxed))
+    }
+
     /// A copy of the counters at one moment.
     pub fn snapshot(&self) -> StatsSnapshot {
         let s = self.get();
@@ -83,6 +130,8 @@ impl StatsMap {
             busy_ns: s.busy_ns.load(Ordering::Relaxed),
             first_ns: s.first_ns.load(Ordering::Relaxed),
             last_ns: s.last_ns.load(Ordering::Relaxed),
+            restarts: s.restarts.load(Ordering::Relaxed),
+            lost: s.lost.load(Ordering::Relaxed),
         }
     }
 }
@@ -94,6 +143,8 @@ pub struct StatsSnapshot {
     pub busy_ns: u64,
     pub first_ns: u64,
     pub last_ns: u64,
+    pub restarts: u64,
+    pub lost: u64,
 }
 
 impl StatsSnapshot {

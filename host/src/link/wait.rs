@@ -5,6 +5,7 @@
 //! `sleepers` before it reads the futex word and checks its condition one last time, so a
 //! wake between check and sleep is never lost (both sides use SeqCst on the pair).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -18,14 +19,21 @@ const SLEEP_SLICE: Duration = Duration::from_millis(50);
 pub struct TimedOut;
 
 /// Spin-then-sleep policy of one waiting thread.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct Waiter {
     pub spin: Duration,
+    /// Told of every sleep slice, so the host's watchdog sees a waiting stage alive.
+    pulse: Option<Arc<super::StatsMap>>,
 }
 
 impl Waiter {
     pub fn new(spin_us: u32) -> Waiter {
-        Waiter { spin: Duration::from_micros(spin_us as u64) }
+        Waiter { spin: Duration::from_micros(spin_us as u64), pulse: None }
+    }
+
+    /// As [`Waiter::new`], pulsing `stats` while it sleeps.
+    pub fn with_pulse(spin_us: u32, stats: Arc<super::StatsMap>) -> Waiter {
+        Waiter { pulse: Some(stats), ..Waiter::new(spin_us) }
     }
 
     /// Call `poll` until it returns `Some`, spinning for `self.spin`, then sleeping on `word`
@@ -65,6 +73,9 @@ impl Waiter {
             // (word changed), EINTR and ETIMEDOUT all mean "look again".
             let _ = futex::wait(word, futex::Flags::empty(), seen, Some(&timeout));
             sleepers.fetch_sub(1, Ordering::SeqCst);
+            if let Some(stats) = &self.pulse {
+                stats.pulse();
+            }
             if let Some(v) = poll() {
                 return Ok(v);
             }

@@ -6,10 +6,12 @@
 mod display;
 mod domain;
 mod resolve;
+mod supervision;
 
 pub use display::{render_dot, render_text};
 pub use domain::resolve_domain;
 pub use resolve::build;
+pub use supervision::Supervision;
 
 use std::path::PathBuf;
 
@@ -62,6 +64,8 @@ pub struct StagePlan {
     pub policy: Policy,
     /// How the output ring is shared when it lives on a GPU.
     pub transport: Transport,
+    /// Restart policy and watchdog.
+    pub supervision: Supervision,
 }
 
 impl StagePlan {

@@ -13,7 +13,7 @@ use toml::Spanned;
 
 use super::{
     DEFAULT_DEPTH, DEFAULT_SPIN_US, InputPlan, LinkMemory, LinkPlan, MAX_CONSUMERS, MAX_DEPTH, OutputPlan, Plan,
-    PluginRef, StagePlan,
+    PluginRef, StagePlan, Supervision,
 };
 use crate::config::{
     DeviceSpec, Diagnostics, PipelineFile, SourceFile, StageName, StageSection,
@@ -33,6 +33,8 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
     }
     let edges = input_edges(source, &stages, &names, &mut diags);
     let depths: Vec<u32> = stages.iter().map(|s| stage_depth(source, s, &mut diags)).collect();
+    let defaults = Supervision::defaults(source, &file, &mut diags);
+    let supervision: Vec<Supervision> = stages.iter().map(|s| defaults.for_stage(source, s.get_ref(), &mut diags)).collect();
     diags.into_result()?;
 
     let graph = stage_graph(stages.len(), &edges);
@@ -46,7 +48,8 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
         let stage = stages[i].get_ref();
         let Some(plugin) = &plugins[i] else { continue };
         let Some(inputs) = input_formats(source, &stages, &planned, i, &edges[i], &mut diags) else { continue };
-        planned[i] = plan_stage(source, stage, plugin, &names[i], &inputs, settings.device, depths[i], &stages, &mut diags);
+        planned[i] = plan_stage(source, stage, plugin, &names[i], &inputs, settings.device, depths[i], &stages, &mut diags)
+            .map(|p| StagePlan { supervision: supervision[i], ..p });
     }
     diags.into_result()?;
 
@@ -462,6 +465,7 @@ fn plan_stage(
         depth,
         policy,
         transport: stage.transport.as_ref().map(|t| *t.get_ref()).unwrap_or_default(),
+        supervision: Supervision::default(),
     })
 }
 

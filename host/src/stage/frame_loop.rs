@@ -9,9 +9,10 @@ use std::sync::Arc;
 use gpuipc_plugin_api::abi::RawProcessContext;
 
 use super::gpu_ends::InputEnd;
-use super::inputs::{acquire_aligned, release_all};
+use super::inputs::acquire_aligned;
 use super::output::Output;
 use crate::gpu::Gpu;
+use crate::link::stats::{PHASE_FLUSH, PHASE_PROCESS, PHASE_WAITING_INPUT, PHASE_WAITING_OUTPUT};
 use crate::link::{Consumer, LinkError, ReadSlot, StatsMap, stats};
 use crate::plugin::{Instance, PluginCallError};
 
@@ -60,8 +61,12 @@ pub struct FrameLoop<'a, 'p> {
     pub gpu: Option<Arc<Gpu>>,
     pub output: Output,
     pub stats: &'a StatsMap,
-    /// A source's frame count.
+    /// A source's frame count: it ends its stream before sequence number `frames`.
     pub frames: Option<u64>,
+    /// Where this process carries on: a source's next sequence number, and the frame index
+    /// the plugin sees next (both 0 unless the stage was restarted).
+    pub first_seq: u64,
+    pub first_index: u64,
     /// `run --checksums`: a hash of every output frame.
     pub tap: Option<super::tap::Tap>,
 }
@@ -76,6 +81,7 @@ impl FrameLoop<'_, '_> {
         // Consumers learn of the end (or of our failure) either way.
         self.output.close();
         let end = end?;
+        self.stats.set_phase(PHASE_FLUSH, 0);
         self.instance.flush().map_err(|error| StageError::Plugin { during: "flush", error })?;
         if let Some(tap) = &mut self.tap {
             tap.finish().map_err(StageError::Setup)?;
@@ -84,29 +90,33 @@ impl FrameLoop<'_, '_> {
     }
 
     fn frames_until_end(&mut self) -> Result<LoopEnd, StageError> {
-        let mut index = 0u64;
+        let mut index = self.first_index;
+        let mut next_source_seq = self.first_seq;
         let mut skipped = 0u64;
         loop {
             // A source's frames are stamped when it starts making them (`None` here).
             let (seq, source_timestamp, held) = if self.inputs.is_empty() {
-                if self.frames.is_some_and(|n| index >= n) {
+                if self.frames.is_some_and(|n| next_source_seq >= n) {
                     return Ok(LoopEnd::FrameCount);
                 }
                 if self.stats.get().stop.load(Ordering::Relaxed) != stats::RUN {
                     return Ok(LoopEnd::Stopped);
                 }
-                (index, None, Vec::new())
+                next_source_seq += 1;
+                (next_source_seq - 1, None, Vec::new())
             } else {
+                self.stats.set_phase(PHASE_WAITING_INPUT, 0);
                 match acquire_aligned(&mut self.inputs, &mut skipped)? {
                     None => return Ok(LoopEnd::EndOfStream),
-                    Some(held) => (held[0].meta.seq, Some(held[0].meta.timestamp_ns), held),
+                    Some(held) => (held[0].meta().seq, Some(held[0].meta().timestamp_ns), held),
                 }
             };
-            let result = self.process_one(index, seq, source_timestamp, &held);
-            release_all(&mut self.inputs, held.into_iter().map(Some));
-            let ended_ns = result?;
+            // On an error the held frames drop here, released.
+            let ended_ns = self.process_one(index, seq, source_timestamp, &held)?;
             index += 1;
-            self.count(skipped, ended_ns);
+            // Counted done before the inputs are released: see `StageStats::last_seq_plus_one`.
+            self.count(seq, skipped, ended_ns);
+            drop(held);
         }
     }
 
@@ -119,7 +129,9 @@ impl FrameLoop<'_, '_> {
         for ((input, end), slot) in self.inputs.iter().zip(&self.input_ends).zip(held) {
             inputs.push(end.frame(gpu, input.ring(), slot)?);
         }
+        self.stats.set_phase(PHASE_WAITING_OUTPUT, seq);
         let pending = self.output.acquire(gpu)?;
+        self.stats.set_phase(PHASE_PROCESS, seq);
         let started_ns = now_ns();
         let timestamp_ns = source_timestamp.unwrap_or(started_ns);
         let mut out = self.output.raw_frame(&pending, seq, timestamp_ns);
@@ -139,7 +151,7 @@ impl FrameLoop<'_, '_> {
             return Err(StageError::Plugin { during: "process", error });
         }
         for (end, slot) in self.input_ends.iter().zip(held) {
-            end.done(gpu, slot.index)?;
+            end.done(gpu, slot.index())?;
         }
         self.output.finish(gpu, &pending)?;
         if let Some(tap) = &mut self.tap {
@@ -150,8 +162,9 @@ impl FrameLoop<'_, '_> {
         Ok(ended_ns)
     }
 
-    fn count(&self, skipped: u64, ended_ns: u64) {
+    fn count(&self, seq: u64, skipped: u64, ended_ns: u64) {
         let s = self.stats.get();
+        s.last_seq_plus_one.store(seq + 1, Ordering::Release);
         s.frames.fetch_add(1, Ordering::Relaxed);
         let dropped: u64 = self.inputs.iter().map(|c| c.dropped()).sum::<u64>() + skipped;
         s.dropped.store(dropped, Ordering::Relaxed);

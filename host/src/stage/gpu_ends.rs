@@ -132,12 +132,12 @@ impl InputEnd {
 
     /// The frame in `slot`, ready for the plugin on `gpu`'s stream.
     pub fn frame(&self, gpu: Option<&Arc<Gpu>>, ring: &RingMap, slot: &ReadSlot) -> Result<RawFrame, StageError> {
-        let (seq, ts) = (slot.meta.seq, slot.meta.timestamp_ns);
+        let (seq, ts) = (slot.meta().seq, slot.meta().timestamp_ns);
         Ok(match self {
-            InputEnd::Host => host_frame(ring, slot.index, seq, ts),
+            InputEnd::Host => host_frame(ring, slot.index(), seq, ts),
             InputEnd::Staged { staging, copied, pinned } => {
                 let gpu = gpu.expect("staged ends belong to cuda stages");
-                pinned.upload(staging.addr(), slot_offset(ring, slot.index), ring.layout().total_bytes as usize)?;
+                pinned.upload(staging.addr(), slot_offset(ring, slot.index()), ring.layout().total_bytes as usize)?;
                 // The host slot is released after `process`; the copy must be done by then.
                 copied.record(gpu.stream())?;
                 copied.synchronize()?;
@@ -145,8 +145,8 @@ impl InputEnd {
             }
             InputEnd::Device { memory, ready, .. } => {
                 let gpu = gpu.expect("device ends belong to cuda stages");
-                ready[slot.index].wait_on(gpu.stream())?;
-                device_frame(ring, &memory[slot.index], seq, ts)
+                ready[slot.index()].wait_on(gpu.stream())?;
+                device_frame(ring, &memory[slot.index()], seq, ts)
             }
         })
     }

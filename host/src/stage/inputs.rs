@@ -10,34 +10,22 @@ pub fn acquire_aligned(inputs: &mut [Consumer], skipped: &mut u64) -> Result<Opt
     let mut target = 0u64;
     loop {
         for (k, input) in inputs.iter_mut().enumerate() {
-            if held[k].as_ref().is_some_and(|s| s.meta.seq >= target) {
+            if held[k].as_ref().is_some_and(|s| s.meta().seq >= target) {
                 continue;
             }
-            if let Some(stale) = held[k].take() {
-                input.release(stale);
+            if held[k].take().is_some() {
+                // Dropped: released.
                 *skipped += 1;
             }
             match input.acquire(target, None)? {
                 Some(slot) => held[k] = Some(slot),
-                None => {
-                    release_all(inputs, held);
-                    return Ok(None);
-                }
+                None => return Ok(None),
             }
         }
-        let newest = held.iter().flatten().map(|s| s.meta.seq).max().expect("at least one input");
-        if held.iter().flatten().all(|s| s.meta.seq == newest) {
+        let newest = held.iter().flatten().map(|s| s.meta().seq).max().expect("at least one input");
+        if held.iter().flatten().all(|s| s.meta().seq == newest) {
             return Ok(Some(held.into_iter().map(|s| s.expect("every input holds a frame")).collect()));
         }
         target = newest;
-    }
-}
-
-/// Give back every frame held (slot `k` to input `k`).
-pub fn release_all(inputs: &mut [Consumer], held: impl IntoIterator<Item = Option<ReadSlot>>) {
-    for (input, slot) in inputs.iter_mut().zip(held) {
-        if let Some(slot) = slot {
-            input.release(slot);
-        }
     }
 }

@@ -116,16 +116,17 @@ fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<
         return Err(setup_error(format!("received {} descriptors, expected {expected}", fds.len())));
     }
     let mut fds = fds.into_iter();
-    let stats = StatsMap::open(fds.next().expect("counted")).map_err(|e| setup_error(format!("stats block: {e}")))?;
+    let stats =
+        Arc::new(StatsMap::open(fds.next().expect("counted")).map_err(|e| setup_error(format!("stats block: {e}")))?);
     let gpu = match setup.domain.as_str() {
         "cuda" => Some(Arc::new(Gpu::open(setup.device.unwrap_or(0))?)),
         _ => None,
     };
-    let waiter = Waiter::new(setup.spin_us);
+    let waiter = Waiter::with_pulse(setup.spin_us, stats.clone());
     let mut consumers = Vec::new();
     for input in &setup.inputs {
         let ring = RingMap::open(fds.next().expect("counted")).map_err(|e| setup_error(format!("input from '{}': {e}", input.from)))?;
-        consumers.push(Consumer::new(ring, input.consumer, waiter).map_err(setup_error)?);
+        consumers.push(Consumer::new(ring, input.consumer, waiter.clone()).map_err(setup_error)?);
     }
     let producer = match &setup.output {
         Some(o) if o.link.is_some() => {
@@ -161,11 +162,23 @@ fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<
         Err(e) => return Err(setup_error(e)),
     }
     let tap = match &setup.checksums {
-        Some(dir) => Some(tap::Tap::create(dir, &setup.stage).map_err(StageError::Setup)?),
+        Some(dir) => Some(tap::Tap::create(dir, &setup.stage, setup.incarnation > 0).map_err(StageError::Setup)?),
         None => None,
     };
-    let mut frame_loop =
-        FrameLoop { instance, inputs: consumers, input_ends, gpu: gpu.clone(), output, stats: &stats, frames: setup.frames, tap };
+    let first_seq = resume_seq(&stats, &output);
+    let first_index = stats.get().frames.load(std::sync::atomic::Ordering::Relaxed);
+    let mut frame_loop = FrameLoop {
+        instance,
+        inputs: consumers,
+        input_ends,
+        gpu: gpu.clone(),
+        output,
+        stats: &stats,
+        frames: setup.frames,
+        first_seq,
+        first_index,
+        tap,
+    };
     let end = frame_loop.run();
     // Let the GPU finish what was enqueued before the context goes (consumers hold their own
     // mappings of our memory, which outlive us).
@@ -179,6 +192,13 @@ fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<
     match end? {
         LoopEnd::EndOfStream | LoopEnd::FrameCount | LoopEnd::Stopped => Ok(()),
     }
+}
+
+/// Where a source carries on: after the last frame it published (the ring knows) or, with
+/// no ring, the last it finished.
+fn resume_seq(stats: &StatsMap, output: &output::Output) -> u64 {
+    let done = stats.get().last_seq_plus_one.load(std::sync::atomic::Ordering::Acquire);
+    output.next_seq().map_or(done, |next| next.max(done))
 }
 
 /// How each input is read and the output written: host memory for a cpu stage; for a cuda

@@ -60,7 +60,7 @@ impl Output {
             Output::None => Pending::None,
             Output::Ring(end, p) => {
                 let slot = p.acquire(None).map_err(StageError::from)?;
-                if let Err(e) = end.prepare(gpu, slot.index) {
+                if let Err(e) = end.prepare(gpu, slot.index()) {
                     p.cancel(slot);
                     return Err(e);
                 }
@@ -73,7 +73,7 @@ impl Output {
     /// The raw frame the plugin writes into.
     pub fn raw_frame(&mut self, pending: &Pending, seq: u64, timestamp_ns: u64) -> Option<RawFrame> {
         match (self, pending) {
-            (Output::Ring(end, p), Pending::Ring(slot)) => Some(end.frame(p.ring(), slot.index, seq, timestamp_ns)),
+            (Output::Ring(end, p), Pending::Ring(slot)) => Some(end.frame(p.ring(), slot.index(), seq, timestamp_ns)),
             (Output::Private { format, layout, memory }, Pending::Private) => {
                 let (domain, addr, len) = match memory {
                     PrivateMemory::Host(bytes) => (abi::DOMAIN_CPU, bytes.as_mut_ptr() as u64, bytes.len() as u64),
@@ -89,7 +89,7 @@ impl Output {
     /// out to host memory.
     pub fn finish(&mut self, gpu: Option<&Arc<Gpu>>, pending: &Pending) -> Result<(), StageError> {
         if let (Output::Ring(end, p), Pending::Ring(slot)) = (self, pending) {
-            end.finish(gpu, p.ring(), slot.index)?;
+            end.finish(gpu, p.ring(), slot.index())?;
         }
         Ok(())
     }
@@ -124,6 +124,14 @@ impl Output {
     pub fn cancel(&mut self, pending: Pending) {
         if let (Output::Ring(_, p), Pending::Ring(slot)) = (self, pending) {
             p.cancel(slot);
+        }
+    }
+
+    /// The sequence number the output ring expects next, if there is a ring.
+    pub fn next_seq(&self) -> Option<u64> {
+        match self {
+            Output::Ring(_, p) => Some(p.next_seq()),
+            _ => None,
         }
     }
 

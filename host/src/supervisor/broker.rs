@@ -58,6 +58,13 @@ impl Broker {
     }
 }
 
+impl Broker {
+    /// A process at one end of `link` died: what it exported is gone with it.
+    pub fn forget(&mut self, link: usize) {
+        self.links.remove(&link);
+    }
+}
+
 fn send(stage: &StageProcess, import: Import, fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<(), String> {
     stage
         .socket

@@ -58,7 +58,7 @@ pub fn run(plan: &Plan, frames: Option<u64>, checksums: Option<&Path>, stop: &At
         })
         .collect();
     let mut taps: Vec<Option<Tap>> = match checksums {
-        Some(dir) => plan.stages.iter().map(|s| Tap::create(dir, s.name.as_str()).map(Some)).collect::<Result<_, _>>()?,
+        Some(dir) => plan.stages.iter().map(|s| Tap::create(dir, s.name.as_str(), false).map(Some)).collect::<Result<_, _>>()?,
         None => plan.stages.iter().map(|_| None).collect(),
     };
     let mut snaps = vec![StatsSnapshot::default(); plan.stages.len()];

@@ -9,15 +9,17 @@
 mod broker;
 pub mod in_process;
 mod mps;
+mod reclaim;
+mod restart;
 pub mod report;
 mod spawn;
 mod watch;
+mod watchdog;
 
-use std::os::fd::AsFd;
 use std::path::PathBuf;
 
 use crate::config::Policy;
-use crate::control::{InputSetup, LinkMemoryWire, OutputSetup, StageSetup, ToStage};
+use crate::control::LinkMemoryWire;
 use crate::link::header::{POLICY_BLOCK, POLICY_DROP_OLDEST, POLICY_LATEST};
 use crate::link::{RingMap, RingParams, StatsMap};
 use crate::plan::{LinkMemory, Plan};
@@ -88,48 +90,12 @@ pub fn run(plan: &Plan, options: &RunOptions, shutdown: &Shutdown) -> Result<Run
     let frames = options.frames.or(plan.frames);
     let mps = start_isolation(plan)?;
     let env = mps.as_ref().map(|d| d.env()).unwrap_or_default();
+    let launch = spawn::Launch { plan, options, frames, stats: &stats, rings: &rings, env: &env };
     let mut stages = spawn::Stages::default();
-    for (i, stage) in plan.stages.iter().enumerate() {
-        let setup = StageSetup {
-            stage: stage.name.to_string(),
-            plugin_path: stage.plugin.path.clone(),
-            params: stage.params.clone(),
-            domain: stage.domain.name().to_owned(),
-            device: stage.device,
-            frames: if stage.is_source() { frames } else { None },
-            inputs: stage
-                .inputs
-                .iter()
-                .map(|inp| InputSetup {
-                    link: inp.link,
-                    from: plan.stages[inp.from].name.to_string(),
-                    consumer: inp.consumer,
-                    policy: inp.policy,
-                    memory: wire_memory(&plan.links[inp.link].memory),
-                })
-                .collect(),
-            output: stage.output.as_ref().map(|o| OutputSetup {
-                format: o.format.into(),
-                link: o.link,
-                memory: o.link.map_or(LinkMemoryWire::Host, |l| wire_memory(&plan.links[l].memory)),
-            }),
-            spin_us: options.spin_us.unwrap_or(plan.spin_us),
-            checksums: options.checksums.clone(),
-        };
-        let mut fds = vec![stats[i].shared_memory().as_fd()];
-        fds.extend(stage.inputs.iter().map(|inp| rings[inp.link].shared_memory().as_fd()));
-        if let Some(link) = stage.output.as_ref().and_then(|o| o.link) {
-            fds.push(rings[link].shared_memory().as_fd());
-        }
-        let child = spawn::spawn_stage(&options.stage_exe, stage.name.as_str(), &env)
-            .map_err(|e| RunError::Setup(format!("cannot start stage '{}': {e}", stage.name)))?;
-        // A stage that dies before reading its setup shows up in the watch loop.
-        if let Err(e) = child.socket.send(&ToStage::Setup(Box::new(setup)), &fds) {
-            tracing::debug!("setup of stage '{}' not delivered: {e}", stage.name);
-        }
-        stages.push(child);
+    for i in 0..plan.stages.len() {
+        stages.push(launch.start(i, 0).map_err(RunError::Setup)?);
     }
-    let report = watch::watch(plan, &mut stages, &stats, &rings, options, shutdown);
+    let report = watch::watch(&launch, &mut stages, shutdown);
     // Every stage has exited (the watch loop returns only then); the daemon can go.
     drop(stages);
     drop(mps);

@@ -76,6 +76,10 @@ pub struct StageReport {
     pub frames: u64,
     pub fps: f64,
     pub dropped: u64,
+    /// Frames lost inside processes of this stage that died.
+    pub lost: u64,
+    /// Times the stage was started again after a failure.
+    pub restarts: u64,
     /// Share of the stage's active time spent inside the plugin.
     pub busy: f64,
     pub outcome: StageOutcome,
@@ -132,7 +136,11 @@ impl RunReport {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let width = self.stages.iter().map(|s| s.name.len()).max().unwrap_or(5).max(5);
-        let _ = writeln!(out, "{:width$}  {:12} {:6} {:>10} {:>12} {:>9} {:>6}  outcome", "stage", "plugin", "domain", "frames", "fps", "dropped", "busy");
+        let _ = writeln!(
+            out,
+            "{:width$}  {:12} {:6} {:>10} {:>12} {:>9} {:>6} {:>8} {:>6}  outcome",
+            "stage", "plugin", "domain", "frames", "fps", "dropped", "lost", "restarts", "busy"
+        );
         for s in &self.stages {
             let outcome = match &s.outcome {
                 StageOutcome::Finished => "finished".to_owned(),
@@ -141,13 +149,15 @@ impl RunReport {
             };
             let _ = writeln!(
                 out,
-                "{:width$}  {:12} {:6} {:>10} {:>12.1} {:>9} {:>5.1}%  {outcome}",
+                "{:width$}  {:12} {:6} {:>10} {:>12.1} {:>9} {:>6} {:>8} {:>5.1}%  {outcome}",
                 s.name,
                 s.plugin,
                 s.domain,
                 s.frames,
                 s.fps,
                 s.dropped,
+                s.lost,
+                s.restarts,
                 s.busy * 100.0
             );
         }
@@ -179,6 +189,8 @@ impl StageReport {
             frames: snap.frames,
             fps: snap.fps(),
             dropped: snap.dropped,
+            lost: snap.lost,
+            restarts: snap.restarts,
             busy: if active == 0 { 0.0 } else { (snap.busy_ns as f64 / active as f64).min(1.0) },
             outcome,
         }
@@ -211,7 +223,11 @@ impl Live {
     pub fn update(&self, stats: &[StatsMap]) {
         for (bar, st) in self.bars.iter().zip(stats) {
             let s = st.snapshot();
-            bar.set_message(format!("{:>10} frames {:>10.1} fps {:>8} dropped", s.frames, s.fps(), s.dropped));
+            let mut line = format!("{:>10} frames {:>10.1} fps {:>8} dropped", s.frames, s.fps(), s.dropped);
+            if s.restarts > 0 || s.lost > 0 {
+                line += &format!(" {:>6} lost {:>4} restarts", s.lost, s.restarts);
+            }
+            bar.set_message(line);
         }
     }
 

@@ -9,7 +9,12 @@ use std::process::{Child, Command, Stdio};
 
 use command_fds::{CommandFdExt, FdMapping};
 
-use crate::control::ControlSocket;
+use std::os::fd::AsFd;
+
+use super::{RunOptions, wire_memory};
+use crate::control::{ControlSocket, InputSetup, OutputSetup, StageSetup, ToStage};
+use crate::link::{RingMap, StatsMap};
+use crate::plan::Plan;
 use crate::stage::{CONTROL_FD, HOST_PID_ENV};
 
 /// A running stage process.
@@ -39,6 +44,69 @@ pub fn spawn_stage(exe: &Path, name: &str, env: &[(String, String)]) -> std::io:
     let pid = rustix::process::Pid::from_child(&child);
     let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())?;
     Ok(StageProcess { name: name.to_owned(), child, pidfd, socket: ours, exit: None })
+}
+
+/// Everything needed to start a stage's process, the first time or again.
+pub struct Launch<'a> {
+    pub plan: &'a Plan,
+    pub options: &'a RunOptions,
+    /// Frames each source emits.
+    pub frames: Option<u64>,
+    pub stats: &'a [StatsMap],
+    pub rings: &'a [RingMap],
+    /// Extra environment (the MPS daemon's directories).
+    pub env: &'a [(String, String)],
+}
+
+impl Launch<'_> {
+    /// Start process number `incarnation` of stage `i` and send it its setup.
+    pub fn start(&self, i: usize, incarnation: u32) -> Result<StageProcess, String> {
+        let stage = &self.plan.stages[i];
+        let mut fds = vec![self.stats[i].shared_memory().as_fd()];
+        fds.extend(stage.inputs.iter().map(|inp| self.rings[inp.link].shared_memory().as_fd()));
+        if let Some(link) = stage.output.as_ref().and_then(|o| o.link) {
+            fds.push(self.rings[link].shared_memory().as_fd());
+        }
+        let child = spawn_stage(&self.options.stage_exe, stage.name.as_str(), self.env)
+            .map_err(|e| format!("cannot start stage '{}': {e}", stage.name))?;
+        // A stage that dies before reading its setup shows up in the watch loop.
+        if let Err(e) = child.socket.send(&ToStage::Setup(Box::new(self.setup(i, incarnation))), &fds) {
+            tracing::debug!("setup of stage '{}' not delivered: {e}", stage.name);
+        }
+        Ok(child)
+    }
+
+    fn setup(&self, i: usize, incarnation: u32) -> StageSetup {
+        let plan = self.plan;
+        let stage = &plan.stages[i];
+        StageSetup {
+            stage: stage.name.to_string(),
+            plugin_path: stage.plugin.path.clone(),
+            params: stage.params.clone(),
+            domain: stage.domain.name().to_owned(),
+            device: stage.device,
+            frames: if stage.is_source() { self.frames } else { None },
+            inputs: stage
+                .inputs
+                .iter()
+                .map(|inp| InputSetup {
+                    link: inp.link,
+                    from: plan.stages[inp.from].name.to_string(),
+                    consumer: inp.consumer,
+                    policy: inp.policy,
+                    memory: wire_memory(&plan.links[inp.link].memory),
+                })
+                .collect(),
+            output: stage.output.as_ref().map(|o| OutputSetup {
+                format: o.format.into(),
+                link: o.link,
+                memory: o.link.map_or(crate::control::LinkMemoryWire::Host, |l| wire_memory(&plan.links[l].memory)),
+            }),
+            spin_us: self.options.spin_us.unwrap_or(plan.spin_us),
+            checksums: self.options.checksums.clone(),
+            incarnation,
+        }
+    }
 }
 
 /// Every stage process of a run. Dropping it kills and reaps whatever still runs, so no

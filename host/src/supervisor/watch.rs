@@ -1,6 +1,7 @@
 //! Watching a run: one poll loop over every stage's pidfd and control socket and the signal
 //! pipe. It starts the stages together once all are ready, turns Ctrl-C or SIGTERM into a
-//! drain, and turns the first failure into an abort of the whole run.
+//! drain, restarts a failed stage by its policy (or turns the failure into an abort of the
+//! whole run), and kills a stage that stalls.
 
 use std::io::Read;
 use std::os::fd::AsFd;
@@ -10,14 +11,14 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
 
-use super::RunOptions;
 use super::report::{Live, RunReport, StageOutcome};
-use super::spawn::Stages;
+use super::restart::{self, Budget};
+use super::spawn::{Launch, Stages};
+use super::watchdog::StallWatch;
 use std::os::fd::OwnedFd;
 
 use crate::control::{Export, FromStage, ToStage};
-use crate::link::{RingMap, StatsMap, stats};
-use crate::plan::Plan;
+use crate::link::stats;
 
 /// How long stages get to stop on their own after an abort before they are killed.
 const ABORT_GRACE: Duration = Duration::from_secs(5);
@@ -64,10 +65,35 @@ impl Drop for Shutdown {
     }
 }
 
+#[derive(Default)]
 struct Track {
     ready: bool,
     socket_open: bool,
     last_message: Option<FromStage>,
+}
+
+/// Where one stage stands.
+enum Life {
+    /// Its process runs; `started` once it was told to begin its frame loop.
+    Alive { started: bool, watch: Option<StallWatch> },
+    /// Killed by the host (the watchdog, or to restart with its group); `why` is the cause
+    /// when the host itself judged it failed.
+    Killed { why: Option<String> },
+    /// Dead and taken back; started again at `at`.
+    Restarting { at: Instant },
+    /// Over for this run.
+    Ended,
+}
+
+/// One stage across its processes.
+struct Slot {
+    track: Track,
+    life: Life,
+    incarnation: u32,
+    /// Whether any of its processes got to run.
+    ran: bool,
+    budget: Budget,
+    outcome: Option<StageOutcome>,
 }
 
 /// Why the run is ending early, if it is.
@@ -79,134 +105,320 @@ enum Ending {
     Aborting { since: Instant },
 }
 
-pub fn watch(
-    plan: &Plan,
-    stages: &mut Stages,
-    stats: &[StatsMap],
-    rings: &[RingMap],
-    options: &RunOptions,
-    shutdown: &Shutdown,
-) -> RunReport {
-    let mut tracks: Vec<Track> =
-        stages.0.iter().map(|_| Track { ready: false, socket_open: true, last_message: None }).collect();
-    let mut outcomes: Vec<Option<StageOutcome>> = vec![None; stages.0.len()];
-    let mut first_failure: Option<(usize, String)> = None;
-    let mut ending = Ending::Running;
-    let mut started: Option<Instant> = None;
-    let mut killed = false;
-    let mut broker = super::broker::Broker::default();
-    let live = Live::new(plan, options.live);
-    let abort = |ending: &mut Ending| {
-        if !matches!(ending, Ending::Aborting { .. }) {
-            for r in rings {
-                r.abort();
-            }
-            for s in stats {
-                s.get().stop.store(stats::DRAIN, Ordering::Relaxed);
-            }
-            *ending = Ending::Aborting { since: Instant::now() };
-        }
+/// The watch loop's state.
+struct Watch<'a, 'l> {
+    launch: &'a Launch<'l>,
+    slots: Vec<Slot>,
+    first_failure: Option<(usize, String)>,
+    ending: Ending,
+    started: Option<Instant>,
+    killed_all: bool,
+    broker: super::broker::Broker,
+}
+
+pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> RunReport {
+    let plan = launch.plan;
+    let slots = stages
+        .0
+        .iter()
+        .map(|_| Slot {
+            track: Track { socket_open: true, ..Track::default() },
+            life: Life::Alive { started: false, watch: None },
+            incarnation: 0,
+            ran: false,
+            budget: Budget::default(),
+            outcome: None,
+        })
+        .collect();
+    let mut w = Watch {
+        launch,
+        slots,
+        first_failure: None,
+        ending: Ending::Running,
+        started: None,
+        killed_all: false,
+        broker: super::broker::Broker::default(),
     };
-    loop {
-        if stages.0.iter().all(|p| p.exit.is_some()) {
-            break;
-        }
-        poll_once(stages, &tracks, shutdown);
-
-        let signals = shutdown.take();
-        if signals > 0 {
-            match ending {
-                // One signal while running: drain. A second one, or one before the stages
-                // started: abort.
-                Ending::Running if started.is_some() && signals == 1 => {
-                    for s in stats {
-                        s.get().stop.store(stats::DRAIN, Ordering::Relaxed);
-                    }
-                    ending = Ending::Draining { signal: "a stop signal" };
-                    tracing::info!("stopping: sources end their streams and the pipeline drains; signal again to abort");
-                }
-                _ => {
-                    if first_failure.is_none() {
-                        first_failure = Some((usize::MAX, "interrupted".to_owned()));
-                    }
-                    abort(&mut ending);
-                }
-            }
-        }
-
+    let live = Live::new(plan, launch.options.live);
+    while !w.slots.iter().all(|s| matches!(s.life, Life::Ended)) {
+        poll_once(stages, &w.slots, shutdown, w.next_restart());
+        w.take_signals(shutdown.take());
         for i in 0..stages.0.len() {
-            for (export, fds) in drain_messages(&stages.0[i], &mut tracks[i]) {
-                if let Err(e) = broker.export(plan, &stages.0, i, export, fds)
-                    && first_failure.is_none()
-                {
-                    first_failure = Some((i, e));
-                    abort(&mut ending);
-                }
-            }
-            let p = &mut stages.0[i];
-            if p.exit.is_some() {
-                continue;
-            }
-            let Ok(Some(status)) = p.child.try_wait() else { continue };
-            p.exit = Some(status);
-            // The stage's last message was sent before it exited.
-            drain_messages(p, &mut tracks[i]);
-            let outcome = StageOutcome::judge(status, tracks[i].last_message.as_ref(), first_failure.is_some());
-            if let StageOutcome::Failed(cause) = &outcome
-                && first_failure.is_none()
-            {
-                first_failure = Some((i, cause.clone()));
-                abort(&mut ending);
-            }
-            outcomes[i] = Some(outcome);
+            w.serve(stages, i);
         }
-
-        if started.is_none() && tracks.iter().all(|t| t.ready) && first_failure.is_none() {
-            for p in &stages.0 {
-                if let Err(e) = p.socket.send(&ToStage::Start, &[]) {
-                    tracing::debug!("start for stage '{}' not delivered: {e}", p.name);
-                }
-            }
-            started = Some(Instant::now());
-            tracing::info!("all {} stages ready; running", stages.0.len());
-        }
-        if let Ending::Aborting { since } = ending {
-            // Stages still waiting for their start learn of the abort from a closed socket.
-            if started.is_none() {
-                for p in stages.0.iter().filter(|p| p.exit.is_none()) {
-                    p.socket.shutdown();
-                }
-            }
-            if since.elapsed() > ABORT_GRACE && !killed {
-                for p in stages.0.iter_mut().filter(|p| p.exit.is_none()) {
-                    tracing::warn!("stage '{}' did not stop within {ABORT_GRACE:?}; killing it", p.name);
-                    let _ = p.child.kill();
-                }
-                killed = true;
-            }
-        }
-        live.update(stats);
+        w.start_when_ready(stages);
+        w.restart_due(stages);
+        w.watch_stalls(stages);
+        w.abort_stragglers(stages);
+        live.update(launch.stats);
     }
     live.finish();
-    let interrupted = match ending {
+    let interrupted = match w.ending {
         Ending::Draining { signal } => Some(signal),
         _ => None,
     };
-    RunReport::new(plan, stats, outcomes, first_failure, interrupted, started.map(|s| s.elapsed()))
+    let outcomes = w.slots.into_iter().map(|s| s.outcome).collect();
+    RunReport::new(plan, launch.stats, outcomes, w.first_failure, interrupted, w.started.map(|s| s.elapsed()))
 }
 
-/// Wait until a pidfd or socket is readable, a signal arrives, or a tick passes.
-fn poll_once(stages: &Stages, tracks: &[Track], shutdown: &Shutdown) {
+impl Watch<'_, '_> {
+    fn abort(&mut self) {
+        if !matches!(self.ending, Ending::Aborting { .. }) {
+            for r in self.launch.rings {
+                r.abort();
+            }
+            for s in self.launch.stats {
+                s.get().stop.store(stats::DRAIN, Ordering::Relaxed);
+            }
+            self.ending = Ending::Aborting { since: Instant::now() };
+        }
+        // Nothing restarts once the run is aborted.
+        for slot in &mut self.slots {
+            if let Life::Restarting { .. } = slot.life {
+                slot.life = Life::Ended;
+                slot.outcome.get_or_insert(StageOutcome::Stopped);
+            }
+        }
+    }
+
+    fn fail(&mut self, i: usize, why: String) {
+        if self.first_failure.is_none() {
+            self.first_failure = Some((i, why));
+        }
+        self.abort();
+    }
+
+    fn take_signals(&mut self, signals: usize) {
+        if signals == 0 {
+            return;
+        }
+        match self.ending {
+            // One signal while running: drain. A second one, or one before the stages
+            // started: abort.
+            Ending::Running if self.started.is_some() && signals == 1 => {
+                for s in self.launch.stats {
+                    s.get().stop.store(stats::DRAIN, Ordering::Relaxed);
+                }
+                self.ending = Ending::Draining { signal: "a stop signal" };
+                tracing::info!("stopping: sources end their streams and the pipeline drains; signal again to abort");
+            }
+            _ => self.fail(usize::MAX, "interrupted".to_owned()),
+        }
+    }
+
+    /// Messages from stage `i`, and its exit.
+    fn serve(&mut self, stages: &mut Stages, i: usize) {
+        let plan = self.launch.plan;
+        for (export, fds) in drain_messages(&stages.0[i], &mut self.slots[i].track) {
+            if let Err(e) = self.broker.export(plan, &stages.0, i, export, fds) {
+                self.fail(i, e);
+            }
+        }
+        let p = &mut stages.0[i];
+        if p.exit.is_some() {
+            return;
+        }
+        let Ok(Some(status)) = p.child.try_wait() else { return };
+        p.exit = Some(status);
+        // The stage's last message was sent before it exited.
+        drain_messages(p, &mut self.slots[i].track);
+        let slot = &mut self.slots[i];
+        let judged = StageOutcome::judge(status, slot.track.last_message.as_ref(), self.first_failure.is_some());
+        let outcome = match std::mem::replace(&mut slot.life, Life::Ended) {
+            Life::Killed { why: Some(why) } => StageOutcome::Failed(why),
+            // Killed to restart with its group: not a failure of its own.
+            Life::Killed { why: None } if !matches!(self.ending, Ending::Aborting { .. }) => {
+                self.reclaim_and_schedule(i, None);
+                return;
+            }
+            _ => judged,
+        };
+        match outcome {
+            StageOutcome::Failed(cause) => self.after_failure(stages, i, cause),
+            other => self.slots[i].outcome = Some(other),
+        }
+    }
+
+    /// Stage `i` failed: restart it (and its group) by its policy, or stop the run.
+    fn after_failure(&mut self, stages: &mut Stages, i: usize, cause: String) {
+        let plan = self.launch.plan;
+        let supervision = plan.stages[i].supervision;
+        let slot = &mut self.slots[i];
+        let restartable = !matches!(self.ending, Ending::Aborting { .. })
+            && restart::wants_restart(supervision.restart, slot.ran);
+        if !restartable {
+            slot.outcome = Some(StageOutcome::Failed(cause.clone()));
+            self.fail(i, cause);
+            return;
+        }
+        let wait = match slot.budget.take(&supervision, Instant::now()) {
+            Ok(wait) => wait,
+            Err(gave_up) => {
+                let cause = format!("{cause}; {gave_up}");
+                slot.outcome = Some(StageOutcome::Failed(cause.clone()));
+                self.fail(i, cause);
+                return;
+            }
+        };
+        let group = restart::group(plan, i);
+        tracing::warn!(
+            "stage '{}' {cause}; restarting it{} in {}",
+            plan.stages[i].name,
+            if group.len() > 1 { format!(" with {}", names(plan, &group[1..])) } else { String::new() },
+            crate::config::format_duration(wait)
+        );
+        for &m in &group[1..] {
+            if let Life::Alive { .. } = self.slots[m].life {
+                let _ = stages.0[m].child.kill();
+                self.slots[m].life = Life::Killed { why: None };
+            }
+        }
+        self.reclaim_and_schedule(i, Some(wait));
+    }
+
+    /// A dead member of a restart group: take back its link ends, and start it again with
+    /// its group, after `wait` (the failed stage's backoff; `None` for the members killed to
+    /// restart with it, which take the group's time).
+    fn reclaim_and_schedule(&mut self, i: usize, wait: Option<Duration>) {
+        let plan = self.launch.plan;
+        let group = restart::group(plan, i);
+        let taps = self.launch.options.checksums.as_deref();
+        let lost = super::reclaim::reclaim_stage(plan, i, &group, &self.launch.stats[i], self.launch.rings, taps);
+        if lost > 0 {
+            tracing::info!("stage '{}': {lost} frame(s) lost with its process", plan.stages[i].name);
+        }
+        for (link, _) in plan.links.iter().enumerate().filter(|(_, l)| l.producer == i || l.consumers.contains(&i)) {
+            self.broker.forget(link);
+        }
+        let group_at = group.iter().filter_map(|&m| match self.slots[m].life {
+            Life::Restarting { at } => Some(at),
+            _ => None,
+        });
+        let at = group_at.chain([Instant::now() + wait.unwrap_or_default()]).max().expect("one at least");
+        for &m in &group {
+            if let Life::Restarting { at: theirs } = &mut self.slots[m].life {
+                *theirs = at;
+            }
+        }
+        self.slots[i].life = Life::Restarting { at };
+    }
+
+    /// Start the processes whose restart is due, once every member of their group is dead.
+    fn restart_due(&mut self, stages: &mut Stages) {
+        let now = Instant::now();
+        for i in 0..self.slots.len() {
+            let Life::Restarting { at } = self.slots[i].life else { continue };
+            let group = restart::group(self.launch.plan, i);
+            let group_dead = group.iter().all(|&m| matches!(self.slots[m].life, Life::Restarting { .. }));
+            if at > now || !group_dead {
+                continue;
+            }
+            let slot = &mut self.slots[i];
+            slot.incarnation += 1;
+            match self.launch.start(i, slot.incarnation) {
+                Ok(process) => {
+                    stages.0[i] = process;
+                    slot.track = Track { socket_open: true, ..Track::default() };
+                    slot.life = Life::Alive { started: false, watch: None };
+                    self.launch.stats[i].get().restarts.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    slot.outcome = Some(StageOutcome::Failed(e.clone()));
+                    slot.life = Life::Ended;
+                    self.fail(i, e);
+                }
+            }
+        }
+    }
+
+    /// The first time, every stage starts together once all are ready; a restarted stage
+    /// starts as soon as it is.
+    fn start_when_ready(&mut self, stages: &Stages) {
+        if self.first_failure.is_some() {
+            return;
+        }
+        let all_ready = self.slots.iter().all(|s| s.track.ready);
+        if self.started.is_none() && !all_ready {
+            return;
+        }
+        let now = Instant::now();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if let Life::Alive { started: started @ false, watch } = &mut slot.life
+                && slot.track.ready
+            {
+                if let Err(e) = stages.0[i].socket.send(&ToStage::Start, &[]) {
+                    tracing::debug!("start for stage '{}' not delivered: {e}", stages.0[i].name);
+                }
+                *started = true;
+                *watch = Some(StallWatch::new(&self.launch.stats[i], now));
+                slot.ran = true;
+                if slot.incarnation > 0 {
+                    tracing::info!("stage '{}' restarted (restart {})", stages.0[i].name, slot.incarnation);
+                }
+            }
+        }
+        if self.started.is_none() {
+            self.started = Some(now);
+            tracing::info!("all {} stages ready; running", stages.0.len());
+        }
+    }
+
+    /// Kill every started stage that has made no progress for its stall timeout.
+    fn watch_stalls(&mut self, stages: &mut Stages) {
+        let now = Instant::now();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(timeout) = self.launch.plan.stages[i].supervision.stall_timeout else { continue };
+            let Life::Alive { started: true, watch: Some(watch) } = &mut slot.life else { continue };
+            if let Some(why) = watch.check(&self.launch.stats[i], timeout, now) {
+                tracing::warn!("stage '{}' {why}", stages.0[i].name);
+                let _ = stages.0[i].child.kill();
+                slot.life = Life::Killed { why: Some(why) };
+            }
+        }
+    }
+
+    /// After an abort: stages still waiting for their start learn of it from a closed socket;
+    /// those that do not stop within the grace period are killed.
+    fn abort_stragglers(&mut self, stages: &mut Stages) {
+        let Ending::Aborting { since } = self.ending else { return };
+        for (p, slot) in stages.0.iter().zip(&self.slots) {
+            if p.exit.is_none() && matches!(slot.life, Life::Alive { started: false, .. }) {
+                p.socket.shutdown();
+            }
+        }
+        if since.elapsed() > ABORT_GRACE && !self.killed_all {
+            for p in stages.0.iter_mut().filter(|p| p.exit.is_none()) {
+                tracing::warn!("stage '{}' did not stop within {ABORT_GRACE:?}; killing it", p.name);
+                let _ = p.child.kill();
+            }
+            self.killed_all = true;
+        }
+    }
+
+    /// When the next restart is due, so the poll wakes for it.
+    fn next_restart(&self) -> Option<Instant> {
+        self.slots.iter().filter_map(|s| if let Life::Restarting { at } = s.life { Some(at) } else { None }).min()
+    }
+}
+
+fn names(plan: &crate::plan::Plan, stages: &[usize]) -> String {
+    stages.iter().map(|&s| format!("'{}'", plan.stages[s].name)).collect::<Vec<_>>().join(", ")
+}
+
+/// Wait until a pidfd or socket is readable, a signal arrives, a restart is due, or a tick
+/// passes.
+fn poll_once(stages: &Stages, slots: &[Slot], shutdown: &Shutdown, next_restart: Option<Instant>) {
     let mut fds: Vec<PollFd<'_>> = vec![PollFd::new(&shutdown.read, PollFlags::IN)];
-    for (p, t) in stages.0.iter().zip(tracks) {
+    for (p, slot) in stages.0.iter().zip(slots) {
         if p.exit.is_none() {
             fds.push(PollFd::new(&p.pidfd, PollFlags::IN));
         }
-        if t.socket_open {
+        if slot.track.socket_open && p.exit.is_none() {
             fds.push(PollFd::from_borrowed_fd(p.socket.as_fd(), PollFlags::IN));
         }
     }
-    let timeout = rustix::time::Timespec { tv_sec: 0, tv_nsec: TICK.as_nanos() as i64 };
+    let wait = next_restart.map_or(TICK, |at| at.saturating_duration_since(Instant::now()).min(TICK));
+    let timeout = rustix::time::Timespec { tv_sec: 0, tv_nsec: wait.as_nanos() as i64 };
     // EINTR is a signal: the loop looks at the signal pipe next.
     let _ = rustix::event::poll(&mut fds, Some(&timeout));
 }

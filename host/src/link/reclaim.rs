@@ -1,0 +1,98 @@
+//! Taking back a ring's slots from an end that died. The host does this, once the dead
+//! process is reaped (its pidfd said so), while the live ends keep using the ring: every
+//! change is a compare-and-swap on a slot's state word, as the live ends make them, and every
+//! sleeper is woken after.
+//!
+//! - a dead producer: the slot it was writing is emptied (nothing was published from it) and
+//!   `seq_end` / `published` are repaired in case it died between its publish stores, so a
+//!   restarted producer continues after the last frame consumers can see;
+//! - a dead consumer: its claims are dropped, and the frames it held are returned so the host
+//!   can tell which were lost with it; frames it had not taken yet stay pending for it, and a
+//!   restarted consumer takes them;
+//! - both ends of a GPU ring dead (they restart as a group): every slot is emptied, since a
+//!   frame published on a GPU may never have been written; consumers count the frames they
+//!   missed by the gap in publish ordinals, as for any drop.
+#![allow(unsafe_code)]
+
+use std::sync::atomic::Ordering;
+
+use super::header::{self, WRITING};
+use super::ring::RingMap;
+use super::wait::wake_all;
+
+impl RingMap {
+    /// The producer died.
+    pub fn reclaim_producer(&self) {
+        let h = self.header();
+        for i in 0..h.depth as usize {
+            let slot = &h.slots[i].0;
+            // Only the dead producer sets WRITING, so nobody else changes this word now.
+            let _ = slot.state.compare_exchange(WRITING, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+        self.repair_publish_counters();
+        self.bump_epoch_and_wake();
+    }
+
+    /// Consumer `c` died: drop its claims. Returns the sequence numbers of the frames it held.
+    pub fn reclaim_consumer(&self, c: usize) -> Vec<u64> {
+        let h = self.header();
+        let bits = header::claim_bit(c) | header::pending_bit(c);
+        let mut held = Vec::new();
+        for i in 0..h.depth as usize {
+            let slot = &h.slots[i].0;
+            let mut st = slot.state.load(Ordering::Acquire);
+            while header::claims(st) & header::claim_bit(c) != 0 {
+                match slot.state.compare_exchange(st, st & !bits, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        held.push(slot.seq.load(Ordering::Relaxed));
+                        break;
+                    }
+                    Err(now) => st = now,
+                }
+            }
+        }
+        self.bump_epoch_and_wake();
+        held
+    }
+
+    /// Every end of the ring died: empty every slot. The counters stay, so the restarted
+    /// ends carry on from them.
+    pub fn reset_slots(&self) {
+        self.repair_publish_counters();
+        let h = self.header();
+        for i in 0..h.depth as usize {
+            h.slots[i].0.state.store(0, Ordering::Release);
+        }
+        self.bump_epoch_and_wake();
+    }
+
+    /// `seq_end` and `published` cover every frame a slot shows as published: a producer
+    /// killed between its slot store and its counter stores leaves them one frame behind.
+    fn repair_publish_counters(&self) {
+        let h = self.header();
+        let p = &h.producer.0;
+        for i in 0..h.depth as usize {
+            let slot = &h.slots[i].0;
+            if !header::holds_frame(slot.state.load(Ordering::Acquire)) {
+                continue;
+            }
+            // SAFETY: a published slot's metadata is written only by a producer that holds
+            // it WRITING; the producer is dead, so nothing writes it now.
+            let meta = unsafe { *slot.meta.get() };
+            p.seq_end.fetch_max(meta.seq + 1, Ordering::AcqRel);
+            p.published.fetch_max(meta.ordinal + 1, Ordering::AcqRel);
+        }
+    }
+
+    fn bump_epoch_and_wake(&self) {
+        let h = self.header();
+        h.producer.0.epoch.fetch_add(1, Ordering::AcqRel);
+        wake_all(&h.producer.0.publish_futex, &h.producer.0.consumers_sleeping);
+        wake_all(&h.release.0.release_futex, &h.release.0.producer_sleeping);
+    }
+
+    /// How often the host took back slots of this ring.
+    pub fn epoch(&self) -> u32 {
+        self.header().producer.0.epoch.load(Ordering::Acquire)
+    }
+}
