@@ -370,7 +370,6 @@ impl Watch<'_, '_> {
             let Some(timeout) = self.launch.plan.stages[i].supervision.stall_timeout else { continue };
             let Life::Alive { started: true, watch: Some(watch) } = &mut slot.life else { continue };
             if let Some(why) = watch.check(&self.launch.stats[i], timeout, now) {
-                tracing::warn!("stage '{}' {why}", stages.0[i].name);
                 let _ = stages.0[i].child.kill();
                 slot.life = Life::Killed { why: Some(why) };
             }
