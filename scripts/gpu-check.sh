@@ -16,7 +16,7 @@ cargo build --workspace --release --locked
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/tests"
 # The plugins' GPU-against-CPU tests (named gpu_*), run there with the GPU required.
-for crate in gpuipc-plugin-api gpuipc-generator gpuipc-rgb-process gpuipc-yuv420; do
+for crate in gpuipc-plugin-api gpuipc-generator gpuipc-rgb-process gpuipc-yuv420 gpuipc-test-gpu-fault; do
     cargo test --release --locked -p "$crate" --lib --no-run --message-format=json 2>/dev/null |
         python3 -c 'import json,sys
 for l in sys.stdin:
