@@ -16,9 +16,10 @@ use std::time::Instant;
 
 use gpuipc_plugin_api::{FrameFormat, FrameLayout};
 
+use super::check::RingGeometry;
 use super::header::{
-    self, ABORTED, END_OF_STREAM, MAGIC, MAX_CONSUMERS, MAX_SLOTS, OPEN, POLICY_BLOCK, POLICY_LATEST, RingHeader,
-    RingParams, SlotMeta, VERSION, WRITING,
+    self, ABORTED, END_OF_STREAM, MAGIC, OPEN, POLICY_BLOCK, POLICY_LATEST, RingHeader, RingParams, SlotMeta, VERSION,
+    WRITING,
 };
 use super::shm::SharedMemory;
 use super::wait::{TimedOut, Waiter, wake_all};
@@ -33,6 +34,12 @@ pub enum LinkError {
     Aborted,
     #[error("timed out waiting for the other end of the link")]
     TimedOut,
+    /// A header field breaks a rule or differs from the plan; `expected` says what it should be,
+    /// in words ("the plan says 4", "expected 1..=64").
+    #[error("link {link}: ring header field {field} is {found}, {expected}")]
+    Mismatch { link: String, field: &'static str, found: String, expected: String },
+    #[error("link {link}: the ring's shared memory is {len} bytes, smaller than a ring header ({needed} bytes)")]
+    TooShort { link: String, len: u64, needed: u64 },
 }
 
 impl From<TimedOut> for LinkError {
@@ -44,17 +51,15 @@ impl From<TimedOut> for LinkError {
 /// A mapped ring: control block plus, for host rings, the slots' frame data.
 pub struct RingMap {
     shm: SharedMemory,
+    /// The header's plain fields as checked at create or open. Accessors answer from this copy,
+    /// so a peer that scribbles the shared header later cannot move a slot out of bounds.
+    checked: RingGeometry,
 }
 
 impl RingMap {
     /// Create and initialise a ring (the host does this, before any stage starts).
     pub fn create(name: &str, params: &RingParams) -> Result<RingMap, LinkError> {
-        if params.depth == 0 || params.depth as usize > MAX_SLOTS {
-            return Err(LinkError::Invalid(format!("depth {} not in 1..={MAX_SLOTS}", params.depth)));
-        }
-        if params.policies.len() > MAX_CONSUMERS {
-            return Err(LinkError::Invalid(format!("{} consumers, at most {MAX_CONSUMERS}", params.policies.len())));
-        }
+        let checked = RingGeometry::planned(params, name)?;
         let shm = SharedMemory::create(name, params.total_bytes() as usize)?;
         let header = shm.as_ptr() as *mut RingHeader;
         // SAFETY: the memory is fresh, zeroed, at least a header long, page-aligned, and not
@@ -73,30 +78,28 @@ impl RingMap {
             // Written last: pairs with the Acquire load in `open`, publishing every field above.
             (*header).version.store(VERSION, Ordering::Release);
         }
-        Ok(RingMap { shm })
+        Ok(RingMap { shm, checked })
     }
 
-    /// Map a ring received as a file descriptor and check its header.
+    /// Map a ring received as a file descriptor and check its header against the rules every
+    /// ring keeps (see [`check`](super::check)); without a plan, errors name the link "(unnamed)".
     pub fn open(fd: OwnedFd) -> Result<RingMap, LinkError> {
+        RingMap::map_checked(fd, None, "(unnamed)")
+    }
+
+    /// Map a ring received as a file descriptor and check every header field against the
+    /// rules and against `expected`, the plan's params for `link` ("gen -> grade"); a
+    /// mismatch is refused with an error naming the link and the field.
+    #[cfg_attr(not(test), expect(dead_code, reason = "stages call it once their setup carries each link's params"))]
+    pub fn open_checked(fd: OwnedFd, expected: &RingParams, link: &str) -> Result<RingMap, LinkError> {
+        let plan = RingGeometry::planned(expected, link)?;
+        RingMap::map_checked(fd, Some(&plan), link)
+    }
+
+    fn map_checked(fd: OwnedFd, plan: Option<&RingGeometry>, link: &str) -> Result<RingMap, LinkError> {
         let shm = SharedMemory::open(fd)?;
-        if shm.len() < size_of::<RingHeader>() {
-            return Err(LinkError::Invalid(format!("{} bytes, smaller than a ring header", shm.len())));
-        }
-        let map = RingMap { shm };
-        let h = map.header();
-        // Acquire: pairs with the creator's Release store of `version`.
-        let version = h.version.load(Ordering::Acquire);
-        if h.magic != MAGIC || version != VERSION {
-            return Err(LinkError::Invalid(format!("magic {:#x} version {version}", h.magic)));
-        }
-        if h.depth == 0 || h.depth as usize > MAX_SLOTS || h.n_consumers as usize > MAX_CONSUMERS {
-            return Err(LinkError::Invalid(format!("depth {} consumers {}", h.depth, h.n_consumers)));
-        }
-        let needed = h.data_offset + h.slot_bytes * h.depth as u64;
-        if (map.shm.len() as u64) < needed {
-            return Err(LinkError::Invalid(format!("{} bytes, the header says {needed}", map.shm.len())));
-        }
-        Ok(map)
+        let checked = RingGeometry::read(&shm, plan, link)?;
+        Ok(RingMap { shm, checked })
     }
 
     pub fn header(&self) -> &RingHeader {
@@ -110,24 +113,26 @@ impl RingMap {
     }
 
     pub fn depth(&self) -> usize {
-        self.header().depth as usize
+        self.checked.depth()
     }
 
     pub fn format(&self) -> FrameFormat {
-        self.header().format
+        self.checked.format()
     }
 
     pub fn layout(&self) -> FrameLayout {
-        self.header().layout
+        self.checked.layout()
     }
 
-    /// Host address of slot `i`'s frame data, or `None` when frames live on a GPU.
+    /// Host address of slot `i`'s frame data, or `None` when frames live on a GPU (or the ring
+    /// has no slot `i`).
     pub fn slot_data(&self, i: usize) -> Option<(*mut u8, u64)> {
-        let h = self.header();
-        (h.slot_bytes > 0 && i < self.depth()).then(|| {
-            // SAFETY: within the mapping: `open`/`create` checked data_offset + depth * slot_bytes.
-            let ptr = unsafe { self.shm.as_ptr().add((h.data_offset + h.slot_bytes * i as u64) as usize) };
-            (ptr, h.slot_bytes)
+        let (offset, len) = self.checked.slot_range(i)?;
+        (offset.checked_add(len)? <= self.shm.len() as u64).then(|| {
+            // SAFETY: offset..offset + len lies within the mapping (checked just above), from
+            // the private checked copy, not from the shared header.
+            let ptr = unsafe { self.shm.as_ptr().add(offset as usize) };
+            (ptr, len)
         })
     }
 
@@ -626,6 +631,6 @@ mod tests {
     fn a_bad_control_block_is_refused() {
         let shm = crate::link::shm::SharedMemory::create("gpuipc-test-bad", 1 << 20).unwrap();
         let fd = shm.as_fd().try_clone_to_owned().unwrap();
-        assert!(matches!(RingMap::open(fd), Err(LinkError::Invalid(_))));
+        assert!(matches!(RingMap::open(fd), Err(LinkError::Mismatch { field: "magic", .. })));
     }
 }
