@@ -126,9 +126,21 @@ pub struct StageSetup {
     pub incarnation: u32,
 }
 
+/// What a ring must look like, so a stage can check the header it maps against the plan.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RingWire {
+    /// `producer -> consumers`, for messages.
+    pub name: String,
+    pub format: WireFormat,
+    pub depth: u32,
+    /// One policy code per consumer.
+    pub policies: Vec<u8>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InputSetup {
     pub link: usize,
+    pub ring: RingWire,
     pub from: String,
     /// This stage's consumer index on the ring.
     pub consumer: usize,
@@ -142,6 +154,8 @@ pub struct OutputSetup {
     /// The link index, when a ring descriptor is attached; `None`: nobody reads the output and
     /// the stage writes into private memory.
     pub link: Option<usize>,
+    /// The ring, when `link` is set.
+    pub ring: Option<RingWire>,
     pub memory: LinkMemoryWire,
 }
 

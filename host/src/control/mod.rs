@@ -5,6 +5,6 @@ mod messages;
 mod socket;
 
 pub use messages::{
-    Export, FromStage, Handle64, Import, InputSetup, LinkEnd, LinkMemoryWire, OutputSetup, SlotMemory, StageSetup, ToStage,
+    Export, FromStage, RingWire, Handle64, Import, InputSetup, LinkEnd, LinkMemoryWire, OutputSetup, SlotMemory, StageSetup, ToStage,
 };
 pub use socket::ControlSocket;

@@ -113,6 +113,15 @@ impl RingGeometry {
         self.format
     }
 
+    pub fn n_consumers(&self) -> usize {
+        self.n_consumers as usize
+    }
+
+    /// Consumer `c`'s policy code (`c` below [`RingGeometry::n_consumers`]).
+    pub fn policy(&self, c: usize) -> u8 {
+        self.policies[c]
+    }
+
     pub fn layout(&self) -> FrameLayout {
         self.layout
     }
@@ -467,9 +476,9 @@ mod tests {
         assert!(message.ends_with("is 0x1234, expected 0x4752435049555047 (\"GPUIPCRG\")"), "{message}");
         let message = refused_after("version", |h| {
             // SAFETY (test): as in `set!`.
-            unsafe { (*h).version.store(2, Ordering::Release) }
+            unsafe { (*h).version.store(VERSION + 1, Ordering::Release) }
         });
-        assert!(message.ends_with("is 2, expected 1"), "{message}");
+        assert!(message.ends_with(&format!("is {}, expected {VERSION}", VERSION + 1)), "{message}");
     }
 
     #[test]

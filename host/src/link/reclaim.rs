@@ -24,7 +24,7 @@ impl RingMap {
     /// The producer died.
     pub fn reclaim_producer(&self) {
         let h = self.header();
-        for i in 0..h.depth as usize {
+        for i in 0..self.depth() {
             let slot = &h.slots[i].0;
             // Only the dead producer sets WRITING, so nobody else changes this word now.
             let _ = slot.state.compare_exchange(WRITING, 0, Ordering::AcqRel, Ordering::Relaxed);
@@ -38,7 +38,7 @@ impl RingMap {
         let h = self.header();
         let bits = header::claim_bit(c) | header::pending_bit(c);
         let mut held = Vec::new();
-        for i in 0..h.depth as usize {
+        for i in 0..self.depth() {
             let slot = &h.slots[i].0;
             let mut st = slot.state.load(Ordering::Acquire);
             while header::claims(st) & header::claim_bit(c) != 0 {
@@ -60,7 +60,7 @@ impl RingMap {
     pub fn reset_slots(&self) {
         self.repair_publish_counters();
         let h = self.header();
-        for i in 0..h.depth as usize {
+        for i in 0..self.depth() {
             h.slots[i].0.state.store(0, Ordering::Release);
         }
         self.bump_epoch_and_wake();
@@ -71,7 +71,7 @@ impl RingMap {
     fn repair_publish_counters(&self) {
         let h = self.header();
         let p = &h.producer.0;
-        for i in 0..h.depth as usize {
+        for i in 0..self.depth() {
             let slot = &h.slots[i].0;
             if !header::holds_frame(slot.state.load(Ordering::Acquire)) {
                 continue;
@@ -89,10 +89,5 @@ impl RingMap {
         h.producer.0.epoch.fetch_add(1, Ordering::AcqRel);
         wake_all(&h.producer.0.publish_futex, &h.producer.0.consumers_sleeping);
         wake_all(&h.release.0.release_futex, &h.release.0.producer_sleeping);
-    }
-
-    /// How often the host took back slots of this ring.
-    pub fn epoch(&self) -> u32 {
-        self.header().producer.0.epoch.load(Ordering::Acquire)
     }
 }

@@ -83,6 +83,7 @@ impl RingMap {
 
     /// Map a ring received as a file descriptor and check its header against the rules every
     /// ring keeps (see [`check`](super::check)); without a plan, errors name the link "(unnamed)".
+    #[cfg(test)]
     pub fn open(fd: OwnedFd) -> Result<RingMap, LinkError> {
         RingMap::map_checked(fd, None, "(unnamed)")
     }
@@ -90,7 +91,6 @@ impl RingMap {
     /// Map a ring received as a file descriptor and check every header field against the
     /// rules and against `expected`, the plan's params for `link` ("gen -> grade"); a
     /// mismatch is refused with an error naming the link and the field.
-    #[cfg_attr(not(test), expect(dead_code, reason = "stages call it once their setup carries each link's params"))]
     pub fn open_checked(fd: OwnedFd, expected: &RingParams, link: &str) -> Result<RingMap, LinkError> {
         let plan = RingGeometry::planned(expected, link)?;
         RingMap::map_checked(fd, Some(&plan), link)
@@ -114,6 +114,15 @@ impl RingMap {
 
     pub fn depth(&self) -> usize {
         self.checked.depth()
+    }
+
+    pub fn n_consumers(&self) -> usize {
+        self.checked.n_consumers()
+    }
+
+    /// Consumer `c`'s policy code.
+    pub fn policy(&self, c: usize) -> u8 {
+        self.checked.policy(c)
     }
 
     pub fn format(&self) -> FrameFormat {
@@ -203,8 +212,8 @@ impl Producer {
     /// host repaired both if the previous producer died mid-publish).
     pub fn new(ring: RingMap, waiter: Waiter) -> Producer {
         let h = ring.header();
-        let n = h.n_consumers as usize;
-        let block_mask = (0..n).filter(|&c| h.policies[c] == POLICY_BLOCK).fold(0, |m, c| m | (1 << c));
+        let n = ring.n_consumers();
+        let block_mask = (0..n).filter(|&c| ring.policy(c) == POLICY_BLOCK).fold(0, |m, c| m | (1 << c));
         let next_seq = h.producer.0.seq_end.load(Ordering::Acquire);
         let published = h.producer.0.published.load(Ordering::Acquire);
         Producer { ring: Arc::new(ring), waiter, next_seq, published, block_mask, all_mask: (1u64 << n) - 1 }
@@ -224,13 +233,13 @@ impl Producer {
     pub fn acquire(&mut self, deadline: Option<Instant>) -> Result<WriteSlot, LinkError> {
         let h = self.ring.header();
         let r = &h.release.0;
-        let preferred = (self.next_seq % h.depth as u64) as usize;
+        let preferred = (self.next_seq % self.ring.depth() as u64) as usize;
         let block_mask = self.block_mask;
         let index = self.waiter.wait(&r.release_futex, &r.producer_sleeping, deadline, || {
             if self.ring.is_aborted() {
                 return Some(Err(LinkError::Aborted));
             }
-            let pick = pick_write_slot(h, preferred, block_mask)?;
+            let pick = pick_write_slot(h, self.ring.depth(), preferred, block_mask)?;
             let slot = &h.slots[pick.0].0;
             // Acquire: pairs with consumers' release of their claim, so their reads of the
             // old frame happen before we overwrite it.
@@ -247,7 +256,14 @@ impl Producer {
         // the metadata while we write it.
         unsafe {
             *s.meta.get() =
-                SlotMeta { seq, ordinal: self.published, timestamp_ns, flags: 0, format: h.format, layout: h.layout };
+                SlotMeta {
+                    seq,
+                    ordinal: self.published,
+                    timestamp_ns,
+                    flags: 0,
+                    format: self.ring.format(),
+                    layout: self.ring.layout(),
+                };
         }
         s.seq.store(seq, Ordering::Relaxed);
         // Release: publishes the frame data and metadata written above to whoever claims the
@@ -279,8 +295,7 @@ impl Producer {
 }
 
 /// A slot a producer may take now and the exact state seen, or `None` to wait.
-fn pick_write_slot(h: &RingHeader, preferred: usize, block_mask: u64) -> Option<(usize, u64)> {
-    let depth = h.depth as usize;
+fn pick_write_slot(h: &RingHeader, depth: usize, preferred: usize, block_mask: u64) -> Option<(usize, u64)> {
     let load = |i: usize| h.slots[i].0.state.load(Ordering::Relaxed);
     // A slot nobody needs any more, the preferred one first.
     for i in (0..depth).map(|k| (preferred + k) % depth) {
@@ -365,10 +380,10 @@ impl Consumer {
     /// frame its previous process took (the one it held when it died is lost).
     pub fn new(ring: RingMap, index: usize, waiter: Waiter) -> Result<Consumer, LinkError> {
         let h = ring.header();
-        if index >= h.n_consumers as usize {
-            return Err(LinkError::Invalid(format!("consumer {index} of a ring with {}", h.n_consumers)));
+        if index >= ring.n_consumers() {
+            return Err(LinkError::Invalid(format!("consumer {index} of a ring with {}", ring.n_consumers())));
         }
-        let latest = h.policies[index] == POLICY_LATEST;
+        let latest = ring.policy(index) == POLICY_LATEST;
         let c = &h.consumers[index].0;
         let expected = c.next_seq.load(Ordering::Acquire);
         let next_ordinal = c.next_ordinal.load(Ordering::Acquire);
@@ -437,7 +452,7 @@ impl Consumer {
         let seq_end = h.producer.0.seq_end.load(Ordering::Acquire);
         let mut best: Option<(usize, u64, u64)> = None;
         let mut gave_up = false;
-        for i in 0..h.depth as usize {
+        for i in 0..self.ring.depth() {
             let slot = &h.slots[i].0;
             let st = slot.state.load(Ordering::Acquire);
             if st & WRITING != 0 || st & pending == 0 {
@@ -475,11 +490,6 @@ impl Consumer {
         // SAFETY: our claim keeps the producer out of this slot until we release it.
         let meta = unsafe { *slot.meta.get() };
         Scan::Claimed(ReadSlot { ring: self.ring.clone(), consumer: self.index, index: i, meta })
-    }
-
-    /// Done reading: the slot may be reused once every `block` consumer released it too.
-    pub fn release(&mut self, slot: ReadSlot) {
-        drop(slot);
     }
 }
 
@@ -554,7 +564,7 @@ mod tests {
                                 std::hint::spin_loop();
                             }
                         }
-                        consumer.release(slot);
+                        drop(slot);
                     }
                     (got, consumer.dropped())
                 })

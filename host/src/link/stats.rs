@@ -60,7 +60,8 @@ pub fn phase_name(phase: u32) -> &'static str {
         PHASE_WAITING_OUTPUT => "waiting for an output slot",
         PHASE_PROCESS => "in the plugin's process",
         PHASE_FLUSH => "in the plugin's flush",
-        _ => "starting",
+        PHASE_STARTING => "starting",
+        _ => "in an unknown phase",
     }
 }
 

@@ -3,10 +3,31 @@
 use std::fmt::Write;
 
 use super::{LinkMemory, Plan};
-use crate::config::Transport;
+use crate::config::{Transport, format_duration};
 
 fn megabytes(bytes: u64) -> String {
     format!("{:.2} MB", bytes as f64 / 1e6)
+}
+
+/// A stage's restart policy and watchdog, where they differ from the defaults.
+fn supervision(s: &super::Supervision) -> String {
+    let mut parts = Vec::new();
+    if s.restart != crate::config::RestartPolicy::Never {
+        parts.push(format!(
+            "restart {} (at most {} within {}, first after {})",
+            s.restart.name(),
+            s.max_restarts,
+            format_duration(s.window),
+            format_duration(s.backoff)
+        ));
+    }
+    if s.stall_timeout != super::Supervision::default().stall_timeout {
+        parts.push(match s.stall_timeout {
+            Some(t) => format!("stall timeout {}", format_duration(t)),
+            None => "no stall timeout".to_owned(),
+        });
+    }
+    if parts.is_empty() { String::new() } else { format!("  [{}]", parts.join(", ")) }
 }
 
 /// The plan as a person reads it: stages in run order, then links.
@@ -43,9 +64,11 @@ pub fn render_text(plan: &Plan) -> String {
         let note = s.domain_note.as_ref().map_or(String::new(), |n| format!(" ({n})"));
         let _ = writeln!(
             out,
-            "  {:width$}  {} {}  {device}{note}  {inputs}  {output}",
+            "  {:width$}  {} {}  {device}{note}  {inputs}  {output}{}",
             s.name.as_str(),
-            s.plugin.name, s.plugin.version
+            s.plugin.name,
+            s.plugin.version,
+            supervision(&s.supervision)
         );
     }
     if !plan.links.is_empty() {

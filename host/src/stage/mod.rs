@@ -14,10 +14,10 @@ use gpuipc_plugin_api::abi::{self, RawCreateContext, RawStr};
 
 use std::sync::Arc;
 
-use crate::control::{ControlSocket, FromStage, LinkMemoryWire, StageSetup, ToStage};
+use crate::control::{ControlSocket, FromStage, LinkMemoryWire, RingWire, StageSetup, ToStage};
 use crate::gpu::Gpu;
 use crate::link::wait::Waiter;
-use crate::link::{Consumer, Producer, RingMap, StatsMap};
+use crate::link::{Consumer, Producer, RingMap, RingParams, StatsMap};
 use crate::plugin::LoadedPlugin;
 
 pub use frame_loop::{FrameLoop, LoopEnd, StageError, now_ns};
@@ -125,12 +125,13 @@ fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<
     let waiter = Waiter::with_pulse(setup.spin_us, stats.clone());
     let mut consumers = Vec::new();
     for input in &setup.inputs {
-        let ring = RingMap::open(fds.next().expect("counted")).map_err(|e| setup_error(format!("input from '{}': {e}", input.from)))?;
+        let ring = open_ring(fds.next().expect("counted"), &input.ring, input.memory)?;
         consumers.push(Consumer::new(ring, input.consumer, waiter.clone()).map_err(setup_error)?);
     }
     let producer = match &setup.output {
         Some(o) if o.link.is_some() => {
-            let ring = RingMap::open(fds.next().expect("counted")).map_err(|e| setup_error(format!("output ring: {e}")))?;
+            let wire = o.ring.as_ref().ok_or_else(|| setup_error("an output link without its ring"))?;
+            let ring = open_ring(fds.next().expect("counted"), wire, o.memory)?;
             Some(Producer::new(ring, waiter))
         }
         _ => None,
@@ -192,6 +193,21 @@ fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<
     match end? {
         LoopEnd::EndOfStream | LoopEnd::FrameCount | LoopEnd::Stopped => Ok(()),
     }
+}
+
+/// Map a ring and check its header against what the plan says it is.
+fn open_ring(fd: OwnedFd, wire: &RingWire, memory: LinkMemoryWire) -> Result<RingMap, StageError> {
+    let format: gpuipc_plugin_api::FrameFormat = wire.format.into();
+    let layout = gpuipc_plugin_api::FrameLayout::for_format(format)
+        .ok_or_else(|| setup_error(format!("link {}: format {format} has no layout", wire.name)))?;
+    let expected = RingParams {
+        format,
+        layout,
+        depth: wire.depth,
+        policies: wire.policies.clone(),
+        host_data: memory == LinkMemoryWire::Host,
+    };
+    RingMap::open_checked(fd, &expected, &wire.name).map_err(setup_error)
 }
 
 /// Where a source carries on: after the last frame it published (the ring knows) or, with

@@ -12,7 +12,7 @@ use command_fds::{CommandFdExt, FdMapping};
 use std::os::fd::AsFd;
 
 use super::{RunOptions, wire_memory};
-use crate::control::{ControlSocket, InputSetup, OutputSetup, StageSetup, ToStage};
+use crate::control::{ControlSocket, InputSetup, OutputSetup, RingWire, StageSetup, ToStage};
 use crate::link::{RingMap, StatsMap};
 use crate::plan::Plan;
 use crate::stage::{CONTROL_FD, HOST_PID_ENV};
@@ -91,6 +91,7 @@ impl Launch<'_> {
                 .iter()
                 .map(|inp| InputSetup {
                     link: inp.link,
+                    ring: ring_wire(plan, inp.link),
                     from: plan.stages[inp.from].name.to_string(),
                     consumer: inp.consumer,
                     policy: inp.policy,
@@ -100,12 +101,23 @@ impl Launch<'_> {
             output: stage.output.as_ref().map(|o| OutputSetup {
                 format: o.format.into(),
                 link: o.link,
+                ring: o.link.map(|l| ring_wire(plan, l)),
                 memory: o.link.map_or(crate::control::LinkMemoryWire::Host, |l| wire_memory(&plan.links[l].memory)),
             }),
             spin_us: self.options.spin_us.unwrap_or(plan.spin_us),
             checksums: self.options.checksums.clone(),
             incarnation,
         }
+    }
+}
+
+fn ring_wire(plan: &Plan, link: usize) -> RingWire {
+    let l = &plan.links[link];
+    RingWire {
+        name: plan.link_name(link),
+        format: l.format.into(),
+        depth: l.depth,
+        policies: l.policies.iter().map(|&p| super::policy_code(p)).collect(),
     }
 }
 
