@@ -77,10 +77,10 @@ pub fn now_ns() -> u64 {
 
 impl FrameLoop<'_, '_> {
     pub fn run(&mut self) -> Result<LoopEnd, StageError> {
-        let end = self.frames_until_end();
-        // Consumers learn of the end (or of our failure) either way.
+        // On a failure the stream is not over: the host either restarts this stage, which
+        // carries on where this process stopped, or aborts every ring.
+        let end = self.frames_until_end()?;
         self.output.close();
-        let end = end?;
         self.stats.set_phase(PHASE_FLUSH, 0);
         self.instance.flush().map_err(|error| StageError::Plugin { during: "flush", error })?;
         if let Some(tap) = &mut self.tap {
@@ -111,8 +111,18 @@ impl FrameLoop<'_, '_> {
                     Some(held) => (held[0].meta().seq, Some(held[0].meta().timestamp_ns), held),
                 }
             };
-            // On an error the held frames drop here, released.
-            let ended_ns = self.process_one(index, seq, source_timestamp, &held)?;
+            let ended_ns = match self.process_one(index, seq, source_timestamp, &held) {
+                Ok(ended_ns) => ended_ns,
+                Err(e) => {
+                    // The frame taken from the inputs dies with this process: count it, and
+                    // release it (the guards drop). A source's frame was never published; a
+                    // restarted source makes it again.
+                    if !held.is_empty() {
+                        self.stats.get().lost.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Err(e);
+                }
+            };
             index += 1;
             // Counted done before the inputs are released: see `StageStats::last_seq_plus_one`.
             self.count(seq, skipped, ended_ns);

@@ -167,7 +167,12 @@ fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<
         None => None,
     };
     let first_seq = resume_seq(&stats, &output);
-    let first_index = stats.get().frames.load(std::sync::atomic::Ordering::Relaxed);
+    // Frames lost in earlier processes used up their index too: a plugin that failed at
+    // frame N sees N + 1 next.
+    let first_index = {
+        let s = stats.get();
+        s.frames.load(std::sync::atomic::Ordering::Relaxed) + s.lost.load(std::sync::atomic::Ordering::Relaxed)
+    };
     let mut frame_loop = FrameLoop {
         instance,
         inputs: consumers,

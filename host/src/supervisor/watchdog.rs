@@ -37,7 +37,7 @@ impl StallWatch {
                 crate::link::stats::PHASE_PROCESS | crate::link::stats::PHASE_WAITING_OUTPUT => format!(" at frame {seq}"),
                 _ => String::new(),
             };
-            format!("stalled: no progress for {} ({}{at}); killed by the watchdog", format_duration(still), phase_name(phase))
+            format!("stalled: no progress for {} ({}{at}); killed by the watchdog", format_duration(timeout), phase_name(phase))
         })
     }
 }

@@ -1,0 +1,262 @@
+//! Stages that come back: with a restart policy, a stage that crashes, is killed or stalls is
+//! started again while the rest of the pipeline keeps running. Frames that died with it are
+//! counted, never delivered half-made, and every frame that reaches the end is the one the
+//! in-process reference makes for its sequence number. The stages are real processes.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use rustix::process::{Pid, Signal};
+
+fn faulty_chain(mode: &str, at: u64, supervision: &str) -> String {
+    format!(
+        r#"
+[pipeline]
+name = "restarts"
+frames = 40
+{supervision}
+[[stage]]
+name = "gen"
+plugin = "generator"
+depth = 2
+params = {{ width = 48, height = 32, pattern = "box" }}
+[[stage]]
+name = "bad"
+plugin = "test-faulty"
+inputs = ["gen"]
+params = {{ mode = "{mode}", at = {at} }}
+[[stage]]
+name = "sink"
+plugin = "null"
+inputs = ["bad"]
+"#
+    )
+}
+
+fn report(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap()
+}
+
+fn stage<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["stages"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("no stage {name}"))
+}
+
+#[test]
+fn a_stage_that_dies_once_is_restarted_and_the_run_finishes_counting_the_lost_frame() {
+    for mode in ["sigkill_at", "panic_at", "error_at", "abort_at", "exit_at"] {
+        let dir = scratch(&format!("restart-once-{mode}"));
+        let file = pipeline(&dir, "p.toml", &faulty_chain(mode, 5, "restart = \"on-failure\"\nrestart_backoff = \"1ms\""));
+        let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
+        assert_eq!(run.status.code(), Some(0), "{mode}:\n{}", run.output());
+        assert!(run.stderr.contains("stage 'bad' restarted (restart 1)"), "{mode}:\n{}", run.output());
+        let report = report(&dir);
+        let bad = stage(&report, "bad");
+        assert_eq!((bad["restarts"].as_u64(), bad["lost"].as_u64()), (Some(1), Some(1)), "{mode}: {bad}");
+        assert_eq!(bad["outcome"], "finished", "{mode}");
+        // Frame 5 died inside 'bad'; every other frame reached the sink, in order.
+        let sink: Vec<u64> = sum_lines(&dir.join("sums/sink.sum")).into_iter().map(|(seq, _)| seq).collect();
+        assert_eq!(sink, (0..40).filter(|&s| s != 5).collect::<Vec<u64>>(), "{mode}");
+        assert_nothing_left(run.pid);
+    }
+}
+
+#[test]
+fn without_a_restart_policy_a_failure_still_stops_the_run() {
+    let dir = scratch("restart-never");
+    let file = pipeline(&dir, "p.toml", &faulty_chain("sigkill_at", 5, ""));
+    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.output());
+    assert!(run.stdout.contains("run 'restarts' failed: stage 'bad' killed by SIGKILL"), "{}", run.output());
+    assert_nothing_left(run.pid);
+}
+
+#[test]
+fn the_host_gives_up_after_max_restarts_within_the_window() {
+    let dir = scratch("restart-budget");
+    let supervision = "restart = \"always\"\nmax_restarts = 2\nrestart_backoff = \"1ms\"";
+    let file = pipeline(&dir, "p.toml", &faulty_chain("error_on_create", 0, supervision));
+    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.output());
+    assert!(
+        run.stdout.contains(
+            "run 'restarts' failed: stage 'bad' plugin failed in create: refusing to start, as asked; gave up after 2 restarts within 60.0 s"
+        ),
+        "{}",
+        run.output()
+    );
+    assert_eq!(run.stderr.matches("refusing to start, as asked; restarting it").count(), 2, "{}", run.output());
+    assert_nothing_left(run.pid);
+}
+
+#[test]
+fn on_failure_does_not_restart_a_stage_that_never_started() {
+    let dir = scratch("restart-not-started");
+    let file = pipeline(&dir, "p.toml", &faulty_chain("error_on_create", 0, "restart = \"on-failure\""));
+    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.output());
+    assert!(run.stdout.contains("failed: stage 'bad' plugin failed in create"), "{}", run.output());
+    assert!(!run.stderr.contains("restarting it"), "{}", run.output());
+    assert_nothing_left(run.pid);
+}
+
+#[test]
+fn the_watchdog_names_a_stalled_stage_and_stops_the_run_without_a_restart_policy() {
+    let dir = scratch("stall-never");
+    let file = pipeline(&dir, "p.toml", &faulty_chain("hang_at", 3, "stall_timeout = \"300ms\""));
+    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.output());
+    assert!(
+        run.stdout.contains("run 'restarts' failed: stage 'bad' stalled: no progress for 300 ms (in the plugin's process at frame 3); killed by the watchdog"),
+        "{}",
+        run.output()
+    );
+    assert_nothing_left(run.pid);
+}
+
+#[test]
+fn a_stalled_stage_is_restarted_and_the_run_finishes() {
+    let dir = scratch("stall-restart");
+    let supervision = "stall_timeout = \"300ms\"\nrestart = \"on-failure\"\nrestart_backoff = \"1ms\"";
+    let file = pipeline(&dir, "p.toml", &faulty_chain("hang_at", 3, supervision));
+    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json"]);
+    assert_eq!(run.status.code(), Some(0), "{}", run.output());
+    let report = report(&dir);
+    let bad = stage(&report, "bad");
+    assert_eq!((bad["restarts"].as_u64(), bad["lost"].as_u64()), (Some(1), Some(1)), "{bad}");
+    assert_eq!(stage(&report, "sink")["frames"].as_u64(), Some(39));
+    assert_nothing_left(run.pid);
+}
+
+/// A small deterministic generator for the moments and victims of the fault injection; the
+/// seed is printed so a failing run can be repeated.
+struct Dice(u64);
+
+impl Dice {
+    fn roll(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+const CHAIN: &str = r#"
+[pipeline]
+name = "chain"
+restart = "on-failure"
+restart_backoff = "2ms"
+restart_window = "1s"
+max_restarts = 50
+stall_timeout = "500ms"
+
+[[stage]]
+name = "gen"
+plugin = "generator"
+params = { width = 32, height = 24, pattern = "gradient" }
+
+[[stage]]
+name = "grade"
+plugin = "rgb-process"
+inputs = ["gen"]
+params = { brightness = 0.1, contrast = 1.2 }
+
+[[stage]]
+name = "yuv"
+plugin = "yuv420"
+inputs = ["grade"]
+
+[[stage]]
+name = "sink"
+plugin = "null"
+inputs = ["yuv"]
+"#;
+
+const STAGES: [&str; 4] = ["gen", "grade", "yuv", "sink"];
+
+fn pid_of(host: u32, stage: &str) -> Pid {
+    let marker = format!("__stage {stage} ");
+    let (pid, _) = stages_of(host)
+        .into_iter()
+        .find(|(_, cmd)| format!("{cmd} ").contains(&marker))
+        .unwrap_or_else(|| panic!("stage '{stage}' is not running"));
+    Pid::from_raw(pid as i32).unwrap()
+}
+
+/// Seq → hash of every line of a stage's tap; a seq written twice must carry one hash.
+fn tap(dir: &Path, stage: &str) -> BTreeMap<u64, String> {
+    let mut map = BTreeMap::new();
+    for (seq, hash) in sum_lines(&dir.join(format!("{stage}.sum"))) {
+        if let Some(before) = map.insert(seq, hash.clone()) {
+            assert_eq!(before, hash, "stage '{stage}' wrote two frames {seq}");
+        }
+    }
+    map
+}
+
+#[test]
+fn twenty_random_kills_and_a_stop_lose_only_counted_frames_and_deliver_only_right_ones() {
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
+    println!("fault injection seed {seed}");
+    let mut dice = Dice(seed);
+    let dir = scratch("fault-injection");
+    let file = pipeline(&dir, "p.toml", CHAIN);
+    let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
+    host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let mut restarts: BTreeMap<&str, u64> = BTreeMap::new();
+    for kill in 0..21 {
+        // A random moment: a pause of up to 30 ms, then a random stage.
+        std::thread::sleep(Duration::from_millis(dice.roll(30)));
+        let victim = STAGES[dice.roll(4) as usize];
+        let n = restarts.entry(victim).or_default();
+        *n += 1;
+        let signal = if kill == 10 { Signal::STOP } else { Signal::KILL };
+        println!("{signal:?} to '{victim}'");
+        rustix::process::kill_process(pid_of(host.pid(), victim), signal).unwrap();
+        if signal == Signal::STOP {
+            host.wait_for_stderr(&format!("stage '{victim}' stalled: no progress for"), RUN_TIMEOUT);
+        }
+        host.wait_for_stderr(&format!("stage '{victim}' restarted (restart {n})"), RUN_TIMEOUT);
+    }
+    host.signal(Signal::TERM);
+    let run = host.finish(RUN_TIMEOUT);
+    assert_eq!(run.status.code(), Some(0), "{}", run.output());
+    assert!(run.stdout.contains("run 'chain' stopped by a stop signal and drained"), "{}", run.output());
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    for (&name, &n) in &restarts {
+        assert_eq!(stage(&report, name)["restarts"].as_u64(), Some(n), "restarts of '{name}'");
+    }
+
+    let sums = dir.join("sums");
+    let made = tap(&sums, "gen");
+    let produced = made.len() as u64;
+    assert_eq!(made.keys().copied().collect::<Vec<_>>(), (0..produced).collect::<Vec<_>>(), "the source made every number once");
+    let delivered = sum_lines(&sums.join("sink.sum"));
+    let seqs: Vec<u64> = delivered.iter().map(|(s, _)| *s).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "the sink got each frame once, in order: {seqs:?}");
+    let counted: u64 = STAGES.iter().map(|s| stage(&report, s)["dropped"].as_u64().unwrap() + stage(&report, s)["lost"].as_u64().unwrap()).sum();
+    assert_eq!(produced, seqs.len() as u64 + counted, "produced = delivered + dropped + lost\n{}", run.stdout);
+
+    // The reference: the same frames in one process.
+    let reference = dir.join("reference");
+    std::fs::create_dir_all(&reference).unwrap();
+    let frames = produced.to_string();
+    let refrun = run_in(&dir, &["run", &file.to_string_lossy(), "--in-process", "--quiet", "--frames", &frames, "--checksums", "reference"]);
+    assert!(refrun.status.success(), "{}", refrun.output());
+    for name in STAGES {
+        let want = tap(&reference, name);
+        for (seq, hash) in tap(&sums, name) {
+            assert_eq!(want.get(&seq), Some(&hash), "stage '{name}' frame {seq} differs from the in-process reference");
+        }
+    }
+    let sink_seqs: BTreeSet<u64> = seqs.into_iter().collect();
+    assert_eq!(sink_seqs.len() as u64 + counted, produced);
+    assert_nothing_left(run.pid);
+}
+
+fn run_in(dir: &Path, args: &[&str]) -> Finished {
+    run(dir, args)
+}
