@@ -1,0 +1,121 @@
+//! [`IpcEvent`]: a CUDA event shared between processes, the GPU half of the link protocol
+//! (DESIGN.md, "Synchronisation"). An event only means its latest record; the host counters
+//! in the ring make sure a record is never replaced before the other side enqueued its wait.
+#![allow(unsafe_code)]
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUevent, CUresult};
+
+use crate::context::{Gpu, Stream};
+use crate::driver::check;
+use crate::error::CudaError;
+use crate::log;
+use crate::memory::{handle_bytes, handle_chars};
+
+/// An interprocess event (`CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS`), created here or
+/// opened from another process's handle. Holds an `Arc<Gpu>` so its context outlives it.
+///
+/// The driver leaves using an opened event after its creator destroyed it undefined, so a
+/// creator keeps its events while the other processes of the link still use theirs.
+#[derive(Debug)]
+pub struct IpcEvent {
+    gpu: Arc<Gpu>,
+    raw: CUevent,
+}
+
+// SAFETY: a driver handle; every use binds the context first and the driver is thread-safe.
+unsafe impl Send for IpcEvent {}
+// SAFETY: as above.
+unsafe impl Sync for IpcEvent {}
+
+impl IpcEvent {
+    /// A new interprocess event and the 64-byte handle another process opens it with.
+    pub fn create(gpu: &Arc<Gpu>) -> Result<(IpcEvent, [u8; 64]), CudaError> {
+        if !gpu.supports_ipc_events() {
+            return Err(CudaError::Invalid {
+                op: "cuEventCreate",
+                reason: format!("cuda:{} does not support interprocess events", gpu.ordinal()),
+            });
+        }
+        gpu.bind()?;
+        let flags =
+            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32 | sys::CUevent_flags::CU_EVENT_INTERPROCESS as u32;
+        let mut raw: CUevent = std::ptr::null_mut();
+        // SAFETY: the context is current; writes one CUevent. Interprocess events must also
+        // disable timing, which they do.
+        check("cuEventCreate", Some(gpu.ordinal()), unsafe { sys::cuEventCreate(&mut raw, flags) })?;
+        let event = IpcEvent { gpu: gpu.clone(), raw };
+        let mut handle = sys::CUipcEventHandle { reserved: [0; 64] };
+        // SAFETY: a live interprocess event; writes one handle. On error `event` is destroyed.
+        check("cuIpcGetEventHandle", Some(gpu.ordinal()), unsafe { sys::cuIpcGetEventHandle(&mut handle, raw) })?;
+        Ok((event, handle_bytes(&handle.reserved)))
+    }
+
+    /// Open an event another process made with [`IpcEvent::create`]. It behaves like a local
+    /// event without timing; records and waits on either side refer to the same event.
+    pub fn open(gpu: &Arc<Gpu>, handle: [u8; 64]) -> Result<IpcEvent, CudaError> {
+        gpu.bind()?;
+        let mut raw: CUevent = std::ptr::null_mut();
+        let handle = sys::CUipcEventHandle { reserved: handle_chars(&handle) };
+        // SAFETY: the context is current; writes one CUevent.
+        check("cuIpcOpenEventHandle", Some(gpu.ordinal()), unsafe { sys::cuIpcOpenEventHandle(&mut raw, handle) })?;
+        Ok(IpcEvent { gpu: gpu.clone(), raw })
+    }
+
+    /// Record the event after everything enqueued on `stream` so far. The stream must belong
+    /// to this event's context.
+    pub fn record(&self, stream: &Stream) -> Result<(), CudaError> {
+        if stream.context() != self.gpu.stream().context() {
+            return Err(CudaError::Invalid {
+                op: "cuEventRecord",
+                reason: format!("the stream is not of cuda:{}'s context, the event's", self.gpu.ordinal()),
+            });
+        }
+        self.gpu.bind()?;
+        // SAFETY: a live event and a live stream of the same context.
+        check("cuEventRecord", Some(self.gpu.ordinal()), unsafe { sys::cuEventRecord(self.raw, stream.raw()) })
+    }
+
+    /// Make `stream` wait (on the GPU; the host does not block) until the event's latest
+    /// record has completed. The stream may be of another context.
+    pub fn wait_on(&self, stream: &Stream) -> Result<(), CudaError> {
+        self.gpu.bind()?;
+        // SAFETY: a live event and a live stream; flags 0.
+        check("cuStreamWaitEvent", Some(self.gpu.ordinal()), unsafe {
+            sys::cuStreamWaitEvent(stream.raw(), self.raw, 0)
+        })
+    }
+
+    /// Block the calling thread until the event's latest record has completed.
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        self.gpu.bind()?;
+        // SAFETY: a live event.
+        check("cuEventSynchronize", Some(self.gpu.ordinal()), unsafe { sys::cuEventSynchronize(self.raw) })
+    }
+
+    /// Whether the event's latest record has completed (also true if it was never recorded).
+    pub fn query(&self) -> Result<bool, CudaError> {
+        self.gpu.bind()?;
+        // SAFETY: a live event.
+        match unsafe { sys::cuEventQuery(self.raw) } {
+            CUresult::CUDA_SUCCESS => Ok(true),
+            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            other => check("cuEventQuery", Some(self.gpu.ordinal()), other).map(|()| true),
+        }
+    }
+}
+
+impl Drop for IpcEvent {
+    fn drop(&mut self) {
+        if let Err(e) = self.gpu.bind() {
+            log::warn(&format!("destroying an event: {e}"));
+        }
+        // SAFETY: our live event; waits already enqueued on it stay valid (the driver defers
+        // the release until they complete).
+        let r = unsafe { sys::cuEventDestroy_v2(self.raw) };
+        if let Err(e) = check("cuEventDestroy", Some(self.gpu.ordinal()), r) {
+            log::warn(&e.to_string());
+        }
+    }
+}
