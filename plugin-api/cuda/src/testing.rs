@@ -35,7 +35,7 @@ pub fn nvrtc_for_test() -> bool {
 pub fn gpu_for_test() -> Option<Arc<Gpu>> {
     let why = match Gpu::open(0) {
         Ok(gpu) => return Some(Arc::new(gpu)),
-        Err(e) if e.no_device() => format!("there is no CUDA driver or device ({e})"),
+        Err(e) if e.no_device() => format!("no CUDA device here: {e}"),
         Err(e) => e.to_string(),
     };
     if required(REQUIRE_GPU_ENV) {
