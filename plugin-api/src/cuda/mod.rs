@@ -3,7 +3,7 @@
 //!
 //! The CUDA driver and NVRTC are wrapped once, in the workspace crate `gpuipc-cuda`
 //! (`plugin-api/cuda`), which the host uses too; this module re-exports what plugin authors
-//! need and adapts it to [`CreateContext`](crate::CreateContext) and [`Error`](crate::Error),
+//! need and adapts it to [`CreateContext`](crate::CreateContext) and [`Error`],
 //! whose text keeps the driver's code and name (e.g. `CUDA_ERROR_ILLEGAL_ADDRESS (700)`) and
 //! NVRTC's compile log. Everything here is safe to call; what a launch cannot check (the
 //! device addresses a kernel is given) is spelled out on [`Kernel`].
