@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks, run from a bundle made by scripts/gpu-check.sh on a machine with an NVIDIA
 # GPU. Every step prints what it found; the script exits non-zero if any check failed.
-#  1. doctor: driver, devices, capabilities, a two-process IPC self-test; the GPU plugins'
-#     tests against the CPU reference; the plan (transport chosen, a missing GPU refused)
+#  1. doctor: driver, devices, capabilities, a two-process IPC self-test; the CUDA crate's
+#     GPU test and the GPU plugins' tests against the CPU reference; the plan (transport chosen, a missing GPU refused)
 #  2. every pipeline in pipelines/ on cuda and on cpu: every stage's output checksums equal;
 #     with two GPUs, pipelines/multi-gpu/two-gpus.toml (links across GPUs) against cpu
 #  3. a 4K generator -> rgb-process -> yuv420 pipeline for 10,000 frames on the GPU
@@ -35,7 +35,7 @@ run_into() {
 section "1. doctor"
 "$host" doctor || fail "doctor"
 
-section "1b. plugin kernels against the CPU reference (gpu_* tests)"
+section "1b. gpu_* tests: gpuipc-cuda on the GPU, plugin kernels against the CPU reference"
 for t in tests/*; do
     GPUIPC_REQUIRE_GPU=1 GPUIPC_REQUIRE_NVRTC=1 "$t" gpu_ 2>&1 | grep -E "^test |test result|panicked|assert" | sed "s|^|    $(basename "$t"): |" 
     [ "${PIPESTATUS[0]}" = 0 ] || fail "$(basename "$t") gpu tests"

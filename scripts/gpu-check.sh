@@ -15,8 +15,9 @@ bundle=${1:-gpu-bundle}
 cargo build --workspace --release --locked
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/tests"
-# The plugins' GPU-against-CPU tests (named gpu_*), run there with the GPU required.
-for crate in gpuipc-plugin-api gpuipc-generator gpuipc-rgb-process gpuipc-yuv420 gpuipc-test-gpu-fault; do
+# The GPU tests (named gpu_*): the CUDA crate's own, and the plugins' GPU-against-CPU ones,
+# run there with the GPU required.
+for crate in gpuipc-cuda gpuipc-plugin-api gpuipc-generator gpuipc-rgb-process gpuipc-yuv420 gpuipc-test-gpu-fault; do
     cargo test --release --locked -p "$crate" --lib --no-run --message-format=json 2>/dev/null |
         python3 -c 'import json,sys
 for l in sys.stdin:

@@ -49,6 +49,14 @@ impl From<std::io::Error> for Error {
     }
 }
 
+/// The CUDA crate's error as text, which keeps the driver's code and name (`cuLaunchKernel:
+/// CUDA_ERROR_ILLEGAL_ADDRESS (700): ...`) or NVRTC's status and compile log.
+impl From<gpuipc_cuda::CudaError> for Error {
+    fn from(e: gpuipc_cuda::CudaError) -> Error {
+        Error(e.to_string())
+    }
+}
+
 /// Return early with an [`Error`] built from a format string.
 #[macro_export]
 macro_rules! bail {

@@ -1,9 +1,12 @@
 //! CUDA for plugin authors: kernels compiled with NVRTC when a stage starts and cached on disk,
 //! launched on the runner's stream with their argument list checked, and small device tables.
 //!
-//! Everything here is safe to call; what a launch cannot check (the device addresses a kernel
-//! is given) is spelled out on [`Kernel`]. The `unsafe` FFI lives in this module's files only,
-//! each block with the reason it is sound.
+//! The CUDA driver and NVRTC are wrapped once, in the workspace crate `gpuipc-cuda`
+//! (`plugin-api/cuda`), which the host uses too; this module re-exports what plugin authors
+//! need and adapts it to [`CreateContext`](crate::CreateContext) and [`Error`],
+//! whose text keeps the driver's code and name (e.g. `CUDA_ERROR_ILLEGAL_ADDRESS (700)`) and
+//! NVRTC's compile log. Everything here is safe to call; what a launch cannot check (the
+//! device addresses a kernel is given) is spelled out on [`Kernel`].
 //!
 //! ```ignore
 //! use gpuipc_plugin_api::cuda::{self, KernelArg, Kernels};
@@ -21,45 +24,61 @@
 //!
 //! # Loading the libraries
 //!
-//! The CUDA driver (`libcuda.so.1`) and NVRTC (`libnvrtc.so.13`) are loaded on first use
-//! through cudarc's dynamic loading, never at link time, so a plugin runs where neither is
-//! installed as long as it stays in the cpu domain. Before the first call into either library
-//! its presence and the symbols used here are checked; a missing library or symbol is an
-//! [`Error`], never a panic. NVRTC is found by the dynamic loader under the names
-//! cudarc tries (`libnvrtc.so`, ..., `libnvrtc.so.13`, ...), so the directory of the PyPI
-//! wheel `nvidia-cuda-nvrtc` (`site-packages/nvidia/cu13/lib`) must be on `LD_LIBRARY_PATH`;
-//! NVRTC then finds its `libnvrtc-builtins.so.13.0` there too.
+//! The CUDA driver and NVRTC are loaded on first use, never at link time, so a plugin runs
+//! where neither is installed as long as it stays in the cpu domain. One rule finds both:
+//! the first of cudarc's candidate names (`libcuda.so`, ..., `libcuda.so.1`; `libnvrtc.so`,
+//! ..., `libnvrtc.so.13`) that the dynamic loader opens, checked for every function called
+//! before the first call; a missing library or function is an [`Error`], never a panic. For
+//! NVRTC from the PyPI wheel `nvidia-cuda-nvrtc`, put its `site-packages/nvidia/cu13/lib` on
+//! `LD_LIBRARY_PATH`; NVRTC then finds its `libnvrtc-builtins.so.13.0` there too.
 //!
 //! # The kernel cache
 //!
-//! A compiled kernel is a CUBIN for the device's exact architecture (`sm_{major}{minor}`), kept
-//! in the first of: [`CreateContext::kernel_cache_dir`](crate::CreateContext),
-//! `$XDG_CACHE_HOME/gpuipc/kernels`, `$HOME/.cache/gpuipc/kernels` (none: no cache). Its file
-//! name is `{stem}-{key:016x}-{arch}.cubin`, where `stem` is the kernel file's name without
-//! folder and extension and `key` is xxh3-64 of the source, the NVRTC options (architecture
-//! included) and the NVRTC version. Files are written to a temporary name and renamed, so
-//! stages starting together never read a partial file. A hit skips compiling: NVRTC is only
-//! loaded and asked its version, which is part of the key (so NVRTC must be loadable even
-//! with a warm cache). A cached file the driver refuses is deleted and compiled again.
+//! A compiled kernel is a CUBIN for the device's exact architecture, kept in the first of:
+//! [`CreateContext::kernel_cache_dir`](crate::CreateContext), `$XDG_CACHE_HOME/gpuipc/kernels`,
+//! `$HOME/.cache/gpuipc/kernels` (none: no cache), named by a hash of the source, the NVRTC
+//! options and the NVRTC version. Stages starting together never read a partial file; a hit
+//! skips compiling (NVRTC must still load: its version is part of the key); a cached file the
+//! driver refuses is compiled again.
 
-mod cache;
-mod driver;
 mod kernel;
-mod nvrtc;
 mod table;
 pub mod testing;
 
-pub use kernel::{Kernel, KernelArg, Kernels, MAX_KERNEL_PARAMS};
-pub use nvrtc::{compile_cubin, nvrtc_available, nvrtc_version};
+pub use gpuipc_cuda::{KernelArg, MAX_KERNEL_PARAMS, NVRTC_OPTIONS, nvrtc_available};
+pub use kernel::{Kernel, Kernels};
 pub use table::DeviceTable;
 
 use crate::error::{Error, Result};
 use crate::format::FrameLayout;
 use crate::frame::DeviceBuffer;
 
-/// The options every kernel is compiled with, besides `--gpu-architecture=sm_XX`; the same as
-/// CI's `.ci/compile-kernels.py`.
-pub const NVRTC_OPTIONS: &[&str] = &["--std=c++17"];
+/// Compile `source` to a CUBIN for `arch` (`sm_80`, `sm_90`, ...) with the options the stages
+/// use, exactly as [`Kernels::load`] does on a cache miss. Needs NVRTC, not a GPU. A compile
+/// error names the file and the architecture and holds NVRTC's whole log.
+pub fn compile_cubin(file_name: &str, source: &str, arch: &str) -> Result<Vec<u8>> {
+    Ok(gpuipc_cuda::compile_cubin(file_name, source, arch)?)
+}
+
+/// The loaded NVRTC's (major, minor) version.
+pub fn nvrtc_version() -> Result<(i32, i32)> {
+    Ok(gpuipc_cuda::nvrtc_version()?)
+}
+
+/// Send the CUDA crate's messages (what the kernel cache did, failed releases) to the host's
+/// log through this plugin's log callback: a cdylib's own `tracing` reaches no one.
+fn bridge_logs() {
+    fn forward(level: gpuipc_cuda::log::Level, message: &str) {
+        use gpuipc_cuda::log::Level;
+        match level {
+            Level::Error => crate::log::error(message),
+            Level::Warn => crate::log::warn(message),
+            Level::Info => crate::log::info(message),
+            Level::Debug => crate::log::debug(message),
+        }
+    }
+    gpuipc_cuda::log::set_sink(forward);
+}
 
 /// One plane of a frame in device memory, as a kernel takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

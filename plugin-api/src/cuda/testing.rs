@@ -4,46 +4,36 @@
 //!
 //! [`GpuHarness::for_test`] returns `None` where this machine has no CUDA driver or device, so
 //! such tests pass trivially on CI; with `GPUIPC_REQUIRE_GPU=1` it panics instead, which is how
-//! the GPU check makes sure they really ran.
+//! the GPU check makes sure they really ran. [`nvrtc_for_test`] does the same for NVRTC, with
+//! `GPUIPC_REQUIRE_NVRTC=1`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
+use gpuipc_cuda::{DeviceMemory, Gpu};
+pub use gpuipc_cuda::testing::{REQUIRE_GPU_ENV, REQUIRE_NVRTC_ENV, nvrtc_for_test};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::frame::DeviceBuffer;
 use crate::plugin::{CreateContext, Domain, ProcessContext};
-
-/// The environment variable that turns a missing GPU into a test failure.
-pub const REQUIRE_GPU_ENV: &str = "GPUIPC_REQUIRE_GPU";
 
 /// A CUDA context (the device's primary context) current on the creating thread and a stream
 /// of it, standing in for a stage runner.
 pub struct GpuHarness {
-    ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
+    gpu: Arc<Gpu>,
     cache_dir: PathBuf,
 }
 
 /// Device memory holding one frame, freed on drop.
 pub struct DeviceFrame {
-    slice: CudaSlice<u8>,
-    addr: u64,
+    memory: DeviceMemory,
 }
 
 impl DeviceFrame {
     /// The frame as a plugin sees it.
     pub fn buffer(&self) -> DeviceBuffer {
-        DeviceBuffer {
-            addr: self.addr,
-            len: self.slice.len() as u64,
-        }
+        DeviceBuffer { addr: self.memory.addr(), len: self.memory.len() as u64 }
     }
-}
-
-fn driver_error(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
-    move |e| Error::new(format!("{what}: {e}"))
 }
 
 impl GpuHarness {
@@ -51,98 +41,59 @@ impl GpuHarness {
     /// other failure to make a context, which is printed). Panics instead of returning `None`
     /// when `GPUIPC_REQUIRE_GPU=1`.
     pub fn for_test() -> Option<GpuHarness> {
-        let why = match GpuHarness::new() {
-            Ok(Some(harness)) => return Some(harness),
-            Ok(None) => "there is no CUDA driver or device".to_owned(),
-            Err(e) => e.to_string(),
-        };
-        if std::env::var(REQUIRE_GPU_ENV).as_deref() == Ok("1") {
-            panic!("{REQUIRE_GPU_ENV}=1 but {why}");
-        }
-        eprintln!("GPU test skipped: {why}");
-        None
+        super::bridge_logs();
+        gpuipc_cuda::testing::gpu_for_test().map(GpuHarness::with)
     }
 
     /// A harness on device 0; `Ok(None)` without a CUDA driver or device.
     pub fn new() -> Result<Option<GpuHarness>> {
-        if super::driver::ensure_loaded().is_err() {
-            return Ok(None);
+        super::bridge_logs();
+        match Gpu::open(0) {
+            Ok(gpu) => Ok(Some(GpuHarness::with(Arc::new(gpu)))),
+            Err(e) if e.no_device() => Ok(None),
+            Err(e) => Err(e.into()),
         }
-        let ctx = match CudaContext::new(0) {
-            Ok(ctx) => ctx,
-            Err(e) => {
-                use cudarc::driver::sys::CUresult::{
-                    CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_NO_DEVICE,
-                };
-                if matches!(e.0, CUDA_ERROR_NO_DEVICE | CUDA_ERROR_INVALID_DEVICE) {
-                    return Ok(None);
-                }
-                return Err(driver_error("creating a CUDA context on device 0")(e));
-            }
-        };
-        let stream = ctx.new_stream().map_err(driver_error("cuStreamCreate"))?;
-        let cache_dir = std::env::temp_dir().join("gpuipc-test-kernel-cache");
-        Ok(Some(GpuHarness {
-            ctx,
-            stream,
-            cache_dir,
-        }))
+    }
+
+    fn with(gpu: Arc<Gpu>) -> GpuHarness {
+        GpuHarness { gpu, cache_dir: std::env::temp_dir().join("gpuipc-test-kernel-cache") }
     }
 
     /// What the runner hands `Plugin::create` for a cuda stage. Makes the context current on
     /// this thread first.
     pub fn create_context<'a>(&'a self, stage: &'a str) -> Result<CreateContext<'a>> {
-        self.ctx
-            .bind_to_thread()
-            .map_err(driver_error("cuCtxSetCurrent"))?;
+        self.gpu.bind()?;
         Ok(CreateContext {
             stage,
             domain: Domain::Cuda,
-            device_ordinal: Some(self.ctx.ordinal() as u32),
-            cuda_context: self.ctx.cu_ctx() as usize,
-            cuda_stream: self.stream.cu_stream() as usize,
+            device_ordinal: Some(self.gpu.ordinal()),
+            cuda_context: self.gpu.context_ptr() as usize,
+            cuda_stream: self.stream(),
             kernel_cache_dir: Some(&self.cache_dir),
         })
     }
 
     /// What the runner hands `Plugin::process` for a cuda stage.
     pub fn process_context(&self, frame_index: u64) -> ProcessContext {
-        ProcessContext {
-            frame_index,
-            cuda_stream: self.stream.cu_stream() as usize,
-        }
+        ProcessContext { frame_index, cuda_stream: self.stream() }
     }
 
     /// The raw stream handle, as a plugin receives it.
     pub fn stream(&self) -> usize {
-        self.stream.cu_stream() as usize
+        self.gpu.stream_ptr() as usize
     }
 
     /// A device frame holding a copy of `bytes`.
     pub fn upload(&self, bytes: &[u8]) -> Result<DeviceFrame> {
-        let slice = self
-            .stream
-            .clone_htod(bytes)
-            .map_err(driver_error("copying a frame to the device"))?;
-        let addr = {
-            let (addr, _record) = slice.device_ptr(&self.stream);
-            addr
-        };
-        Ok(DeviceFrame { addr, slice })
+        let memory = DeviceMemory::private(&self.gpu, bytes.len())?;
+        self.gpu.upload(memory.addr(), bytes)?;
+        Ok(DeviceFrame { memory })
     }
 
     /// The bytes of `frame`, after everything enqueued on the stream so far has finished.
     pub fn download(&self, frame: &DeviceFrame) -> Result<Vec<u8>> {
-        self.stream
-            .synchronize()
-            .map_err(driver_error("cuStreamSynchronize"))?;
-        let bytes = self
-            .stream
-            .clone_dtoh(&frame.slice)
-            .map_err(driver_error("copying a frame to the host"))?;
-        self.stream
-            .synchronize()
-            .map_err(driver_error("cuStreamSynchronize"))?;
+        let mut bytes = vec![0; frame.memory.len()];
+        self.gpu.download(frame.memory.addr(), &mut bytes)?;
         Ok(bytes)
     }
 }

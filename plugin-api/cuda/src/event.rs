@@ -7,9 +7,11 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUevent, CUresult};
 
-use super::context::{Gpu, Stream};
-use super::driver::{GpuError, check};
-use super::memory::{handle_bytes, handle_chars};
+use crate::context::{Gpu, Stream};
+use crate::driver::check;
+use crate::error::CudaError;
+use crate::log;
+use crate::memory::{handle_bytes, handle_chars};
 
 /// An interprocess event (`CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS`), created here or
 /// opened from another process's handle. Holds an `Arc<Gpu>` so its context outlives it.
@@ -29,9 +31,9 @@ unsafe impl Sync for IpcEvent {}
 
 impl IpcEvent {
     /// A new interprocess event and the 64-byte handle another process opens it with.
-    pub fn create(gpu: &Arc<Gpu>) -> Result<(IpcEvent, [u8; 64]), GpuError> {
+    pub fn create(gpu: &Arc<Gpu>) -> Result<(IpcEvent, [u8; 64]), CudaError> {
         if !gpu.supports_ipc_events() {
-            return Err(GpuError::Invalid {
+            return Err(CudaError::Invalid {
                 op: "cuEventCreate",
                 reason: format!("cuda:{} does not support interprocess events", gpu.ordinal()),
             });
@@ -52,7 +54,7 @@ impl IpcEvent {
 
     /// Open an event another process made with [`IpcEvent::create`]. It behaves like a local
     /// event without timing; records and waits on either side refer to the same event.
-    pub fn open(gpu: &Arc<Gpu>, handle: [u8; 64]) -> Result<IpcEvent, GpuError> {
+    pub fn open(gpu: &Arc<Gpu>, handle: [u8; 64]) -> Result<IpcEvent, CudaError> {
         gpu.bind()?;
         let mut raw: CUevent = std::ptr::null_mut();
         let handle = sys::CUipcEventHandle { reserved: handle_chars(&handle) };
@@ -63,9 +65,9 @@ impl IpcEvent {
 
     /// Record the event after everything enqueued on `stream` so far. The stream must belong
     /// to this event's context.
-    pub fn record(&self, stream: &Stream) -> Result<(), GpuError> {
+    pub fn record(&self, stream: &Stream) -> Result<(), CudaError> {
         if stream.context() != self.gpu.stream().context() {
-            return Err(GpuError::Invalid {
+            return Err(CudaError::Invalid {
                 op: "cuEventRecord",
                 reason: format!("the stream is not of cuda:{}'s context, the event's", self.gpu.ordinal()),
             });
@@ -77,7 +79,7 @@ impl IpcEvent {
 
     /// Make `stream` wait (on the GPU; the host does not block) until the event's latest
     /// record has completed. The stream may be of another context.
-    pub fn wait_on(&self, stream: &Stream) -> Result<(), GpuError> {
+    pub fn wait_on(&self, stream: &Stream) -> Result<(), CudaError> {
         self.gpu.bind()?;
         // SAFETY: a live event and a live stream; flags 0.
         check("cuStreamWaitEvent", Some(self.gpu.ordinal()), unsafe {
@@ -86,14 +88,14 @@ impl IpcEvent {
     }
 
     /// Block the calling thread until the event's latest record has completed.
-    pub fn synchronize(&self) -> Result<(), GpuError> {
+    pub fn synchronize(&self) -> Result<(), CudaError> {
         self.gpu.bind()?;
         // SAFETY: a live event.
         check("cuEventSynchronize", Some(self.gpu.ordinal()), unsafe { sys::cuEventSynchronize(self.raw) })
     }
 
     /// Whether the event's latest record has completed (also true if it was never recorded).
-    pub fn query(&self) -> Result<bool, GpuError> {
+    pub fn query(&self) -> Result<bool, CudaError> {
         self.gpu.bind()?;
         // SAFETY: a live event.
         match unsafe { sys::cuEventQuery(self.raw) } {
@@ -107,13 +109,13 @@ impl IpcEvent {
 impl Drop for IpcEvent {
     fn drop(&mut self) {
         if let Err(e) = self.gpu.bind() {
-            tracing::warn!("destroying an event: {e}");
+            log::warn(&format!("destroying an event: {e}"));
         }
         // SAFETY: our live event; waits already enqueued on it stay valid (the driver defers
         // the release until they complete).
         let r = unsafe { sys::cuEventDestroy_v2(self.raw) };
         if let Err(e) = check("cuEventDestroy", Some(self.gpu.ordinal()), r) {
-            tracing::warn!("{e}");
+            log::warn(&e.to_string());
         }
     }
 }

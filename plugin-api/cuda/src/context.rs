@@ -1,13 +1,17 @@
 //! [`Gpu`]: one device's primary context, retained for the life of the value, and the one
 //! non-blocking stream a stage does all its work on. Also the stream-ordered copies and
-//! fills that stages enqueue on that stream.
+//! fills that stages enqueue on that stream, and [`RawStream`]: a context and stream someone
+//! else owns, as a plugin is handed them.
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
 
 use cudarc::driver::sys::{self, CUcontext, CUdevice, CUstream};
 
-use super::driver::{self, GpuError, check};
+use crate::driver::{self, check};
+use crate::error::CudaError;
+use crate::log;
+use crate::library;
 
 /// A CUDA stream owned by a [`Gpu`]. Only a `Gpu` makes one, so a `&Stream` always names a
 /// live stream of a live context.
@@ -24,11 +28,11 @@ impl Stream {
         self.raw as *mut c_void
     }
 
-    pub(super) fn raw(&self) -> CUstream {
+    pub(crate) fn raw(&self) -> CUstream {
         self.raw
     }
 
-    pub(super) fn context(&self) -> CUcontext {
+    pub(crate) fn context(&self) -> CUcontext {
         self.context
     }
 }
@@ -37,8 +41,8 @@ impl Stream {
 ///
 /// Every method makes the context current on the calling thread first (a thread-local
 /// compare when it already is), so a `Gpu` may be used from any thread. Everything created
-/// in the context ([`DeviceMemory`](super::DeviceMemory), [`IpcEvent`](super::IpcEvent),
-/// [`PinnedHost`](super::PinnedHost)) holds an `Arc<Gpu>`, so the context is released only
+/// in the context ([`DeviceMemory`](crate::DeviceMemory), [`IpcEvent`](crate::IpcEvent),
+/// [`PinnedHost`](crate::PinnedHost)) holds an `Arc<Gpu>`, so the context is released only
 /// after all of them are gone.
 #[derive(Debug)]
 pub struct Gpu {
@@ -63,7 +67,7 @@ impl Gpu {
     /// Initialise the driver, retain the primary context of device `ordinal`, make it current
     /// on this thread and create one non-blocking stream (`CU_STREAM_NON_BLOCKING`: it does
     /// not synchronise with the legacy default stream that a plugin might use by mistake).
-    pub fn open(ordinal: u32) -> Result<Gpu, GpuError> {
+    pub fn open(ordinal: u32) -> Result<Gpu, CudaError> {
         let device = driver::device(ordinal)?;
         let support = driver::support(device, ordinal)?;
         let mut context: CUcontext = std::ptr::null_mut();
@@ -72,11 +76,11 @@ impl Gpu {
         check("cuDevicePrimaryCtxRetain", Some(ordinal), unsafe {
             sys::cuDevicePrimaryCtxRetain(&mut context, device)
         })?;
-        let release = |e: GpuError| {
+        let release = |e: CudaError| {
             // SAFETY: balances the retain above; nothing was created in the context yet.
             let r = unsafe { sys::cuDevicePrimaryCtxRelease_v2(device) };
             if let Err(r) = check("cuDevicePrimaryCtxRelease", Some(ordinal), r) {
-                tracing::warn!("{r}");
+                log::warn(&r.to_string());
             }
             e
         };
@@ -98,8 +102,10 @@ impl Gpu {
         })
     }
 
-    /// Make this context current on the calling thread if it is not already.
-    pub(super) fn bind(&self) -> Result<(), GpuError> {
+    /// Make this context current on the calling thread if it is not already. Every method
+    /// does this itself; call it before handing the raw context to code that expects it
+    /// current (a plugin's `create`).
+    pub fn bind(&self) -> Result<(), CudaError> {
         let mut current: CUcontext = std::ptr::null_mut();
         // SAFETY: writes one CUcontext (null if none is current).
         check("cuCtxGetCurrent", Some(self.ordinal), unsafe { sys::cuCtxGetCurrent(&mut current) })?;
@@ -151,7 +157,7 @@ impl Gpu {
     }
 
     /// Block until everything enqueued on the stream has finished.
-    pub fn synchronize(&self) -> Result<(), GpuError> {
+    pub fn synchronize(&self) -> Result<(), CudaError> {
         self.bind()?;
         // SAFETY: our live stream.
         check("cuStreamSynchronize", Some(self.ordinal), unsafe { sys::cuStreamSynchronize(self.stream.raw) })
@@ -159,14 +165,14 @@ impl Gpu {
 
     /// Enqueue a copy of `bytes` bytes from host memory at `src` to device address `dst`.
     ///
-    /// Used through [`PinnedHost::upload`](super::PinnedHost::upload), which checks the range.
+    /// Used through [`PinnedHost::upload`](crate::PinnedHost::upload), which checks the range.
     /// From pageable memory the driver stages the bytes before returning; from registered
     /// (pinned) memory the copy is truly asynchronous.
     ///
     /// # Safety
     /// `src..src+bytes` is readable host memory that stays valid and unchanged until the copy
     /// has run on the stream (synchronize, or wait for an event recorded after it).
-    pub(super) unsafe fn copy_htod_async(&self, dst: u64, src: *const u8, bytes: usize) -> Result<(), GpuError> {
+    pub(crate) unsafe fn copy_htod_async(&self, dst: u64, src: *const u8, bytes: usize) -> Result<(), CudaError> {
         if bytes == 0 {
             return Ok(());
         }
@@ -181,13 +187,13 @@ impl Gpu {
 
     /// Enqueue a copy of `bytes` bytes from device address `src` to host memory at `dst`.
     ///
-    /// Used through [`PinnedHost::download`](super::PinnedHost::download), which checks the
+    /// Used through [`PinnedHost::download`](crate::PinnedHost::download), which checks the
     /// range, and [`Gpu::download`].
     ///
     /// # Safety
     /// `dst..dst+bytes` is writable host memory that nothing else reads or writes until the
     /// copy has run on the stream.
-    pub(super) unsafe fn copy_dtoh_async(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<(), GpuError> {
+    pub(crate) unsafe fn copy_dtoh_async(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<(), CudaError> {
         if bytes == 0 {
             return Ok(());
         }
@@ -201,7 +207,7 @@ impl Gpu {
 
     /// Copy `dst.len()` bytes from device address `src` into `dst`, after the work already on
     /// the stream, and wait for it. Not for the steady state: it blocks on the GPU.
-    pub fn download(&self, src: u64, dst: &mut [u8]) -> Result<(), GpuError> {
+    pub fn download(&self, src: u64, dst: &mut [u8]) -> Result<(), CudaError> {
         // SAFETY: `dst` is borrowed mutably until we return, and we return only after the
         // stream (and so the copy) is done. If synchronising fails the context has hit a
         // sticky error and runs nothing more, so the copy cannot land later.
@@ -209,9 +215,19 @@ impl Gpu {
         self.synchronize()
     }
 
+    /// Copy `src` to device address `dst`, after the work already on the stream, and wait for
+    /// it. Not for the steady state: it blocks on the GPU.
+    pub fn upload(&self, dst: u64, src: &[u8]) -> Result<(), CudaError> {
+        // SAFETY: `src` is borrowed (so unchanged) until we return, and we return only after
+        // the stream (and so the copy) is done. If synchronising fails the context has hit a
+        // sticky error and runs nothing more, so the copy cannot read `src` later.
+        unsafe { self.copy_htod_async(dst, src.as_ptr(), src.len())? };
+        self.synchronize()
+    }
+
     /// Enqueue a device-to-device copy of `bytes` bytes. Device addresses are not checked here
     /// (an invalid one is a driver error or a GPU fault, never host memory corruption).
-    pub fn copy_dtod_async(&self, dst: u64, src: u64, bytes: usize) -> Result<(), GpuError> {
+    pub fn copy_dtod_async(&self, dst: u64, src: u64, bytes: usize) -> Result<(), CudaError> {
         if bytes == 0 {
             return Ok(());
         }
@@ -223,7 +239,7 @@ impl Gpu {
     }
 
     /// Enqueue setting `bytes` bytes at device address `dst` to `value`.
-    pub fn memset_d8_async(&self, dst: u64, value: u8, bytes: usize) -> Result<(), GpuError> {
+    pub fn memset_d8_async(&self, dst: u64, value: u8, bytes: usize) -> Result<(), CudaError> {
         if bytes == 0 {
             return Ok(());
         }
@@ -235,25 +251,60 @@ impl Gpu {
     }
 }
 
-fn non_null<T>(op: &'static str, p: *const T) -> Result<(), GpuError> {
-    if p.is_null() { Err(GpuError::Invalid { op, reason: "null host pointer".into() }) } else { Ok(()) }
+fn non_null<T>(op: &'static str, p: *const T) -> Result<(), CudaError> {
+    if p.is_null() { Err(CudaError::Invalid { op, reason: "null host pointer".into() }) } else { Ok(()) }
 }
 
 impl Drop for Gpu {
     fn drop(&mut self) {
         if let Err(e) = self.bind() {
-            tracing::warn!("cannot make cuda:{}'s context current to close it: {e}", self.ordinal);
+            log::warn(&format!("cannot make cuda:{}'s context current to close it: {e}", self.ordinal));
         }
         // SAFETY: our stream; nothing created in the context outlives `self` (they hold an
         // Arc<Gpu>), so nothing uses the stream after this. Work still queued completes first.
         let r = unsafe { sys::cuStreamDestroy_v2(self.stream.raw) };
         if let Err(e) = check("cuStreamDestroy", Some(self.ordinal), r) {
-            tracing::warn!("{e}");
+            log::warn(&e.to_string());
         }
         // SAFETY: balances the retain in `open`.
         let r = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
         if let Err(e) = check("cuDevicePrimaryCtxRelease", Some(self.ordinal), r) {
-            tracing::warn!("{e}");
+            log::warn(&e.to_string());
         }
+    }
+}
+
+/// A context and one of its streams as raw handles (`CUcontext`, `CUstream`), owned by someone
+/// else: the stage runner hands them to a plugin, which passes them to
+/// [`Kernels::load`](crate::Kernels::load) and [`DeviceTable::upload`](crate::DeviceTable::upload).
+/// Whether the handles are live cannot be checked (the runner vouches for that); what is
+/// checked is that `context` is the one current on the calling thread before it is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawStream {
+    pub context: usize,
+    pub stream: usize,
+}
+
+impl Gpu {
+    /// This `Gpu`'s context and stream as a plugin receives them.
+    pub fn raw_stream(&self) -> RawStream {
+        RawStream { context: self.context as usize, stream: self.stream.raw as usize }
+    }
+}
+
+impl RawStream {
+    /// `Ok` with the context's device when `self.context` is current on this thread.
+    pub(crate) fn require_current(&self) -> Result<CUdevice, CudaError> {
+        library::driver()?;
+        let mut current: CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one CUcontext (null if none is current).
+        check("cuCtxGetCurrent", None, unsafe { sys::cuCtxGetCurrent(&mut current) })?;
+        if self.context == 0 || current as usize != self.context {
+            return Err(CudaError::NotCurrent { expected: self.context, current: current as usize });
+        }
+        let mut device: CUdevice = 0;
+        // SAFETY: a context is current; writes its device.
+        check("cuCtxGetDevice", None, unsafe { sys::cuCtxGetDevice(&mut device) })?;
+        Ok(device)
     }
 }

@@ -7,12 +7,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use xxhash_rust::xxh3::Xxh3;
 
+use crate::log;
+
 /// Bumped when the key's recipe or the file's content changes meaning.
 const KEY_VERSION: &str = "gpuipc-kernel-cache-v1";
 
-/// The cache folder: `explicit` (the stage's `kernel_cache_dir`), else
-/// `$XDG_CACHE_HOME/gpuipc/kernels`, else `$HOME/.cache/gpuipc/kernels`, else none.
-pub(crate) fn dir(explicit: Option<&Path>) -> Option<PathBuf> {
+/// The kernel cache folder: `explicit` (a stage's `kernel_cache_dir`) unless empty, else
+/// `$XDG_CACHE_HOME/gpuipc/kernels` (if absolute), else `$HOME/.cache/gpuipc/kernels`, else
+/// none (no cache: every stage start compiles).
+pub fn dir(explicit: Option<&Path>) -> Option<PathBuf> {
     resolve_dir(
         explicit,
         std::env::var_os("XDG_CACHE_HOME"),
@@ -102,7 +105,7 @@ pub(crate) fn read(path: &Path) -> Option<Vec<u8>> {
     match std::fs::read(path) {
         Ok(bytes) if looks_like_cubin(&bytes) => Some(bytes),
         Ok(_) => {
-            crate::log::warn(&format!(
+            log::warn(&format!(
                 "kernel cache: {} is not a CUBIN; compiling again",
                 path.display()
             ));
@@ -111,7 +114,7 @@ pub(crate) fn read(path: &Path) -> Option<Vec<u8>> {
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => {
-            crate::log::warn(&format!(
+            log::warn(&format!(
                 "kernel cache: cannot read {}: {e}",
                 path.display()
             ));
@@ -125,7 +128,7 @@ pub(crate) fn remove(path: &Path) {
     if let Err(e) = std::fs::remove_file(path)
         && e.kind() != std::io::ErrorKind::NotFound
     {
-        crate::log::warn(&format!(
+        log::warn(&format!(
             "kernel cache: cannot remove {}: {e}",
             path.display()
         ));

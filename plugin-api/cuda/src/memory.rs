@@ -1,5 +1,4 @@
-//! Device memory for frame slots, shared between processes or private, and host memory
-//! registered with the driver for fast asynchronous copies.
+//! [`DeviceMemory`]: device memory for frame slots, shared between processes or private.
 //!
 //! Sharing, preferred first (DESIGN.md, "Links"):
 //! - VMM: `cuMemCreate` with POSIX file-descriptor handles. Only a process handed the fd (over
@@ -14,8 +13,10 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUdeviceptr, CUmemGenericAllocationHandle};
 
-use super::context::Gpu;
-use super::driver::{GpuError, check};
+use crate::context::Gpu;
+use crate::driver::check;
+use crate::error::CudaError;
+use crate::log;
 
 /// How a [`DeviceMemory`] was made, which decides how it is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,23 +77,29 @@ impl DeviceMemory {
         self.len
     }
 
+    /// Never true for memory made here (zero bytes are refused); an imported legacy range the
+    /// driver reports as empty would be.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     pub fn kind(&self) -> MemoryKind {
         self.kind
     }
 
     /// A private allocation (`cuMemAlloc`), e.g. a staging buffer or an unread output.
-    pub fn private(gpu: &Arc<Gpu>, bytes: usize) -> Result<DeviceMemory, GpuError> {
+    pub fn private(gpu: &Arc<Gpu>, bytes: usize) -> Result<DeviceMemory, CudaError> {
         let addr = mem_alloc(gpu, bytes)?;
         Ok(DeviceMemory { gpu: gpu.clone(), addr, len: bytes, kind: MemoryKind::Private, release: Release::Free })
     }
 
     /// A VMM allocation of at least `bytes` on `gpu`'s device, mapped read/write for it, and a
     /// POSIX fd (close-on-exec) another process passes to [`DeviceMemory::import_vmm`].
-    pub fn vmm(gpu: &Arc<Gpu>, bytes: usize) -> Result<(DeviceMemory, OwnedFd), GpuError> {
+    pub fn vmm(gpu: &Arc<Gpu>, bytes: usize) -> Result<(DeviceMemory, OwnedFd), CudaError> {
         const OP: &str = "VMM allocation";
         nonzero(OP, bytes)?;
         if !gpu.supports_vmm_fd() {
-            return Err(GpuError::Invalid {
+            return Err(CudaError::Invalid {
                 op: OP,
                 reason: format!("cuda:{} does not support VMM with POSIX file descriptors", gpu.ordinal()),
             });
@@ -118,7 +125,7 @@ impl DeviceMemory {
             )
         })?;
         if raw_fd < 0 {
-            return Err(GpuError::Invalid {
+            return Err(CudaError::Invalid {
                 op: "cuMemExportToShareableHandle",
                 reason: format!("returned fd {raw_fd}"),
             });
@@ -128,7 +135,7 @@ impl DeviceMemory {
         // The driver does not promise O_CLOEXEC; a stage must not leak frame memory into
         // whatever it might exec.
         rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)
-            .map_err(|e| GpuError::Os { op: "setting close-on-exec on an exported VMM fd", reason: e.to_string() })?;
+            .map_err(|e| CudaError::Os { op: "setting close-on-exec on an exported VMM fd", reason: e.to_string() })?;
         let addr = build.map(size)?;
         let (handle, size) = build.finish();
         Ok((
@@ -147,7 +154,7 @@ impl DeviceMemory {
     /// for), read/write for `gpu`'s device. The memory may live on another device, which
     /// `gpu`'s device must then reach by peer access (the plan checks that). The fd is closed
     /// once imported: the imported handle keeps the memory alive by itself.
-    pub fn import_vmm(gpu: &Arc<Gpu>, fd: OwnedFd, bytes: usize) -> Result<DeviceMemory, GpuError> {
+    pub fn import_vmm(gpu: &Arc<Gpu>, fd: OwnedFd, bytes: usize) -> Result<DeviceMemory, CudaError> {
         nonzero("VMM import", bytes)?;
         gpu.bind()?;
         let mut build = VmmBuild::new(gpu);
@@ -186,7 +193,7 @@ impl DeviceMemory {
     /// A `cuMemAlloc` allocation and its legacy IPC handle, for devices without VMM fd support.
     /// Another process opens it with [`DeviceMemory::import_legacy`]; this allocation must stay
     /// alive while they use it (the driver leaves freeing it earlier undefined).
-    pub fn legacy(gpu: &Arc<Gpu>, bytes: usize) -> Result<(DeviceMemory, [u8; 64]), GpuError> {
+    pub fn legacy(gpu: &Arc<Gpu>, bytes: usize) -> Result<(DeviceMemory, [u8; 64]), CudaError> {
         let addr = mem_alloc(gpu, bytes)?;
         let memory = DeviceMemory {
             gpu: gpu.clone(),
@@ -205,7 +212,7 @@ impl DeviceMemory {
     /// Open memory another process exported with [`DeviceMemory::legacy`]. Peer access to
     /// another device is enabled lazily if needed (`CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`).
     /// A handle cannot be opened in the process that made it (the driver refuses).
-    pub fn import_legacy(gpu: &Arc<Gpu>, handle: [u8; 64]) -> Result<DeviceMemory, GpuError> {
+    pub fn import_legacy(gpu: &Arc<Gpu>, handle: [u8; 64]) -> Result<DeviceMemory, CudaError> {
         gpu.bind()?;
         let raw = sys::CUipcMemHandle { reserved: handle_chars(&handle) };
         let mut addr: CUdeviceptr = 0;
@@ -234,7 +241,7 @@ impl Drop for DeviceMemory {
     fn drop(&mut self) {
         let ordinal = Some(self.gpu.ordinal());
         if let Err(e) = self.gpu.bind() {
-            tracing::warn!("releasing device memory: {e}");
+            log::warn(&format!("releasing device memory: {e}"));
         }
         let result = match self.release {
             Release::Vmm { handle, size } => {
@@ -247,7 +254,7 @@ impl Drop for DeviceMemory {
             Release::IpcClose => check("cuIpcCloseMemHandle", ordinal, unsafe { sys::cuIpcCloseMemHandle(self.addr) }),
         };
         if let Err(e) = result {
-            tracing::warn!("{e}");
+            log::warn(&e.to_string());
         }
     }
 }
@@ -265,20 +272,20 @@ fn unmap_and_release(
     if mapped {
         // SAFETY: [addr, addr+size) was mapped by cuMemMap and nothing uses it after this.
         if let Err(e) = check("cuMemUnmap", ordinal, unsafe { sys::cuMemUnmap(addr, size) }) {
-            tracing::warn!("{e}");
+            log::warn(&e.to_string());
         }
     }
     if addr != 0 {
         // SAFETY: the same range cuMemAddressReserve returned, now unmapped.
         if let Err(e) = check("cuMemAddressFree", ordinal, unsafe { sys::cuMemAddressFree(addr, size) }) {
-            tracing::warn!("{e}");
+            log::warn(&e.to_string());
         }
     }
     if let Some(handle) = handle {
         // SAFETY: our handle from cuMemCreate/cuMemImportFromShareableHandle, no longer
         // mapped here; the memory itself lives on while other processes hold theirs.
         if let Err(e) = check("cuMemRelease", ordinal, unsafe { sys::cuMemRelease(handle) }) {
-            tracing::warn!("{e}");
+            log::warn(&e.to_string());
         }
     }
 }
@@ -299,7 +306,7 @@ impl<'a> VmmBuild<'a> {
 
     /// Reserve `size` bytes of address space, map the handle there and allow our device to
     /// read and write it.
-    fn map(&mut self, size: usize) -> Result<CUdeviceptr, GpuError> {
+    fn map(&mut self, size: usize) -> Result<CUdeviceptr, CudaError> {
         let ordinal = self.gpu.ordinal();
         let handle = self.handle.expect("map after create or import");
         let mut addr: CUdeviceptr = 0;
@@ -358,7 +365,7 @@ fn allocation_prop(gpu: &Gpu) -> sys::CUmemAllocationProp {
 }
 
 /// The minimum granularity for `prop` (2 MiB on current GPUs).
-fn granularity(gpu: &Gpu, prop: &sys::CUmemAllocationProp) -> Result<usize, GpuError> {
+fn granularity(gpu: &Gpu, prop: &sys::CUmemAllocationProp) -> Result<usize, CudaError> {
     let mut g: usize = 0;
     // SAFETY: a fully initialised property struct; writes one size_t.
     check("cuMemGetAllocationGranularity", Some(gpu.ordinal()), unsafe {
@@ -369,12 +376,12 @@ fn granularity(gpu: &Gpu, prop: &sys::CUmemAllocationProp) -> Result<usize, GpuE
         )
     })?;
     if g == 0 {
-        return Err(GpuError::Invalid { op: "cuMemGetAllocationGranularity", reason: "granularity 0".into() });
+        return Err(CudaError::Invalid { op: "cuMemGetAllocationGranularity", reason: "granularity 0".into() });
     }
     Ok(g)
 }
 
-fn mem_alloc(gpu: &Gpu, bytes: usize) -> Result<CUdeviceptr, GpuError> {
+fn mem_alloc(gpu: &Gpu, bytes: usize) -> Result<CUdeviceptr, CudaError> {
     nonzero("cuMemAlloc", bytes)?;
     gpu.bind()?;
     let mut addr: CUdeviceptr = 0;
@@ -383,104 +390,21 @@ fn mem_alloc(gpu: &Gpu, bytes: usize) -> Result<CUdeviceptr, GpuError> {
     Ok(addr)
 }
 
-fn nonzero(op: &'static str, bytes: usize) -> Result<(), GpuError> {
-    if bytes == 0 { Err(GpuError::Invalid { op, reason: "zero bytes".into() }) } else { Ok(()) }
+pub(crate) fn nonzero(op: &'static str, bytes: usize) -> Result<(), CudaError> {
+    if bytes == 0 { Err(CudaError::Invalid { op, reason: "zero bytes".into() }) } else { Ok(()) }
 }
 
-pub(super) fn round_up(bytes: usize, granularity: usize) -> usize {
+fn round_up(bytes: usize, granularity: usize) -> usize {
     bytes.div_ceil(granularity) * granularity
 }
 
 /// The driver's 64 `c_char`s (signed on x86-64, unsigned on aarch64) as bytes, and back.
-pub(super) fn handle_bytes(raw: &[std::ffi::c_char; 64]) -> [u8; 64] {
+pub(crate) fn handle_bytes(raw: &[std::ffi::c_char; 64]) -> [u8; 64] {
     raw.map(|c| c as u8)
 }
 
-pub(super) fn handle_chars(bytes: &[u8; 64]) -> [std::ffi::c_char; 64] {
+pub(crate) fn handle_chars(bytes: &[u8; 64]) -> [std::ffi::c_char; 64] {
     bytes.map(|b| b as std::ffi::c_char)
-}
-
-/// A range of host memory (typically a memfd mapping: a host ring's slots) registered with
-/// the driver as pinned (`CU_MEMHOSTREGISTER_PORTABLE`: pinned for every context), so copies
-/// to and from it are DMA and truly asynchronous. Unregistered on drop.
-///
-/// This does not own the memory: whoever mapped it keeps it mapped for as long as this lives
-/// (registering touches no bytes; the bounds-checked copies below rely on it).
-#[derive(Debug)]
-pub struct PinnedHost {
-    gpu: Arc<Gpu>,
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: an address range and the Gpu; copies are enqueued through the thread-safe driver.
-unsafe impl Send for PinnedHost {}
-// SAFETY: as above.
-unsafe impl Sync for PinnedHost {}
-
-impl PinnedHost {
-    /// Register `len` bytes at `ptr`. The driver refuses a range that is not mapped, or
-    /// already registered.
-    ///
-    /// # Safety
-    /// `ptr..ptr+len` is host memory that stays mapped while the result lives, and no Rust
-    /// reference to it is used while a copy enqueued through the result may still be running
-    /// (wait for the stream or an event recorded after the copy first).
-    pub unsafe fn register(gpu: &Arc<Gpu>, ptr: *mut u8, len: usize) -> Result<PinnedHost, GpuError> {
-        const OP: &str = "cuMemHostRegister";
-        nonzero(OP, len)?;
-        if ptr.is_null() {
-            return Err(GpuError::Invalid { op: OP, reason: "null host pointer".into() });
-        }
-        gpu.bind()?;
-        // SAFETY: the driver page-locks the range (validating that it is mapped) and reads or
-        // writes none of it.
-        check(OP, Some(gpu.ordinal()), unsafe {
-            sys::cuMemHostRegister_v2(ptr as *mut c_void, len, sys::CU_MEMHOSTREGISTER_PORTABLE)
-        })?;
-        Ok(PinnedHost { gpu: gpu.clone(), ptr, len })
-    }
-
-    fn range(&self, op: &'static str, offset: usize, bytes: usize) -> Result<*mut u8, GpuError> {
-        match offset.checked_add(bytes) {
-            Some(end) if end <= self.len => Ok(self.ptr.wrapping_add(offset)),
-            _ => Err(GpuError::Invalid {
-                op,
-                reason: format!("{bytes} bytes at offset {offset} exceed the {} registered", self.len),
-            }),
-        }
-    }
-
-    /// Enqueue, on the Gpu's stream, a copy of `bytes` bytes at `offset` in this range to
-    /// device address `dst`. The host bytes must stay unchanged until the copy has run.
-    pub fn upload(&self, dst: u64, offset: usize, bytes: usize) -> Result<(), GpuError> {
-        let src = self.range("upload", offset, bytes)?;
-        // SAFETY: inside the registered range, which stays mapped and unreferenced while
-        // copies may run (the contract of `register`).
-        unsafe { self.gpu.copy_htod_async(dst, src, bytes) }
-    }
-
-    /// Enqueue, on the Gpu's stream, a copy of `bytes` bytes from device address `src` to
-    /// `offset` in this range. Read the bytes only after the copy has run.
-    pub fn download(&self, offset: usize, src: u64, bytes: usize) -> Result<(), GpuError> {
-        let dst = self.range("download", offset, bytes)?;
-        // SAFETY: as for `upload`: the contract of `register`.
-        unsafe { self.gpu.copy_dtoh_async(dst, src, bytes) }
-    }
-}
-
-impl Drop for PinnedHost {
-    fn drop(&mut self) {
-        if let Err(e) = self.gpu.bind() {
-            tracing::warn!("unregistering pinned host memory: {e}");
-        }
-        // SAFETY: the base address we registered. Copies still queued from or to it must be
-        // waited for by the owner before the mapping itself goes; unregistering is safe.
-        let r = unsafe { sys::cuMemHostUnregister(self.ptr as *mut c_void) };
-        if let Err(e) = check("cuMemHostUnregister", Some(self.gpu.ordinal()), r) {
-            tracing::warn!("{e}");
-        }
-    }
 }
 
 #[cfg(test)]

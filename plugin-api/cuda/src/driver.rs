@@ -1,46 +1,23 @@
-//! The driver itself: whether libcuda can be loaded, initialising it once, its version, the
-//! devices and what each supports, and [`GpuError`], which every call here and in the
-//! sibling modules returns. `check` turns a `CUresult` into that error, keeping the code.
+//! The driver itself: initialising it once, its version, the devices and what each supports,
+//! and `check`, which turns a `CUresult` into a [`CudaError`] keeping the code and the
+//! driver's name for it.
 #![allow(unsafe_code)]
 
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int};
 use std::sync::OnceLock;
 
 use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute, CUresult};
 
-/// Everything that can go wrong talking to the CUDA driver.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum GpuError {
-    /// libcuda could not be loaded (or `GPUIPC_NO_CUDA` is set): nothing CUDA can run here.
-    #[error("no CUDA driver found (libcuda.so.1 could not be loaded)")]
-    NoDriver,
-    /// The driver library lacks a function gpuipc needs (a driver older than CUDA 11).
-    #[error("the CUDA driver lacks {symbol}; gpuipc needs a driver for CUDA 11.0 or newer")]
-    MissingSymbol { symbol: &'static str },
-    /// A driver call failed; `code` is the `CUresult`, `name` its symbolic name.
-    #[error("{op}{}: {name} ({code}): {description}", on_device(*.device))]
-    Driver { op: &'static str, device: Option<u32>, code: u32, name: String, description: String },
-    #[error("cuda:{ordinal} does not exist (the driver sees {count} device(s))")]
-    NoSuchDevice { ordinal: u32, count: u32 },
-    /// A call that gpuipc refuses before it reaches the driver (sizes, ranges, streams).
-    #[error("{op}: {reason}")]
-    Invalid { op: &'static str, reason: String },
-    /// An operating-system call around a driver call (e.g. on an exported descriptor).
-    #[error("{op}: {reason}")]
-    Os { op: &'static str, reason: String },
-}
-
-fn on_device(device: Option<u32>) -> String {
-    device.map(|d| format!(" on cuda:{d}")).unwrap_or_default()
-}
+use crate::error::CudaError;
+use crate::library;
 
 /// `CUDA_SUCCESS` or the error, named by the driver, with the operation and device.
-pub(super) fn check(op: &'static str, device: Option<u32>, result: CUresult) -> Result<(), GpuError> {
+pub(crate) fn check(op: &'static str, device: Option<u32>, result: CUresult) -> Result<(), CudaError> {
     if result == CUresult::CUDA_SUCCESS {
         return Ok(());
     }
     let (name, description) = describe(result);
-    Err(GpuError::Driver { op, device, code: result as u32, name, description })
+    Err(CudaError::Driver { op, device, code: result as u32, name, description })
 }
 
 /// The driver's name and text for `result`. Only called once the library is loaded (a
@@ -62,105 +39,10 @@ fn describe(result: CUresult) -> (String, String) {
     (name, description)
 }
 
-/// Whether the CUDA driver library can be loaded, by the name the driver installs
-/// (`libcuda.so.1`): a machine with only the toolkit's stub (`libcuda.so`) says no. cudarc
-/// then loads the library by its own list of names; with the stub folder on the library path
-/// as well, it may pick the stub, whose `cuInit` fails with a clear error. Cheap after the
-/// first call (cached). `GPUIPC_NO_CUDA` in the environment forces `false`. Loading the
-/// library creates no context.
-pub fn driver_available() -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        if std::env::var_os("GPUIPC_NO_CUDA").is_some() {
-            return false;
-        }
-        // SAFETY: libcuda's initialisers only register the library; no context is created
-        // until cuInit and cuCtxCreate. The handle is closed again on drop.
-        let lib = unsafe { libloading::Library::new("libcuda.so.1") };
-        lib.is_ok()
-    })
-}
-
-/// Every driver function gpuipc calls. cudarc resolves a symbol on first use and panics if it
-/// is missing, so we look them all up once, up front, and fail cleanly instead.
-const SYMBOLS: &[&str] = &[
-    "cuGetErrorName",
-    "cuGetErrorString",
-    "cuInit",
-    "cuDriverGetVersion",
-    "cuDeviceGetCount",
-    "cuDeviceGet",
-    "cuDeviceGetName",
-    "cuDeviceGetAttribute",
-    "cuDeviceGetPCIBusId",
-    "cuDeviceTotalMem_v2",
-    "cuDeviceCanAccessPeer",
-    "cuDevicePrimaryCtxRetain",
-    "cuDevicePrimaryCtxRelease_v2",
-    "cuCtxGetCurrent",
-    "cuCtxSetCurrent",
-    "cuStreamCreate",
-    "cuStreamDestroy_v2",
-    "cuStreamSynchronize",
-    "cuStreamWaitEvent",
-    "cuMemGetAllocationGranularity",
-    "cuMemCreate",
-    "cuMemRelease",
-    "cuMemExportToShareableHandle",
-    "cuMemImportFromShareableHandle",
-    "cuMemGetAllocationPropertiesFromHandle",
-    "cuMemAddressReserve",
-    "cuMemAddressFree",
-    "cuMemMap",
-    "cuMemUnmap",
-    "cuMemSetAccess",
-    "cuMemAlloc_v2",
-    "cuMemFree_v2",
-    "cuMemGetAddressRange_v2",
-    "cuIpcGetMemHandle",
-    "cuIpcOpenMemHandle_v2",
-    "cuIpcCloseMemHandle",
-    "cuMemHostRegister_v2",
-    "cuMemHostUnregister",
-    "cuMemcpyHtoDAsync_v2",
-    "cuMemcpyDtoHAsync_v2",
-    "cuMemcpyDtoDAsync_v2",
-    "cuMemsetD8Async",
-    "cuEventCreate",
-    "cuEventDestroy_v2",
-    "cuEventRecord",
-    "cuEventSynchronize",
-    "cuEventQuery",
-    "cuIpcGetEventHandle",
-    "cuIpcOpenEventHandle",
-];
-
-/// The library is loaded and has every function we call.
-pub(super) fn library() -> Result<(), GpuError> {
-    if !driver_available() {
-        return Err(GpuError::NoDriver);
-    }
-    static SYMBOLS_OK: OnceLock<Result<(), GpuError>> = OnceLock::new();
-    SYMBOLS_OK
-        .get_or_init(|| {
-            // SAFETY: `driver_available` just loaded one of the candidates, so `culib` finds
-            // a library instead of panicking.
-            let lib = unsafe { sys::culib() };
-            for &symbol in SYMBOLS {
-                // SAFETY: only a dlsym lookup; the pointer is not called.
-                if unsafe { lib.get::<*const c_void>(symbol.as_bytes()) }.is_err() {
-                    return Err(GpuError::MissingSymbol { symbol });
-                }
-            }
-            Ok(())
-        })
-        .clone()
-}
-
 /// Load the library and `cuInit` it, once per process. Creates no context.
-pub(super) fn init() -> Result<(), GpuError> {
-    library()?;
-    static INIT: OnceLock<Result<(), GpuError>> = OnceLock::new();
+pub(crate) fn init() -> Result<(), CudaError> {
+    library::driver()?;
+    static INIT: OnceLock<Result<(), CudaError>> = OnceLock::new();
     INIT.get_or_init(|| {
         // SAFETY: the library is loaded with all our symbols; cuInit takes flags 0.
         check("cuInit", None, unsafe { sys::cuInit(0) })
@@ -170,8 +52,8 @@ pub(super) fn init() -> Result<(), GpuError> {
 
 /// The CUDA version the installed driver supports, as (major, minor), e.g. (13, 0). Does not
 /// initialise the driver.
-pub fn driver_version() -> Result<(u32, u32), GpuError> {
-    library()?;
+pub fn driver_version() -> Result<(u32, u32), CudaError> {
+    library::driver()?;
     let mut version: c_int = 0;
     // SAFETY: library loaded; writes one int. Allowed before cuInit.
     check("cuDriverGetVersion", None, unsafe { sys::cuDriverGetVersion(&mut version) })?;
@@ -242,12 +124,12 @@ impl ComputeMode {
 }
 
 /// The devices the driver sees, in ordinal order. Initialises the driver; creates no context.
-pub fn devices() -> Result<Vec<DeviceInfo>, GpuError> {
+pub fn devices() -> Result<Vec<DeviceInfo>, CudaError> {
     init()?;
     (0..device_count()?).map(device_info).collect()
 }
 
-pub(super) fn device_count() -> Result<u32, GpuError> {
+pub(crate) fn device_count() -> Result<u32, CudaError> {
     let mut count: c_int = 0;
     // SAFETY: initialised; writes one int.
     check("cuDeviceGetCount", None, unsafe { sys::cuDeviceGetCount(&mut count) })?;
@@ -255,11 +137,11 @@ pub(super) fn device_count() -> Result<u32, GpuError> {
 }
 
 /// The `CUdevice` of `ordinal`, checked against the device count for a clear error.
-pub(super) fn device(ordinal: u32) -> Result<CUdevice, GpuError> {
+pub(crate) fn device(ordinal: u32) -> Result<CUdevice, CudaError> {
     init()?;
     let count = device_count()?;
     if ordinal >= count {
-        return Err(GpuError::NoSuchDevice { ordinal, count });
+        return Err(CudaError::NoSuchDevice { ordinal, count });
     }
     let mut dev: CUdevice = 0;
     // SAFETY: initialised; ordinal < count; writes one CUdevice.
@@ -267,30 +149,38 @@ pub(super) fn device(ordinal: u32) -> Result<CUdevice, GpuError> {
     Ok(dev)
 }
 
-pub(super) fn attribute(dev: CUdevice, ordinal: u32, attr: CUdevice_attribute) -> Result<i32, GpuError> {
+/// One attribute of `dev`; `ordinal` only names the device in an error.
+pub(crate) fn attribute(dev: CUdevice, ordinal: Option<u32>, attr: CUdevice_attribute) -> Result<i32, CudaError> {
     let mut value: c_int = 0;
-    // SAFETY: initialised; `dev` came from cuDeviceGet; writes one int.
-    check("cuDeviceGetAttribute", Some(ordinal), unsafe { sys::cuDeviceGetAttribute(&mut value, attr, dev) })?;
+    // SAFETY: initialised; `dev` came from the driver (cuDeviceGet or cuCtxGetDevice); writes
+    // one int.
+    check("cuDeviceGetAttribute", ordinal, unsafe { sys::cuDeviceGetAttribute(&mut value, attr, dev) })?;
     Ok(value)
+}
+
+/// (major, minor) compute capability of `dev`.
+pub(crate) fn compute_capability(dev: CUdevice, ordinal: Option<u32>) -> Result<(u32, u32), CudaError> {
+    use CUdevice_attribute::*;
+    Ok((
+        attribute(dev, ordinal, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32,
+        attribute(dev, ordinal, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32,
+    ))
 }
 
 /// What a device supports, from its attributes (shared by `devices` and `Gpu::open`).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Support {
+pub(crate) struct Support {
     pub compute_capability: (u32, u32),
     pub vmm_posix_fd: bool,
     pub ipc_events: bool,
     pub legacy_ipc: bool,
 }
 
-pub(super) fn support(dev: CUdevice, ordinal: u32) -> Result<Support, GpuError> {
+pub(crate) fn support(dev: CUdevice, ordinal: u32) -> Result<Support, CudaError> {
     use CUdevice_attribute::*;
-    let flag = |a| attribute(dev, ordinal, a).map(|v| v != 0);
+    let flag = |a| attribute(dev, Some(ordinal), a).map(|v| v != 0);
     Ok(Support {
-        compute_capability: (
-            attribute(dev, ordinal, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32,
-            attribute(dev, ordinal, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32,
-        ),
+        compute_capability: compute_capability(dev, Some(ordinal))?,
         // Attribute 102, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED in cuda.h; a
         // Rust enum cannot hold two names for one value, and cudarc kept the older alias.
         vmm_posix_fd: flag(CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED)?
@@ -302,7 +192,7 @@ pub(super) fn support(dev: CUdevice, ordinal: u32) -> Result<Support, GpuError> 
     })
 }
 
-fn device_info(ordinal: u32) -> Result<DeviceInfo, GpuError> {
+fn device_info(ordinal: u32) -> Result<DeviceInfo, CudaError> {
     let dev = device(ordinal)?;
     let mut name = [0 as c_char; 256];
     // SAFETY: writes at most `len` bytes, NUL-terminated, into our buffer.
@@ -317,7 +207,7 @@ fn device_info(ordinal: u32) -> Result<DeviceInfo, GpuError> {
     // SAFETY: writes one size_t.
     check("cuDeviceTotalMem", Some(ordinal), unsafe { sys::cuDeviceTotalMem_v2(&mut total, dev) })?;
     let s = support(dev, ordinal)?;
-    let mode = attribute(dev, ordinal, CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_MODE)?;
+    let mode = attribute(dev, Some(ordinal), CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_MODE)?;
     Ok(DeviceInfo {
         ordinal,
         name: c_string(&name),
@@ -338,20 +228,20 @@ fn c_string(buf: &[c_char]) -> String {
 }
 
 /// How many CUDA devices the driver sees. Initialises the driver; creates no context.
-pub fn count_devices() -> Result<u32, GpuError> {
+pub fn count_devices() -> Result<u32, CudaError> {
     init()?;
     device_count()
 }
 
 /// Whether device `ordinal` supports VMM allocations shareable as POSIX file descriptors, the
 /// preferred GPU link transport. Creates no context.
-pub fn vmm_fd_supported(ordinal: u32) -> Result<bool, GpuError> {
+pub fn vmm_fd_supported(ordinal: u32) -> Result<bool, CudaError> {
     Ok(support(device(ordinal)?, ordinal)?.vmm_posix_fd)
 }
 
 /// Whether device `a` can access memory on device `b` directly (peer access). Creates no
 /// context.
-pub fn can_access_peer(a: u32, b: u32) -> Result<bool, GpuError> {
+pub fn can_access_peer(a: u32, b: u32) -> Result<bool, CudaError> {
     let (da, db) = (device(a)?, device(b)?);
     let mut can: c_int = 0;
     // SAFETY: initialised; both devices came from cuDeviceGet; writes one int.
@@ -384,25 +274,5 @@ mod tests {
         assert_eq!(c_string(&buf), "H100");
         let full: Vec<c_char> = b"abc".iter().map(|&b| b as c_char).collect();
         assert_eq!(c_string(&full), "abc");
-    }
-
-    #[test]
-    fn errors_name_the_operation_device_and_code() {
-        let e = GpuError::Driver {
-            op: "cuMemCreate",
-            device: Some(1),
-            code: 2,
-            name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
-            description: "out of memory".into(),
-        };
-        assert_eq!(e.to_string(), "cuMemCreate on cuda:1: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory");
-        let e = GpuError::Driver {
-            op: "cuInit",
-            device: None,
-            code: 100,
-            name: "CUDA_ERROR_NO_DEVICE".into(),
-            description: "no CUDA-capable device is detected".into(),
-        };
-        assert_eq!(e.to_string(), "cuInit: CUDA_ERROR_NO_DEVICE (100): no CUDA-capable device is detected");
     }
 }

@@ -1,0 +1,168 @@
+//! [`CudaError`], the one error type of this crate: every driver and NVRTC failure keeps the
+//! library's code and name, and says what was being done.
+
+use crate::library::Library;
+
+/// Everything that can go wrong talking to the CUDA driver or NVRTC.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CudaError {
+    /// The driver library cannot be loaded (see [`crate::driver_available`]), or
+    /// `GPUIPC_NO_CUDA` is set: nothing CUDA can run here.
+    #[error("{}", if *.disabled { "CUDA disabled by GPUIPC_NO_CUDA" } else { NO_DRIVER })]
+    NoDriver { disabled: bool },
+    /// NVRTC cannot be loaded (see [`crate::nvrtc_available`]).
+    #[error("{NO_NVRTC}")]
+    NoNvrtc,
+    /// The library found lacks a function gpuipc calls: it is too old.
+    #[error("{library} ({file}) lacks {symbol}; gpuipc needs {needs}")]
+    MissingSymbol { library: Library, file: String, symbol: &'static str, needs: &'static str },
+    /// A driver call failed; `code` is the `CUresult`, `name` its symbolic name
+    /// (`CUDA_ERROR_ILLEGAL_ADDRESS`), `description` the driver's text.
+    #[error("{op}{}: {name} ({code}): {description}", on_device(*.device))]
+    Driver { op: &'static str, device: Option<u32>, code: u32, name: String, description: String },
+    /// An NVRTC call other than the compile itself failed; `code` is the `nvrtcResult`.
+    #[error("{op}: {name} ({code})")]
+    Nvrtc { op: &'static str, code: i32, name: String },
+    /// Compiling a kernel source failed. `code` is NVRTC's status where NVRTC returned one;
+    /// `log` is NVRTC's whole compile log (empty if it wrote none).
+    #[error("{file}: NVRTC compile for {arch} failed: {reason}{}", log_section(log))]
+    Compile { file: String, arch: String, code: Option<i32>, reason: String, log: String },
+    #[error("cuda:{ordinal} does not exist (the driver sees {count} device(s))")]
+    NoSuchDevice { ordinal: u32, count: u32 },
+    /// The context handed to a plugin is not the one current on the calling thread.
+    #[error("the stage's CUDA context {expected:#x} is not current on this thread (current: {current:#x})")]
+    NotCurrent { expected: usize, current: usize },
+    /// Loading a kernel file failed (a compile error names the file itself and is not wrapped).
+    #[error("loading kernels {file}: {source}")]
+    Load { file: String, source: Box<CudaError> },
+    /// An entry point that was not among those loaded.
+    #[error("{file}: no kernel `{name}` was loaded (loaded: {loaded})")]
+    NoSuchKernel { file: String, name: String, loaded: String },
+    /// A launch refused before it reached the driver (arguments, stream, dimensions).
+    #[error("kernel `{kernel}`: {reason}")]
+    BadLaunch { kernel: String, reason: String },
+    /// A driver call about one kernel failed (lookup, parameters, launch).
+    #[error("kernel `{kernel}`: {source}")]
+    Kernel { kernel: String, source: Box<CudaError> },
+    /// A call refused before it reaches the driver (sizes, ranges, streams).
+    #[error("{op}: {reason}")]
+    Invalid { op: &'static str, reason: String },
+    /// An operating-system call around a driver call (e.g. on an exported descriptor).
+    #[error("{op}: {reason}")]
+    Os { op: &'static str, reason: String },
+}
+
+const NO_DRIVER: &str =
+    "no CUDA driver found (libcuda.so.1 could not be loaded, nor libcuda.so or cudarc's other names for it)";
+
+const NO_NVRTC: &str = "NVRTC cannot be loaded (the dynamic loader finds neither libnvrtc.so.13 nor libnvrtc.so \
+     nor cudarc's other names for it; put the directory holding libnvrtc.so.13 and \
+     libnvrtc-builtins.so.13.0, e.g. site-packages/nvidia/cu13/lib of the PyPI package \
+     nvidia-cuda-nvrtc, on LD_LIBRARY_PATH)";
+
+fn on_device(device: Option<u32>) -> String {
+    device.map(|d| format!(" on cuda:{d}")).unwrap_or_default()
+}
+
+fn log_section(log: &str) -> String {
+    if log.is_empty() { String::new() } else { format!("\n---- NVRTC log ----\n{log}\n----") }
+}
+
+impl CudaError {
+    /// The `CUresult` of the driver call that failed, looking through the context variants;
+    /// `None` for errors that are not a driver call's.
+    pub fn driver_code(&self) -> Option<u32> {
+        match self {
+            CudaError::Driver { code, .. } => Some(*code),
+            CudaError::Load { source, .. } | CudaError::Kernel { source, .. } => source.driver_code(),
+            _ => None,
+        }
+    }
+
+    /// Whether this says there is no usable device here at all: no driver, no device the
+    /// driver sees (`CUDA_ERROR_NO_DEVICE`, 100), or no such ordinal.
+    pub fn no_device(&self) -> bool {
+        const CUDA_ERROR_INVALID_DEVICE: u32 = 101;
+        const CUDA_ERROR_NO_DEVICE: u32 = 100;
+        matches!(self, CudaError::NoDriver { .. } | CudaError::NoSuchDevice { .. })
+            || matches!(self.driver_code(), Some(CUDA_ERROR_NO_DEVICE | CUDA_ERROR_INVALID_DEVICE))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_operation_device_and_code() {
+        let e = CudaError::Driver {
+            op: "cuMemCreate",
+            device: Some(1),
+            code: 2,
+            name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
+            description: "out of memory".into(),
+        };
+        assert_eq!(e.to_string(), "cuMemCreate on cuda:1: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory");
+        let e = CudaError::Driver {
+            op: "cuInit",
+            device: None,
+            code: 100,
+            name: "CUDA_ERROR_NO_DEVICE".into(),
+            description: "no CUDA-capable device is detected".into(),
+        };
+        assert_eq!(e.to_string(), "cuInit: CUDA_ERROR_NO_DEVICE (100): no CUDA-capable device is detected");
+        assert!(e.no_device());
+    }
+
+    #[test]
+    fn context_keeps_the_code_and_name() {
+        let launch = CudaError::Driver {
+            op: "cuLaunchKernel",
+            device: None,
+            code: 700,
+            name: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+            description: "an illegal memory access was encountered".into(),
+        };
+        let e = CudaError::Kernel { kernel: "put".into(), source: Box::new(launch) };
+        let e = CudaError::Load { file: "kernels/k.cu".into(), source: Box::new(e) };
+        assert_eq!(e.driver_code(), Some(700));
+        assert_eq!(
+            e.to_string(),
+            "loading kernels kernels/k.cu: kernel `put`: cuLaunchKernel: CUDA_ERROR_ILLEGAL_ADDRESS (700): an illegal \
+             memory access was encountered"
+        );
+        assert!(!e.no_device());
+    }
+
+    #[test]
+    fn compile_errors_carry_the_log() {
+        let e = CudaError::Compile {
+            file: "kernels/broken.cu".into(),
+            arch: "sm_90".into(),
+            code: Some(6),
+            reason: "NVRTC_ERROR_COMPILATION (6)".into(),
+            log: "kernels/broken.cu(2): error: identifier \"x\" is undefined".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "kernels/broken.cu: NVRTC compile for sm_90 failed: NVRTC_ERROR_COMPILATION (6)\n---- NVRTC log \
+             ----\nkernels/broken.cu(2): error: identifier \"x\" is undefined\n----"
+        );
+        let e = CudaError::Compile {
+            file: "k.cu".into(),
+            arch: "sm_90".into(),
+            code: Some(6),
+            reason: "NVRTC_ERROR_COMPILATION (6)".into(),
+            log: String::new(),
+        };
+        assert_eq!(e.to_string(), "k.cu: NVRTC compile for sm_90 failed: NVRTC_ERROR_COMPILATION (6)");
+    }
+
+    #[test]
+    fn a_missing_library_says_what_to_do() {
+        assert!(CudaError::NoDriver { disabled: false }.to_string().contains("libcuda.so.1"));
+        assert_eq!(CudaError::NoDriver { disabled: true }.to_string(), "CUDA disabled by GPUIPC_NO_CUDA");
+        assert!(CudaError::NoNvrtc.to_string().contains("LD_LIBRARY_PATH"));
+        assert!(CudaError::NoDriver { disabled: false }.no_device());
+    }
+}
