@@ -8,6 +8,10 @@
 #  3. a 4K generator -> rgb-process -> yuv420 pipeline for 10,000 frames on the GPU
 #  4. SIGKILL of a GPU stage mid-run: the run ends, and GPU memory is returned
 #  5. the two-process handoff benchmark
+#  6. a GPU fault (illegal address) in one stage, isolation process and mps, with restarts:
+#     frames lost, time to recover, GPU memory before and after, outputs = cpu reference
+#  7. 20 random SIGKILLs of cuda stages in one run with restarts: produced = delivered +
+#     counted, every output frame = the cpu reference for its sequence number
 set -uo pipefail
 cd "$(dirname "$0")"
 here=$PWD
@@ -133,6 +137,119 @@ section "5. handoff benchmark (two processes, cpu domain)"
 for spin in 20 0; do
     (cd "$here/work" && "$host" run "$here/pipelines/handoff-64.toml" --device cpu --quiet --spin-us "$spin" | grep -E "^sink")
 done
+
+# compare_taps REF RUN: every line of every tap in RUN equals REF's for its sequence number.
+compare_taps() {
+    python3 - "$1" "$2" <<'PY'
+import os, sys
+ref, run = sys.argv[1], sys.argv[2]
+bad = compared = 0
+for name in sorted(os.listdir(run)):
+    want = {}
+    for line in open(os.path.join(ref, name)):
+        seq, h = line.split()
+        want[seq] = h
+    for line in open(os.path.join(run, name)):
+        seq, h = line.split()
+        compared += 1
+        if want.get(seq) != h:
+            bad += 1
+            if bad < 5: print(f"    {name} frame {seq}: {h}, reference {want.get(seq)}")
+print(f"    {compared} output frames compared with the cpu reference for their sequence numbers, {bad} differ")
+sys.exit(1 if bad else 0)
+PY
+}
+
+# accounting REPORT SOURCE_TAP SINK_TAP: produced = delivered + dropped + lost, nothing twice.
+accounting() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+made = {l.split()[0] for l in open(sys.argv[2])}
+got = [l.split()[0] for l in open(sys.argv[3])]
+counted = sum(s["dropped"] + s["lost"] for s in report["stages"])
+for s in report["stages"]:
+    print(f"    {s['name']:8} frames {s['frames']:7} dropped {s['dropped']:5} lost {s['lost']:3} restarts {s['restarts']:3}  {s['outcome']}")
+ok = len(made) == len(set(got)) + counted and len(got) == len(set(got))
+print(f"    produced {len(made)} = delivered {len(set(got))} + dropped or lost {counted}: {ok}")
+sys.exit(0 if ok else 1)
+PY
+}
+
+section "6. a GPU fault in one stage (illegal address at frame 500, 1280x720, 1,000 frames/s)"
+fault_pipeline() {  # ISOLATION DEVICE
+    printf '%s\n' '[pipeline]' 'name = "gpu-fault"' 'frames = 1500' "isolation = \"$1\"" "device = \"$2\"" \
+        'restart = "on-failure"' 'restart_backoff = "10ms"' '' \
+        '[[stage]]' 'name = "gen"' 'plugin = "generator"' \
+        'params = { width = 1280, height = 720, pattern = "gradient", fps = 1000.0 }' '' \
+        '[[stage]]' 'name = "fault"' 'plugin = "test-gpu-fault"' 'inputs = ["gen"]' \
+        'params = { mode = "illegal_address", at = 500 }' '' \
+        '[[stage]]' 'name = "yuv"' 'plugin = "yuv420"' 'inputs = ["fault"]' '' \
+        '[[stage]]' 'name = "sink"' 'plugin = "null"' 'inputs = ["yuv"]'
+}
+fault_pipeline process cpu > "$here/work/gpu-fault-cpu.toml"
+(cd "$here/work" && rm -rf fault-ref && "$host" run gpu-fault-cpu.toml --in-process --quiet --checksums fault-ref > /dev/null) ||
+    fail "cpu reference of the fault pipeline"
+for isolation in process mps; do
+    work=$here/work/fault-$isolation
+    fault_pipeline "$isolation" cuda > "$here/work/gpu-fault-$isolation.toml"
+    before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+    rm -rf "$work" && mkdir -p "$work"
+    started=$(date +%s.%N)
+    (cd "$work" && GPUIPC_LOG=info "$host" run "../gpu-fault-$isolation.toml" --quiet --checksums sums --report report.json > run.txt 2> err.txt)
+    code=$?
+    ended=$(date +%s.%N)
+    after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+    echo "isolation $isolation: exit $code, $(python3 -c "print(f'{$ended - $started:.2f}')") s for 1,500 frames paced at 1,000 frames/s"
+    [ "$code" = 0 ] || { fail "gpu fault under $isolation: the run did not finish"; tail -5 "$work/run.txt"; tail -20 "$work/err.txt"; }
+    grep -E "illegal address|restarting|restarted|lost with" "$work/err.txt" | sed 's/^/    /'
+    accounting "$work/report.json" "$work/sums/gen.sum" "$work/sums/sink.sum" || fail "gpu fault under $isolation: frames unaccounted for"
+    compare_taps "$here/work/fault-ref" "$work/sums" || fail "gpu fault under $isolation: output differs from cpu"
+    echo "    GPU memory used: before $before MiB, after $after MiB"
+    [ "$after" -le $((before + 64)) ] || fail "gpu fault under $isolation: GPU memory not returned"
+    left=$(pgrep -f "gpuipc-host __stage" || true)
+    [ -z "$left" ] || fail "stage processes left: $left"
+done
+
+section "7. 20 random SIGKILLs of stages on the GPU in one run, with restarts (1280x720 chain)"
+printf '%s\n' '[pipeline]' 'name = "chain"' 'device = "cuda"' 'restart = "on-failure"' 'restart_backoff = "10ms"' \
+    'restart_window = "2s"' 'max_restarts = 50' 'stall_timeout = "5s"' '' \
+    '[[stage]]' 'name = "gen"' 'plugin = "generator"' 'params = { width = 1280, height = 720, pattern = "gradient", fps = 2000.0 }' '' \
+    '[[stage]]' 'name = "grade"' 'plugin = "rgb-process"' 'inputs = ["gen"]' 'params = { brightness = 0.1, contrast = 1.2 }' '' \
+    '[[stage]]' 'name = "yuv"' 'plugin = "yuv420"' 'inputs = ["grade"]' '' \
+    '[[stage]]' 'name = "sink"' 'plugin = "null"' 'inputs = ["yuv"]' > "$here/work/chain.toml"
+work=$here/work/chain
+rm -rf "$work" && mkdir -p "$work"
+before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+(cd "$work" && exec env GPUIPC_LOG=info "$host" run ../chain.toml --quiet --checksums sums --report report.json > run.txt 2> err.txt) &
+hostpid=$!
+for _ in $(seq 1 300); do grep -q "stages ready; running" "$work/err.txt" 2>/dev/null && break; sleep 0.1; done
+kills=""
+for kill in $(seq 1 20); do
+    sleep "0.$((RANDOM % 300))"
+    victim=$(shuf -n1 -e gen grade yuv sink)
+    kills="$kills $victim"
+    kill -KILL "$(pgrep -f "gpuipc-host __stage $victim" | head -1)" 2>/dev/null
+    # Wait until every stage restarted is running again (a group may restart together).
+    for _ in $(seq 1 300); do
+        [ "$(grep -c "restarting it" "$work/err.txt")" -ge "$kill" ] &&
+            [ "$(grep -c " restarted (restart" "$work/err.txt")" -ge "$(grep -o "restarting it\( with [^;]*\)\? in" "$work/err.txt" | awk '{n += 1 + gsub(/'"'"'[^'"'"']*'"'"'/, "")} END {print n}')" ] && break
+        sleep 0.05
+    done
+done
+kill -TERM "$hostpid"; wait "$hostpid"; code=$?
+after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+echo "exit $code; SIGKILL sent to:$kills"
+[ "$code" = 0 ] || { fail "the chain did not drain after 20 kills"; tail -5 "$work/run.txt"; tail -20 "$work/err.txt"; }
+grep -E "restarted" "$work/err.txt" | sed 's/^/    /' | tail -4
+accounting "$work/report.json" "$work/sums/gen.sum" "$work/sums/sink.sum" || fail "chain: frames unaccounted for"
+produced=$(cut -d' ' -f1 "$work/sums/gen.sum" | sort -u | wc -l)
+sed 's/^device = .*/device = "cpu"/' "$here/work/chain.toml" > "$here/work/chain-cpu.toml"
+(cd "$here/work" && rm -rf chain-ref && "$host" run chain-cpu.toml --in-process --quiet --frames "$produced" --checksums chain-ref > /dev/null) ||
+    fail "cpu reference of the chain"
+compare_taps "$here/work/chain-ref" "$work/sums" || fail "chain: output differs from cpu"
+echo "    GPU memory used: before $before MiB, after $after MiB"
+[ "$after" -le $((before + 64)) ] || fail "chain: GPU memory not returned"
 
 echo
 if [ "$failed" = 0 ]; then echo "ALL GPU CHECKS PASSED"; else echo "SOME GPU CHECKS FAILED"; fi

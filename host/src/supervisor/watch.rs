@@ -94,6 +94,8 @@ struct Slot {
     ran: bool,
     budget: Budget,
     outcome: Option<StageOutcome>,
+    /// When its group's last failure was seen: the restart says how long recovery took.
+    failed_at: Option<Instant>,
 }
 
 /// Why the run is ending early, if it is.
@@ -128,6 +130,7 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
             ran: false,
             budget: Budget::default(),
             outcome: None,
+            failed_at: None,
         })
         .collect();
     let mut w = Watch {
@@ -261,6 +264,10 @@ impl Watch<'_, '_> {
             }
         };
         let group = restart::group(plan, i);
+        let now = Instant::now();
+        for &m in &group {
+            self.slots[m].failed_at = Some(now);
+        }
         tracing::warn!(
             "stage '{}' {cause}; restarting it{} in {}",
             plan.stages[i].name,
@@ -353,7 +360,10 @@ impl Watch<'_, '_> {
                 *watch = Some(StallWatch::new(&self.launch.stats[i], now));
                 slot.ran = true;
                 if slot.incarnation > 0 {
-                    tracing::info!("stage '{}' restarted (restart {})", stages.0[i].name, slot.incarnation);
+                    let after = slot.failed_at.map_or(String::new(), |t| {
+                        format!(", running {} after the failure", crate::config::format_duration(now.duration_since(t)))
+                    });
+                    tracing::info!("stage '{}' restarted (restart {}){after}", stages.0[i].name, slot.incarnation);
                 }
             }
         }
