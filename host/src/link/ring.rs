@@ -719,4 +719,51 @@ mod tests {
         let fd = shm.as_fd().try_clone_to_owned().unwrap();
         assert!(matches!(RingMap::open(fd), Err(LinkError::Invalid(_))));
     }
+
+    #[test]
+    fn claiming_one_number_gives_up_older_frames_and_counts_them_once() {
+        let map = ring(2, &[POLICY_BLOCK]);
+        let mut consumer = Consumer::new(reopen(&map), 0, Waiter::new(0)).unwrap();
+        let mut producer = Producer::new(reopen(&map), Waiter::new(0));
+        let soon = || Some(Instant::now() + std::time::Duration::from_secs(10));
+        for seq in [0, 1] {
+            let slot = producer.acquire(soon()).unwrap();
+            producer.publish(slot, seq, 0);
+        }
+        let offer = consumer.offer(0).unwrap();
+        assert_eq!((offer.ready(), offer.future_from), (&[0, 1][..], Some(2)));
+        let one = consumer.claim_seq(1).unwrap();
+        assert_eq!(one.meta.seq, 1);
+        assert!(consumer.claim_seq(1).is_none(), "claimed already");
+        // Frame 0 was given up on the way: the `block` producer has a slot again.
+        let slot = producer.acquire(soon()).unwrap();
+        producer.publish(slot, 2, 0);
+        // Let go untaken (a fan-in chose another number): counted with the next frame taken.
+        consumer.release(one);
+        let two = consumer.claim_seq(2).unwrap();
+        consumer.take(&two);
+        assert_eq!((consumer.dropped(), consumer.next_seq()), (2, 3));
+        consumer.release(two);
+        assert!(consumer.claim_seq(3).is_none(), "not published yet");
+        producer.close();
+        let offer = consumer.offer(0).unwrap();
+        assert_eq!((offer.ready(), offer.future_from), (&[][..], None));
+        assert!(consumer.changed_since(&offer));
+        map.abort();
+        assert!(matches!(consumer.offer(0), Err(LinkError::Aborted)));
+    }
+
+    #[test]
+    fn a_wait_for_change_ends_on_a_publish_elsewhere_and_on_abort() {
+        let map = ring(2, &[POLICY_LATEST]);
+        let consumer = Consumer::new(reopen(&map), 0, Waiter::new(0)).unwrap();
+        let seen = consumer.offer(0).unwrap();
+        assert!(!consumer.changed_since(&seen));
+        let deadline = Some(Instant::now() + std::time::Duration::from_millis(20));
+        assert!(matches!(consumer.wait_for_change(&seen, deadline, || false), Err(LinkError::TimedOut)));
+        consumer.wait_for_change(&seen, None, || true).unwrap();
+        let waiting = thread::spawn(move || consumer.wait_for_change(&seen, None, || false));
+        map.abort();
+        assert!(matches!(waiting.join().unwrap(), Err(LinkError::Aborted)));
+    }
 }
