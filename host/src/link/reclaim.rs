@@ -33,18 +33,26 @@ impl RingMap {
         self.bump_epoch_and_wake();
     }
 
-    /// Consumer `c` died: drop its claims. Returns the sequence numbers of the frames it held.
+    /// Consumer `c` died: drop its claims. A frame it had taken (numbered below its
+    /// `next_seq`) is done with; one it had only claimed (a fan-in waiting for its other
+    /// inputs) stays pending for the restarted consumer. Returns the numbers of the frames
+    /// it had taken.
     pub fn reclaim_consumer(&self, c: usize) -> Vec<u64> {
         let h = self.header();
-        let bits = header::claim_bit(c) | header::pending_bit(c);
+        let next_seq = h.consumers[c].0.next_seq.load(Ordering::Acquire);
         let mut held = Vec::new();
         for i in 0..self.depth() {
             let slot = &h.slots[i].0;
             let mut st = slot.state.load(Ordering::Acquire);
             while header::claims(st) & header::claim_bit(c) != 0 {
+                let seq = slot.seq.load(Ordering::Relaxed);
+                let taken = seq < next_seq;
+                let bits = if taken { header::claim_bit(c) | header::pending_bit(c) } else { header::claim_bit(c) };
                 match slot.state.compare_exchange(st, st & !bits, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => {
-                        held.push(slot.seq.load(Ordering::Relaxed));
+                        if taken {
+                            held.push(seq);
+                        }
                         break;
                     }
                     Err(now) => st = now,

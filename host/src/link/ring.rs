@@ -18,7 +18,7 @@ use gpuipc_plugin_api::{FrameFormat, FrameLayout};
 
 use super::check::RingGeometry;
 use super::header::{
-    self, ABORTED, END_OF_STREAM, MAGIC, OPEN, POLICY_BLOCK, POLICY_LATEST, RingHeader, RingParams, SlotMeta, VERSION,
+    self, MAX_SLOTS, ABORTED, END_OF_STREAM, MAGIC, OPEN, POLICY_BLOCK, POLICY_LATEST, RingHeader, RingParams, SlotMeta, VERSION,
     WRITING,
 };
 use super::shm::SharedMemory;
@@ -425,17 +425,7 @@ impl Consumer {
             }
         })??;
         if let Some(slot) = &found {
-            let c = &h.consumers[self.index].0;
-            // Every frame published between the last we got and this one was lost to us:
-            // overwritten (drop_oldest), skipped (latest), passed over to align inputs, or
-            // taken back by the host from a producer that died.
-            c.dropped.fetch_add(slot.meta.ordinal.saturating_sub(self.next_ordinal), Ordering::Relaxed);
-            self.next_ordinal = self.next_ordinal.max(slot.meta.ordinal + 1);
-            c.received.fetch_add(1, Ordering::Relaxed);
-            self.expected = slot.meta.seq + 1;
-            // Where a restarted process of this stage carries on from.
-            c.next_ordinal.store(self.next_ordinal, Ordering::Relaxed);
-            c.next_seq.store(self.expected, Ordering::Release);
+            self.take(slot);
         }
         Ok(found)
     }
@@ -491,6 +481,186 @@ impl Consumer {
         let meta = unsafe { *slot.meta.get() };
         Scan::Claimed(ReadSlot { ring: self.ring.clone(), consumer: self.index, index: i, meta })
     }
+
+    // Fan-in (`stage::inputs`): a stage with several inputs takes the frame with one exact
+    // sequence number from each. These survey what a ring can still deliver, claim one
+    // number, and wait for a number not yet published.
+
+    /// Whether this consumer takes the newest frame (`latest`) rather than the oldest.
+    pub fn is_latest(&self) -> bool {
+        self.latest
+    }
+
+    /// The sequence number this consumer wants next: one past the last frame it took.
+    pub fn next_seq(&self) -> u64 {
+        self.expected
+    }
+
+    /// What this ring can still deliver to us at or after `from`, as one scan sees it: the
+    /// frames published and still pending for us, and the least number a frame published
+    /// later can have (none once the stream is closed). A frame in `ready` may still be
+    /// overwritten (`drop_oldest`, `latest`) until it is claimed; a number below `future_from`
+    /// that is not in `ready` is gone for good.
+    pub fn offer(&self, from: u64) -> Result<Offer, LinkError> {
+        let h = self.ring.header();
+        let p = &h.producer.0;
+        // Acquire, before the scan: a closed stream's every frame is visible to it.
+        let closed = match p.closed.load(Ordering::Acquire) {
+            ABORTED => return Err(LinkError::Aborted),
+            OPEN => false,
+            _ => true,
+        };
+        // Acquire, before the scan: every frame numbered below this was published before the
+        // scan began, so the scan sees it unless it was overwritten (or given up) already.
+        let seq_end = p.seq_end.load(Ordering::Acquire);
+        let pending = header::pending_bit(self.index);
+        let mut offer =
+            Offer { seqs: [0; MAX_SLOTS], len: 0, future_from: (!closed).then_some(seq_end.max(from)), seq_end };
+        for i in 0..self.ring.depth() {
+            let slot = &h.slots[i].0;
+            let st = slot.state.load(Ordering::Acquire);
+            if st & WRITING != 0 || st & pending == 0 {
+                continue;
+            }
+            let seq = slot.seq.load(Ordering::Relaxed);
+            // A number read while the slot is being rewritten belongs to no published state.
+            if seq >= from && same_frame(st, seq) {
+                offer.seqs[offer.len] = seq;
+                offer.len += 1;
+            }
+        }
+        offer.seqs[..offer.len].sort_unstable();
+        Ok(offer)
+    }
+
+    /// Claim the frame numbered exactly `seq` if the ring holds it for us, giving up every
+    /// older frame still pending for us (as `acquire` does, so a `block` producer never waits
+    /// for a frame we will not read). The frame is not counted as received until `take`;
+    /// releasing it untaken gives it up, and it is counted as dropped with the next frame taken.
+    pub fn claim_seq(&self, seq: u64) -> Option<ReadSlot> {
+        let h = self.ring.header();
+        let pending = header::pending_bit(self.index);
+        let claim = header::claim_bit(self.index);
+        loop {
+            let mut found = None;
+            let mut gave_up = false;
+            for i in 0..self.ring.depth() {
+                let slot = &h.slots[i].0;
+                let st = slot.state.load(Ordering::Acquire);
+                if st & WRITING != 0 || st & pending == 0 || st & claim != 0 {
+                    continue;
+                }
+                let s = slot.seq.load(Ordering::Relaxed);
+                if !same_frame(st, s) {
+                    continue;
+                }
+                if s < seq {
+                    // Only the exact state seen: a slot rewritten meanwhile holds a newer frame.
+                    gave_up |= slot.state.compare_exchange(st, st & !pending, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+                } else if s == seq {
+                    found = Some((i, st));
+                }
+            }
+            if gave_up {
+                let r = &h.release.0;
+                wake_all(&r.release_futex, &r.producer_sleeping);
+            }
+            let (i, st) = found?;
+            let slot = &h.slots[i].0;
+            // Acquire: pairs with the producer's Release publish of this exact state, so the
+            // frame and metadata are visible; failing means the slot changed under us.
+            if slot.state.compare_exchange(st, st | claim, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                // SAFETY: our claim keeps the producer out of this slot until we release it.
+                let meta = unsafe { *slot.meta.get() };
+                return Some(ReadSlot { ring: self.ring.clone(), consumer: self.index, index: i, meta });
+            }
+        }
+    }
+
+    /// Count a frame claimed with `claim_seq` as received, and every frame published between
+    /// the last one taken and it as dropped (by publish ordinal, as `acquire` counts).
+    pub fn take(&mut self, slot: &ReadSlot) {
+        let c = &self.ring.header().consumers[self.index].0;
+        // Every frame published between the last we got and this one was lost to us:
+        // overwritten (drop_oldest), skipped (latest), passed over to align inputs, or
+        // taken back by the host from a producer that died.
+        c.dropped.fetch_add(slot.meta.ordinal.saturating_sub(self.next_ordinal), Ordering::Relaxed);
+        c.received.fetch_add(1, Ordering::Relaxed);
+        self.next_ordinal = self.next_ordinal.max(slot.meta.ordinal + 1);
+        self.expected = slot.meta.seq + 1;
+        // Where a restarted process of this stage carries on from; a claimed frame numbered
+        // below `next_seq` was taken (the host counts it lost if this process dies with it),
+        // one at or above it was not (the host gives it back to the ring).
+        c.next_ordinal.store(self.next_ordinal, Ordering::Relaxed);
+        c.next_seq.store(self.expected, Ordering::Release);
+    }
+
+    /// Whether the ring published a frame or closed since `seen` was taken.
+    pub fn changed_since(&self, seen: &Offer) -> bool {
+        let p = &self.ring.header().producer.0;
+        seen.future_from.is_none()
+            || p.closed.load(Ordering::Acquire) != OPEN
+            || p.seq_end.load(Ordering::Acquire) != seen.seq_end
+    }
+
+    /// Wait until the ring publishes a frame or closes after `seen` was taken, or until
+    /// `elsewhere` says another input did. `Aborted` when the run is aborted, `TimedOut` at
+    /// `deadline`.
+    pub fn wait_for_change(
+        &self,
+        seen: &Offer,
+        deadline: Option<Instant>,
+        mut elsewhere: impl FnMut() -> bool,
+    ) -> Result<(), LinkError> {
+        let p = &self.ring.header().producer.0;
+        self.waiter.wait(&p.publish_futex, &p.consumers_sleeping, deadline, || {
+            if self.ring.is_aborted() {
+                return Some(Err(LinkError::Aborted));
+            }
+            (self.changed_since(seen) || elsewhere()).then_some(Ok(()))
+        })?
+    }
+}
+
+/// What one ring can still deliver to one consumer, as one scan saw it ([`Consumer::offer`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Offer {
+    seqs: [u64; MAX_SLOTS],
+    len: usize,
+    /// Every frame published after the scan is numbered at least this; `None` once the stream
+    /// is closed (nothing more will come).
+    pub future_from: Option<u64>,
+    /// The producer's `seq_end` when the scan began.
+    seq_end: u64,
+}
+
+impl Offer {
+    /// Sequence numbers of the frames published and still pending for us, ascending.
+    pub fn ready(&self) -> &[u64] {
+        &self.seqs[..self.len]
+    }
+
+    /// Whether the ring can still deliver the frame numbered `seq`: it holds it, or may
+    /// publish it later.
+    pub fn can_deliver(&self, seq: u64) -> bool {
+        self.ready().binary_search(&seq).is_ok() || self.future_from.is_some_and(|from| seq >= from)
+    }
+
+    /// An offer as a scan could have seen it (tests of what is made of offers).
+    #[cfg(test)]
+    pub fn for_test(ready: &[u64], future_from: Option<u64>) -> Offer {
+        let mut offer = Offer { seqs: [0; MAX_SLOTS], len: ready.len(), future_from, seq_end: 0 };
+        offer.seqs[..ready.len()].copy_from_slice(ready);
+        offer.seqs[..ready.len()].sort_unstable();
+        offer
+    }
+}
+
+/// Whether the state word `st` is the published state of the frame numbered `seq` (a number
+/// read while the slot was being rewritten is not).
+fn same_frame(st: u64, seq: u64) -> bool {
+    // The generation bits sit above WRITING; the published state has nothing below them.
+    st & !(2 * WRITING - 1) == header::published_state(seq, 0)
 }
 
 #[cfg(test)]
@@ -642,5 +812,52 @@ mod tests {
         let shm = crate::link::shm::SharedMemory::create("gpuipc-test-bad", 1 << 20).unwrap();
         let fd = shm.as_fd().try_clone_to_owned().unwrap();
         assert!(matches!(RingMap::open(fd), Err(LinkError::Mismatch { field: "magic", .. })));
+    }
+
+    #[test]
+    fn claiming_one_number_gives_up_older_frames_and_counts_them_once() {
+        let map = ring(2, &[POLICY_BLOCK]);
+        let mut consumer = Consumer::new(reopen(&map), 0, Waiter::new(0)).unwrap();
+        let mut producer = Producer::new(reopen(&map), Waiter::new(0));
+        let soon = || Some(Instant::now() + std::time::Duration::from_secs(10));
+        for seq in [0, 1] {
+            let slot = producer.acquire(soon()).unwrap();
+            producer.publish(slot, seq, 0);
+        }
+        let offer = consumer.offer(0).unwrap();
+        assert_eq!((offer.ready(), offer.future_from), (&[0, 1][..], Some(2)));
+        let one = consumer.claim_seq(1).unwrap();
+        assert_eq!(one.meta.seq, 1);
+        assert!(consumer.claim_seq(1).is_none(), "claimed already");
+        // Frame 0 was given up on the way: the `block` producer has a slot again.
+        let slot = producer.acquire(soon()).unwrap();
+        producer.publish(slot, 2, 0);
+        // Let go untaken (a fan-in chose another number): counted with the next frame taken.
+        drop(one);
+        let two = consumer.claim_seq(2).unwrap();
+        consumer.take(&two);
+        assert_eq!((consumer.dropped(), consumer.next_seq()), (2, 3));
+        drop(two);
+        assert!(consumer.claim_seq(3).is_none(), "not published yet");
+        producer.close();
+        let offer = consumer.offer(0).unwrap();
+        assert_eq!((offer.ready(), offer.future_from), (&[][..], None));
+        assert!(consumer.changed_since(&offer));
+        map.abort();
+        assert!(matches!(consumer.offer(0), Err(LinkError::Aborted)));
+    }
+
+    #[test]
+    fn a_wait_for_change_ends_on_a_publish_elsewhere_and_on_abort() {
+        let map = ring(2, &[POLICY_LATEST]);
+        let consumer = Consumer::new(reopen(&map), 0, Waiter::new(0)).unwrap();
+        let seen = consumer.offer(0).unwrap();
+        assert!(!consumer.changed_since(&seen));
+        let deadline = Some(Instant::now() + std::time::Duration::from_millis(20));
+        assert!(matches!(consumer.wait_for_change(&seen, deadline, || false), Err(LinkError::TimedOut)));
+        consumer.wait_for_change(&seen, None, || true).unwrap();
+        let waiting = thread::spawn(move || consumer.wait_for_change(&seen, None, || false));
+        map.abort();
+        assert!(matches!(waiting.join().unwrap(), Err(LinkError::Aborted)));
     }
 }

@@ -92,7 +92,6 @@ impl FrameLoop<'_, '_> {
     fn frames_until_end(&mut self) -> Result<LoopEnd, StageError> {
         let mut index = self.first_index;
         let mut next_source_seq = self.first_seq;
-        let mut skipped = 0u64;
         loop {
             // A source's frames are stamped when it starts making them (`None` here).
             let (seq, source_timestamp, held) = if self.inputs.is_empty() {
@@ -106,7 +105,7 @@ impl FrameLoop<'_, '_> {
                 (next_source_seq - 1, None, Vec::new())
             } else {
                 self.stats.set_phase(PHASE_WAITING_INPUT, 0);
-                match acquire_aligned(&mut self.inputs, &mut skipped)? {
+                match acquire_aligned(&mut self.inputs)? {
                     None => return Ok(LoopEnd::EndOfStream),
                     Some(held) => (held[0].meta().seq, Some(held[0].meta().timestamp_ns), held),
                 }
@@ -125,7 +124,7 @@ impl FrameLoop<'_, '_> {
             };
             index += 1;
             // Counted done before the inputs are released: see `StageStats::last_seq_plus_one`.
-            self.count(seq, skipped, ended_ns);
+            self.count(seq, ended_ns);
             drop(held);
         }
     }
@@ -172,11 +171,11 @@ impl FrameLoop<'_, '_> {
         Ok(ended_ns)
     }
 
-    fn count(&self, seq: u64, skipped: u64, ended_ns: u64) {
+    fn count(&self, seq: u64, ended_ns: u64) {
         let s = self.stats.get();
         s.last_seq_plus_one.store(seq + 1, Ordering::Release);
         s.frames.fetch_add(1, Ordering::Relaxed);
-        let dropped: u64 = self.inputs.iter().map(|c| c.dropped()).sum::<u64>() + skipped;
+        let dropped: u64 = self.inputs.iter().map(|c| c.dropped()).sum::<u64>();
         s.dropped.store(dropped, Ordering::Relaxed);
         s.last_ns.store(ended_ns, Ordering::Relaxed);
     }
