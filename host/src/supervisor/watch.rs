@@ -264,6 +264,9 @@ impl Watch<'_, '_> {
             }
         };
         let group = restart::group(plan, i);
+        if group.len() > 1 {
+            self.name_the_faulting_client(stages, &group);
+        }
         let now = Instant::now();
         for &m in &group {
             self.slots[m].failed_at = Some(now);
@@ -281,6 +284,27 @@ impl Watch<'_, '_> {
             }
         }
         self.reclaim_and_schedule(i, Some(wait));
+    }
+
+    /// Under MPS a fatal GPU fault ends every client of the GPU, and each reports the fault:
+    /// the MPS server's log names the client that caused it. Say which stage that was.
+    fn name_the_faulting_client(&self, stages: &Stages, group: &[usize]) {
+        let Some((_, dir)) = self.launch.env.iter().find(|(k, _)| k == "CUDA_MPS_LOG_DIRECTORY") else { return };
+        let Ok(log) = std::fs::read_to_string(std::path::Path::new(dir).join("server.log")) else { return };
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        for line in tail.iter().rev() {
+            tracing::debug!("MPS server: {line}");
+        }
+        for &m in group {
+            let pid = stages.0[m].child.id().to_string();
+            let named = tail.iter().find(|l| {
+                let lower = l.to_ascii_lowercase();
+                l.split(|c: char| !c.is_ascii_digit()).any(|w| w == pid) && (lower.contains("fault") || lower.contains("error"))
+            });
+            if let Some(line) = named {
+                tracing::warn!("the GPU fault came from stage '{}' (pid {pid}); the MPS server says: {}", stages.0[m].name, line.trim());
+            }
+        }
     }
 
     /// A dead member of a restart group: take back its link ends, and start it again with
