@@ -35,12 +35,10 @@ impl RingMap {
 
     /// Consumer `c` died: drop its claims. A frame it had taken (numbered below its
     /// `next_seq`) is done with; one it had only claimed (a fan-in waiting for its other
-    /// inputs) stays pending for the restarted consumer. Returns the numbers of the frames
-    /// it had taken.
-    pub fn reclaim_consumer(&self, c: usize) -> Vec<u64> {
+    /// inputs) stays pending for the restarted consumer.
+    pub fn reclaim_consumer(&self, c: usize) {
         let h = self.header();
         let next_seq = h.consumers[c].0.next_seq.load(Ordering::Acquire);
-        let mut held = Vec::new();
         for i in 0..self.depth() {
             let slot = &h.slots[i].0;
             let mut st = slot.state.load(Ordering::Acquire);
@@ -49,18 +47,12 @@ impl RingMap {
                 let taken = seq < next_seq;
                 let bits = if taken { header::claim_bit(c) | header::pending_bit(c) } else { header::claim_bit(c) };
                 match slot.state.compare_exchange(st, st & !bits, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => {
-                        if taken {
-                            held.push(seq);
-                        }
-                        break;
-                    }
+                    Ok(_) => break,
                     Err(now) => st = now,
                 }
             }
         }
         self.bump_epoch_and_wake();
-        held
     }
 
     /// Every end of the ring died: empty every slot. The counters stay, so the restarted

@@ -44,6 +44,8 @@ pub struct StageStats {
     /// processes that died (taken from an input, never done).
     pub restarts: AtomicU64,
     pub lost: AtomicU64,
+    /// Written by the host: frames numbered below this were counted lost or done already.
+    pub lost_below: AtomicU64,
 }
 
 /// `phase` values.

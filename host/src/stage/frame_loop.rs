@@ -110,18 +110,8 @@ impl FrameLoop<'_, '_> {
                     Some(held) => (held[0].meta().seq, Some(held[0].meta().timestamp_ns), held),
                 }
             };
-            let ended_ns = match self.process_one(index, seq, source_timestamp, &held) {
-                Ok(ended_ns) => ended_ns,
-                Err(e) => {
-                    // The frame taken from the inputs dies with this process: count it, and
-                    // release it (the guards drop). A source's frame was never published; a
-                    // restarted source makes it again.
-                    if !held.is_empty() {
-                        self.stats.get().lost.fetch_add(1, Ordering::Relaxed);
-                    }
-                    return Err(e);
-                }
-            };
+            // On an error the held frames drop here, released; the host counts the frame lost.
+            let ended_ns = self.process_one(index, seq, source_timestamp, &held)?;
             index += 1;
             // Counted done before the inputs are released: see `StageStats::last_seq_plus_one`.
             self.count(seq, ended_ns);

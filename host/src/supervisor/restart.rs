@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use gpuipc_plugin_api::Domain;
 
-use crate::config::{Isolation, RestartPolicy, format_duration};
+use crate::config::{RestartPolicy, format_duration};
 use crate::plan::{LinkMemory, Plan, Supervision};
 
 /// Whether `policy` restarts a stage that failed. `ran`: it had been started (it got past
@@ -49,11 +49,12 @@ impl Budget {
 /// takes along every stage it shares a GPU ring with, and theirs in turn: a frame on a GPU
 /// ring is synchronised by events of the process that made or read it, and a live neighbour
 /// could wait for ever on an event of a dead one. Under MPS a fatal GPU fault ends every
-/// client of that GPU, so every cuda stage on the device restarts with it.
-pub fn group(plan: &Plan, i: usize) -> Vec<usize> {
+/// client of that GPU, so with a private MPS daemon running (`mps`) every cuda stage on the
+/// device restarts with it.
+pub fn group(plan: &Plan, mps: bool, i: usize) -> Vec<usize> {
     let mut members = vec![i];
     let stage = &plan.stages[i];
-    if stage.domain == Domain::Cuda && matches!(plan.isolation, Isolation::Mps) {
+    if stage.domain == Domain::Cuda && mps {
         members.extend(
             (0..plan.stages.len())
                 .filter(|&j| j != i && plan.stages[j].domain == Domain::Cuda && plan.stages[j].device == stage.device),

@@ -59,6 +59,13 @@ pub struct Launch<'a> {
 }
 
 impl Launch<'_> {
+    /// Whether the run's cuda stages are clients of a private MPS daemon.
+    pub fn mps(&self) -> bool {
+        self.env.iter().any(|(k, _)| k == "CUDA_MPS_PIPE_DIRECTORY")
+    }
+}
+
+impl Launch<'_> {
     /// Start process number `incarnation` of stage `i` and send it its setup.
     pub fn start(&self, i: usize, incarnation: u32) -> Result<StageProcess, String> {
         let stage = &self.plan.stages[i];

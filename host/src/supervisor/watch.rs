@@ -263,10 +263,8 @@ impl Watch<'_, '_> {
                 return;
             }
         };
-        let group = restart::group(plan, i);
-        if group.len() > 1 {
-            self.name_the_faulting_client(stages, &group);
-        }
+        let group = restart::group(plan, self.launch.mps(), i);
+        self.explain_mps_fault(i, &cause);
         let now = Instant::now();
         for &m in &group {
             self.slots[m].failed_at = Some(now);
@@ -286,24 +284,18 @@ impl Watch<'_, '_> {
         self.reclaim_and_schedule(i, Some(wait));
     }
 
-    /// Under MPS a fatal GPU fault ends every client of the GPU, and each reports the fault:
-    /// the MPS server's log names the client that caused it. Say which stage that was.
-    fn name_the_faulting_client(&self, stages: &Stages, group: &[usize]) {
-        let Some((_, dir)) = self.launch.env.iter().find(|(k, _)| k == "CUDA_MPS_LOG_DIRECTORY") else { return };
-        let Ok(log) = std::fs::read_to_string(std::path::Path::new(dir).join("server.log")) else { return };
-        let tail: Vec<&str> = log.lines().rev().take(40).collect();
-        for line in tail.iter().rev() {
-            tracing::debug!("MPS server: {line}");
-        }
-        for &m in group {
-            let pid = stages.0[m].child.id().to_string();
-            let named = tail.iter().find(|l| {
-                let lower = l.to_ascii_lowercase();
-                l.split(|c: char| !c.is_ascii_digit()).any(|w| w == pid) && (lower.contains("fault") || lower.contains("error"))
-            });
-            if let Some(line) = named {
-                tracing::warn!("the GPU fault came from stage '{}' (pid {pid}); the MPS server says: {}", stages.0[m].name, line.trim());
-            }
+    /// Under MPS a fatal GPU fault ends every client of the GPU: each reports the fault,
+    /// and the MPS server's log names the first client that saw it, not the one that caused
+    /// it (measured: it named the source when the stage after it faulted). Say so.
+    fn explain_mps_fault(&self, i: usize, cause: &str) {
+        let plan = self.launch.plan;
+        let stage = &plan.stages[i];
+        if self.launch.mps() && stage.domain == gpuipc_plugin_api::Domain::Cuda && cause.contains("CUDA_ERROR") {
+            tracing::warn!(
+                "a fatal GPU fault under MPS ends every stage on cuda:{}; stage '{}' reported it first, but any stage on that GPU may have caused it (with isolation = \"process\" only the faulting stage fails)",
+                stage.device.unwrap_or(0),
+                stage.name
+            );
         }
     }
 
@@ -312,7 +304,7 @@ impl Watch<'_, '_> {
     /// restart with it, which take the group's time).
     fn reclaim_and_schedule(&mut self, i: usize, wait: Option<Duration>) {
         let plan = self.launch.plan;
-        let group = restart::group(plan, i);
+        let group = restart::group(plan, self.launch.mps(), i);
         let taps = self.launch.options.checksums.as_deref();
         let lost = super::reclaim::reclaim_stage(plan, i, &group, &self.launch.stats[i], self.launch.rings, taps);
         if lost > 0 {
@@ -334,30 +326,36 @@ impl Watch<'_, '_> {
         self.slots[i].life = Life::Restarting { at };
     }
 
-    /// Start the processes whose restart is due, once every member of their group is dead.
+    /// Start the groups whose restart is due: all members at once, once every one is dead.
     fn restart_due(&mut self, stages: &mut Stages) {
         let now = Instant::now();
         for i in 0..self.slots.len() {
             let Life::Restarting { at } = self.slots[i].life else { continue };
-            let group = restart::group(self.launch.plan, i);
+            let group = restart::group(self.launch.plan, self.launch.mps(), i);
             let group_dead = group.iter().all(|&m| matches!(self.slots[m].life, Life::Restarting { .. }));
             if at > now || !group_dead {
                 continue;
             }
-            let slot = &mut self.slots[i];
-            slot.incarnation += 1;
-            match self.launch.start(i, slot.incarnation) {
-                Ok(process) => {
-                    stages.0[i] = process;
-                    slot.track = Track { socket_open: true, ..Track::default() };
-                    slot.life = Life::Alive { started: false, watch: None };
-                    self.launch.stats[i].get().restarts.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    slot.outcome = Some(StageOutcome::Failed(e.clone()));
-                    slot.life = Life::Ended;
-                    self.fail(i, e);
-                }
+            for m in group {
+                self.start_again(stages, m);
+            }
+        }
+    }
+
+    fn start_again(&mut self, stages: &mut Stages, i: usize) {
+        let slot = &mut self.slots[i];
+        slot.incarnation += 1;
+        match self.launch.start(i, slot.incarnation) {
+            Ok(process) => {
+                stages.0[i] = process;
+                slot.track = Track { socket_open: true, ..Track::default() };
+                slot.life = Life::Alive { started: false, watch: None };
+                self.launch.stats[i].get().restarts.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                slot.outcome = Some(StageOutcome::Failed(e.clone()));
+                slot.life = Life::Ended;
+                self.fail(i, e);
             }
         }
     }
