@@ -202,7 +202,7 @@ for isolation in process mps; do
     after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
     echo "isolation $isolation: exit $code, $(python3 -c "print(f'{$ended - $started:.2f}')") s for 1,500 frames paced at 1,000 frames/s"
     [ "$code" = 0 ] || { fail "gpu fault under $isolation: the run did not finish"; tail -5 "$work/run.txt"; tail -20 "$work/err.txt"; }
-    grep -E "illegal address|restarting|restarted|lost with|GPU fault came|MPS server" "$work/err.txt" | sed "s/^/    /" | grep -v "cuEventDestroy\|cuModuleUnload\|cuStreamDestroy" | head -60
+    grep -E "illegal address|restarting|restarted|lost with|fatal GPU fault" "$work/err.txt" | sed "s/^/    /" | grep -v "cuEventDestroy\|cuModuleUnload\|cuStreamDestroy" | head -60
     accounting "$work/report.json" "$work/sums/gen.sum" "$work/sums/sink.sum" || fail "gpu fault under $isolation: frames unaccounted for"
     compare_taps "$here/work/fault-ref" "$work/sums" || fail "gpu fault under $isolation: output differs from cpu"
     echo "    GPU memory used: before $before MiB, after $after MiB"
