@@ -788,15 +788,16 @@ mod tests {
     fn abort_wakes_a_waiting_consumer_and_producer() {
         let map = ring(1, &[POLICY_BLOCK]);
         let mut consumer = Consumer::new(reopen(&map), 0, Waiter::new(0)).unwrap();
-        let waiting = thread::spawn(move || consumer.acquire(0, None).map(|s| s.is_some()));
+        let waiting = thread::spawn(move || consumer.acquire(0, None));
         let mut producer = Producer::new(reopen(&map), Waiter::new(0));
         let slot = producer.acquire(None).unwrap();
         producer.publish(slot, 0, 0);
-        // The consumer holds (or will hold) frame 0 un-released; the ring of one is full.
-        assert!(waiting.join().unwrap().unwrap());
+        // The consumer holds frame 0 (its guard is kept until the end); the ring of one is full.
+        let held = waiting.join().unwrap().unwrap().expect("frame 0");
         let blocked = thread::spawn(move || producer.acquire(None).map(|_| ()));
         map.abort();
         assert!(matches!(blocked.join().unwrap(), Err(LinkError::Aborted)));
+        drop(held);
     }
 
     #[test]
