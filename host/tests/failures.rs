@@ -14,28 +14,7 @@ fn faulty_pipeline(mode: &str, frames: Option<u64>) -> String {
 
 fn faulty_pipeline_at(mode: &str, at: u64, frames: Option<u64>) -> String {
     let frames = frames.map_or(String::new(), |n| format!("frames = {n}"));
-    format!(
-        r#"
-[pipeline]
-name = "faults"
-{frames}
-[[stage]]
-name = "gen"
-plugin = "generator"
-depth = 2
-params = {{ width = 48, height = 32, pattern = "box" }}
-[[stage]]
-name = "bad"
-plugin = "test-faulty"
-inputs = ["gen"]
-params = {{ mode = "{mode}", at = {at} }}
-[[stage]]
-name = "sink"
-plugin = "checksum"
-inputs = ["bad"]
-params = {{ path = "sink.sum" }}
-"#
-    )
+    faulty_chain("faults", &frames, mode, at, "plugin = \"checksum\"\nparams = { path = \"sink.sum\" }")
 }
 
 #[test]

@@ -5,36 +5,16 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use common::*;
 use rustix::process::{Pid, Signal};
 
-fn faulty_chain(mode: &str, at: u64, supervision: &str) -> String {
-    format!(
-        r#"
-[pipeline]
-name = "restarts"
-frames = 40
-{supervision}
-[[stage]]
-name = "gen"
-plugin = "generator"
-depth = 2
-params = {{ width = 48, height = 32, pattern = "box" }}
-[[stage]]
-name = "bad"
-plugin = "test-faulty"
-inputs = ["gen"]
-params = {{ mode = "{mode}", at = {at} }}
-[[stage]]
-name = "sink"
-plugin = "null"
-inputs = ["bad"]
-"#
-    )
+/// 40 frames through a faulty stage into a `null` sink, with `supervision` keys.
+fn faulty_run(mode: &str, at: u64, supervision: &str) -> String {
+    faulty_chain("restarts", &format!("frames = 40\n{supervision}"), mode, at, "plugin = \"null\"")
 }
 
 fn report(dir: &Path) -> serde_json::Value {
@@ -49,7 +29,7 @@ fn stage<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value
 fn a_stage_that_dies_once_is_restarted_and_the_run_finishes_counting_the_lost_frame() {
     for mode in ["sigkill_at", "panic_at", "error_at", "abort_at", "exit_at"] {
         let dir = scratch(&format!("restart-once-{mode}"));
-        let file = pipeline(&dir, "p.toml", &faulty_chain(mode, 5, "restart = \"on-failure\"\nrestart_backoff = \"1ms\""));
+        let file = pipeline(&dir, "p.toml", &faulty_run(mode, 5, "restart = \"on-failure\"\nrestart_backoff = \"1ms\""));
         let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
         assert_eq!(run.status.code(), Some(0), "{mode}:\n{}", run.output());
         assert!(run.stderr.contains("stage 'bad' restarted (restart 1)"), "{mode}:\n{}", run.output());
@@ -67,7 +47,7 @@ fn a_stage_that_dies_once_is_restarted_and_the_run_finishes_counting_the_lost_fr
 #[test]
 fn without_a_restart_policy_a_failure_still_stops_the_run() {
     let dir = scratch("restart-never");
-    let file = pipeline(&dir, "p.toml", &faulty_chain("sigkill_at", 5, ""));
+    let file = pipeline(&dir, "p.toml", &faulty_run("sigkill_at", 5, ""));
     let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
     assert_eq!(run.status.code(), Some(1), "{}", run.output());
     assert!(run.stdout.contains("run 'restarts' failed: stage 'bad' killed by SIGKILL"), "{}", run.output());
@@ -78,7 +58,7 @@ fn without_a_restart_policy_a_failure_still_stops_the_run() {
 fn the_host_gives_up_after_max_restarts_within_the_window() {
     let dir = scratch("restart-budget");
     let supervision = "restart = \"always\"\nmax_restarts = 2\nrestart_backoff = \"1ms\"";
-    let file = pipeline(&dir, "p.toml", &faulty_chain("error_on_create", 0, supervision));
+    let file = pipeline(&dir, "p.toml", &faulty_run("error_on_create", 0, supervision));
     let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
     assert_eq!(run.status.code(), Some(1), "{}", run.output());
     assert!(
@@ -95,7 +75,7 @@ fn the_host_gives_up_after_max_restarts_within_the_window() {
 #[test]
 fn on_failure_does_not_restart_a_stage_that_never_started() {
     let dir = scratch("restart-not-started");
-    let file = pipeline(&dir, "p.toml", &faulty_chain("error_on_create", 0, "restart = \"on-failure\""));
+    let file = pipeline(&dir, "p.toml", &faulty_run("error_on_create", 0, "restart = \"on-failure\""));
     let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
     assert_eq!(run.status.code(), Some(1), "{}", run.output());
     assert!(run.stdout.contains("failed: stage 'bad' plugin failed in create"), "{}", run.output());
@@ -106,7 +86,7 @@ fn on_failure_does_not_restart_a_stage_that_never_started() {
 #[test]
 fn the_watchdog_names_a_stalled_stage_and_stops_the_run_without_a_restart_policy() {
     let dir = scratch("stall-never");
-    let file = pipeline(&dir, "p.toml", &faulty_chain("hang_at", 3, "stall_timeout = \"300ms\""));
+    let file = pipeline(&dir, "p.toml", &faulty_run("hang_at", 3, "stall_timeout = \"300ms\""));
     let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
     assert_eq!(run.status.code(), Some(1), "{}", run.output());
     assert!(
@@ -121,7 +101,7 @@ fn the_watchdog_names_a_stalled_stage_and_stops_the_run_without_a_restart_policy
 fn a_stalled_stage_is_restarted_and_the_run_finishes() {
     let dir = scratch("stall-restart");
     let supervision = "stall_timeout = \"300ms\"\nrestart = \"on-failure\"\nrestart_backoff = \"1ms\"";
-    let file = pipeline(&dir, "p.toml", &faulty_chain("hang_at", 3, supervision));
+    let file = pipeline(&dir, "p.toml", &faulty_run("hang_at", 3, supervision));
     let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json"]);
     assert_eq!(run.status.code(), Some(0), "{}", run.output());
     let report = report(&dir);
@@ -222,9 +202,9 @@ fn twenty_random_kills_and_a_stop_lose_only_counted_frames_and_deliver_only_righ
         host.wait_for_stderr(&format!("stage '{victim}' restarted (restart {n})"), RUN_TIMEOUT);
     }
     host.signal(Signal::TERM);
-    let run = host.finish(RUN_TIMEOUT);
-    assert_eq!(run.status.code(), Some(0), "{}", run.output());
-    assert!(run.stdout.contains("run 'chain' stopped by a stop signal and drained"), "{}", run.output());
+    let finished = host.finish(RUN_TIMEOUT);
+    assert_eq!(finished.status.code(), Some(0), "{}", finished.output());
+    assert!(finished.stdout.contains("run 'chain' stopped by a stop signal and drained"), "{}", finished.output());
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     for (&name, &n) in &restarts {
         assert_eq!(stage(&report, name)["restarts"].as_u64(), Some(n), "restarts of '{name}'");
@@ -238,13 +218,13 @@ fn twenty_random_kills_and_a_stop_lose_only_counted_frames_and_deliver_only_righ
     let seqs: Vec<u64> = delivered.iter().map(|(s, _)| *s).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "the sink got each frame once, in order: {seqs:?}");
     let counted: u64 = STAGES.iter().map(|s| stage(&report, s)["dropped"].as_u64().unwrap() + stage(&report, s)["lost"].as_u64().unwrap()).sum();
-    assert_eq!(produced, seqs.len() as u64 + counted, "produced = delivered + dropped + lost\n{}", run.stdout);
+    assert_eq!(produced, seqs.len() as u64 + counted, "produced = delivered + dropped + lost\n{}", finished.stdout);
 
     // The reference: the same frames in one process.
     let reference = dir.join("reference");
     std::fs::create_dir_all(&reference).unwrap();
     let frames = produced.to_string();
-    let refrun = run_in(&dir, &["run", &file.to_string_lossy(), "--in-process", "--quiet", "--frames", &frames, "--checksums", "reference"]);
+    let refrun = run(&dir, &["run", &file.to_string_lossy(), "--in-process", "--quiet", "--frames", &frames, "--checksums", "reference"]);
     assert!(refrun.status.success(), "{}", refrun.output());
     for name in STAGES {
         let want = tap(&reference, name);
@@ -252,11 +232,5 @@ fn twenty_random_kills_and_a_stop_lose_only_counted_frames_and_deliver_only_righ
             assert_eq!(want.get(&seq), Some(&hash), "stage '{name}' frame {seq} differs from the in-process reference");
         }
     }
-    let sink_seqs: BTreeSet<u64> = seqs.into_iter().collect();
-    assert_eq!(sink_seqs.len() as u64 + counted, produced);
-    assert_nothing_left(run.pid);
-}
-
-fn run_in(dir: &Path, args: &[&str]) -> Finished {
-    run(dir, args)
+    assert_nothing_left(finished.pid);
 }

@@ -353,6 +353,8 @@ impl Drop for ReadSlot {
 }
 
 /// What one scan of the slots found.
+// Returned by value on every frame's claim: boxing the slot would allocate per frame.
+#[allow(clippy::large_enum_variant)]
 enum Scan {
     Claimed(ReadSlot),
     Nothing,
@@ -434,24 +436,15 @@ impl Consumer {
     /// still pending for us will never be read: give them up, so a producer waiting for them
     /// (a `block` link whose consumer skips to align its inputs) can go on.
     fn try_claim(&self, want: u64) -> Scan {
-        let h = self.ring.header();
-        let pending = header::pending_bit(self.index);
         // Frames with a sequence number below this were published before the scan began;
         // any frame published during it has a higher one. The scan is not a snapshot: a
         // frame can be published behind it while a newer one is seen ahead.
-        let seq_end = h.producer.0.seq_end.load(Ordering::Acquire);
+        let seq_end = self.ring.header().producer.0.seq_end.load(Ordering::Acquire);
         let mut best: Option<(usize, u64, u64)> = None;
         let mut gave_up = false;
-        for i in 0..self.ring.depth() {
-            let slot = &h.slots[i].0;
-            let st = slot.state.load(Ordering::Acquire);
-            if st & WRITING != 0 || st & pending == 0 {
-                continue;
-            }
-            let seq = slot.seq.load(Ordering::Relaxed);
+        for (i, st, seq) in self.pending_slots() {
             if seq < want {
-                // Only the exact state seen: a slot rewritten meanwhile holds a newer frame.
-                gave_up |= slot.state.compare_exchange(st, st & !pending, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+                gave_up |= self.give_up(i, st);
                 continue;
             }
             let better = match best {
@@ -463,23 +456,50 @@ impl Consumer {
             }
         }
         if gave_up {
-            let r = &h.release.0;
-            wake_all(&r.release_futex, &r.producer_sleeping);
+            self.wake_producer();
         }
         let Some((i, st, seq)) = best else { return Scan::Nothing };
         if !self.latest && seq > want && seq >= seq_end {
             return Scan::Again;
         }
-        let slot = &h.slots[i].0;
+        self.claim(i, st).map_or(Scan::Again, Scan::Claimed)
+    }
+
+    /// The slots holding a frame still pending for us and not being rewritten: (slot, the
+    /// state word seen, the frame's sequence number).
+    fn pending_slots(&self) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
+        let h = self.ring.header();
+        let pending = header::pending_bit(self.index);
+        (0..self.ring.depth()).filter_map(move |i| {
+            let slot = &h.slots[i].0;
+            let st = slot.state.load(Ordering::Acquire);
+            (st & WRITING == 0 && st & pending != 0).then(|| (i, st, slot.seq.load(Ordering::Relaxed)))
+        })
+    }
+
+    /// Give up the frame in slot `i`, seen in state `st`, which we will never read. Only the
+    /// exact state seen: a slot rewritten meanwhile holds a newer frame.
+    fn give_up(&self, i: usize, st: u64) -> bool {
+        let pending = header::pending_bit(self.index);
+        let slot = &self.ring.header().slots[i].0;
+        slot.state.compare_exchange(st, st & !pending, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    }
+
+    /// A frame was given up: a producer waiting for its slot may go on.
+    fn wake_producer(&self) {
+        let r = &self.ring.header().release.0;
+        wake_all(&r.release_futex, &r.producer_sleeping);
+    }
+
+    /// Claim the frame in slot `i`, seen in state `st`; `None` if the slot changed since.
+    fn claim(&self, i: usize, st: u64) -> Option<ReadSlot> {
+        let slot = &self.ring.header().slots[i].0;
         // Acquire: pairs with the producer's Release publish of this exact state, so the
         // frame and metadata are visible; failing means the slot changed under us.
-        if slot.state.compare_exchange(st, st | header::claim_bit(self.index), Ordering::Acquire, Ordering::Relaxed).is_err()
-        {
-            return Scan::Again;
-        }
+        slot.state.compare_exchange(st, st | header::claim_bit(self.index), Ordering::Acquire, Ordering::Relaxed).ok()?;
         // SAFETY: our claim keeps the producer out of this slot until we release it.
         let meta = unsafe { *slot.meta.get() };
-        Scan::Claimed(ReadSlot { ring: self.ring.clone(), consumer: self.index, index: i, meta })
+        Some(ReadSlot { ring: self.ring.clone(), consumer: self.index, index: i, meta })
     }
 
     // Fan-in (`stage::inputs`): a stage with several inputs takes the frame with one exact
@@ -513,16 +533,9 @@ impl Consumer {
         // Acquire, before the scan: every frame numbered below this was published before the
         // scan began, so the scan sees it unless it was overwritten (or given up) already.
         let seq_end = p.seq_end.load(Ordering::Acquire);
-        let pending = header::pending_bit(self.index);
         let mut offer =
             Offer { seqs: [0; MAX_SLOTS], len: 0, future_from: (!closed).then_some(seq_end.max(from)), seq_end };
-        for i in 0..self.ring.depth() {
-            let slot = &h.slots[i].0;
-            let st = slot.state.load(Ordering::Acquire);
-            if st & WRITING != 0 || st & pending == 0 {
-                continue;
-            }
-            let seq = slot.seq.load(Ordering::Relaxed);
+        for (_, st, seq) in self.pending_slots() {
             // A number read while the slot is being rewritten belongs to no published state.
             if seq >= from && same_frame(st, seq) {
                 offer.seqs[offer.len] = seq;
@@ -538,41 +551,26 @@ impl Consumer {
     /// for a frame we will not read). The frame is not counted as received until `take`;
     /// releasing it untaken gives it up, and it is counted as dropped with the next frame taken.
     pub fn claim_seq(&self, seq: u64) -> Option<ReadSlot> {
-        let h = self.ring.header();
-        let pending = header::pending_bit(self.index);
         let claim = header::claim_bit(self.index);
         loop {
             let mut found = None;
             let mut gave_up = false;
-            for i in 0..self.ring.depth() {
-                let slot = &h.slots[i].0;
-                let st = slot.state.load(Ordering::Acquire);
-                if st & WRITING != 0 || st & pending == 0 || st & claim != 0 {
-                    continue;
-                }
-                let s = slot.seq.load(Ordering::Relaxed);
-                if !same_frame(st, s) {
+            for (i, st, s) in self.pending_slots() {
+                if st & claim != 0 || !same_frame(st, s) {
                     continue;
                 }
                 if s < seq {
-                    // Only the exact state seen: a slot rewritten meanwhile holds a newer frame.
-                    gave_up |= slot.state.compare_exchange(st, st & !pending, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+                    gave_up |= self.give_up(i, st);
                 } else if s == seq {
                     found = Some((i, st));
                 }
             }
             if gave_up {
-                let r = &h.release.0;
-                wake_all(&r.release_futex, &r.producer_sleeping);
+                self.wake_producer();
             }
             let (i, st) = found?;
-            let slot = &h.slots[i].0;
-            // Acquire: pairs with the producer's Release publish of this exact state, so the
-            // frame and metadata are visible; failing means the slot changed under us.
-            if slot.state.compare_exchange(st, st | claim, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                // SAFETY: our claim keeps the producer out of this slot until we release it.
-                let meta = unsafe { *slot.meta.get() };
-                return Some(ReadSlot { ring: self.ring.clone(), consumer: self.index, index: i, meta });
+            if let Some(slot) = self.claim(i, st) {
+                return Some(slot);
             }
         }
     }

@@ -62,6 +62,19 @@ fn policy_code(p: Policy) -> u8 {
     }
 }
 
+/// The shape of link `link`'s ring: what the host creates it with, and what each stage checks
+/// the ring it maps against.
+fn ring_params(plan: &Plan, link: usize) -> RingParams {
+    let l = &plan.links[link];
+    RingParams {
+        format: l.format,
+        layout: l.layout,
+        depth: l.depth,
+        policies: l.policies.iter().map(|&p| policy_code(p)).collect(),
+        host_data: !matches!(l.memory, LinkMemory::Device { .. }),
+    }
+}
+
 /// Run `plan` with one process per stage. Returns the report, whether the run succeeded or not
 /// (see [`RunReport::succeeded`]); `Err` only when the run could not be set up at all.
 pub fn run(plan: &Plan, options: &RunOptions, shutdown: &Shutdown) -> Result<RunReport, RunError> {
@@ -76,14 +89,8 @@ pub fn run(plan: &Plan, options: &RunOptions, shutdown: &Shutdown) -> Result<Run
         .iter()
         .enumerate()
         .map(|(i, l)| {
-            let params = RingParams {
-                format: l.format,
-                layout: l.layout,
-                depth: l.depth,
-                policies: l.policies.iter().map(|&p| policy_code(p)).collect(),
-                host_data: !matches!(l.memory, LinkMemory::Device { .. }),
-            };
-            RingMap::create(&format!("gpuipc-{}-ring-{}", std::process::id(), plan.stages[l.producer].name), &params)
+            let name = format!("gpuipc-{}-ring-{}", std::process::id(), plan.stages[l.producer].name);
+            RingMap::create(&name, &ring_params(plan, i))
                 .map_err(|e| RunError::Setup(format!("link {}: {e}", plan.link_name(i))))
         })
         .collect::<Result<_, _>>()?;

@@ -119,13 +119,8 @@ impl Launch<'_> {
 }
 
 fn ring_wire(plan: &Plan, link: usize) -> RingWire {
-    let l = &plan.links[link];
-    RingWire {
-        name: plan.link_name(link),
-        format: l.format.into(),
-        depth: l.depth,
-        policies: l.policies.iter().map(|&p| super::policy_code(p)).collect(),
-    }
+    let params = super::ring_params(plan, link);
+    RingWire { name: plan.link_name(link), format: params.format.into(), depth: params.depth, policies: params.policies }
 }
 
 /// Every stage process of a run. Dropping it kills and reaps whatever still runs, so no

@@ -65,11 +65,17 @@ impl Drop for Shutdown {
     }
 }
 
-#[derive(Default)]
 struct Track {
     ready: bool,
     socket_open: bool,
     last_message: Option<FromStage>,
+}
+
+impl Track {
+    /// A new process: not ready, its socket open, nothing said yet.
+    fn new() -> Track {
+        Track { ready: false, socket_open: true, last_message: None }
+    }
 }
 
 /// Where one stage stands.
@@ -116,6 +122,8 @@ struct Watch<'a, 'l> {
     started: Option<Instant>,
     killed_all: bool,
     broker: super::broker::Broker,
+    /// Each stage's restart group ([`restart::group`]), itself first.
+    groups: Vec<Vec<usize>>,
 }
 
 pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> RunReport {
@@ -124,7 +132,7 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
         .0
         .iter()
         .map(|_| Slot {
-            track: Track { socket_open: true, ..Track::default() },
+            track: Track::new(),
             life: Life::Alive { started: false, watch: None },
             incarnation: 0,
             ran: false,
@@ -141,6 +149,7 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
         started: None,
         killed_all: false,
         broker: super::broker::Broker::default(),
+        groups: (0..plan.stages.len()).map(|i| restart::group(plan, launch.mps(), i)).collect(),
     };
     let live = Live::new(plan, launch.options.live);
     while !w.slots.iter().all(|s| matches!(s.life, Life::Ended)) {
@@ -263,7 +272,7 @@ impl Watch<'_, '_> {
                 return;
             }
         };
-        let group = restart::group(plan, self.launch.mps(), i);
+        let group = self.groups[i].clone();
         self.explain_mps_fault(i, &cause);
         let now = Instant::now();
         for &m in &group {
@@ -304,7 +313,7 @@ impl Watch<'_, '_> {
     /// restart with it, which take the group's time).
     fn reclaim_and_schedule(&mut self, i: usize, wait: Option<Duration>) {
         let plan = self.launch.plan;
-        let group = restart::group(plan, self.launch.mps(), i);
+        let group = self.groups[i].clone();
         let taps = self.launch.options.checksums.as_deref();
         let lost = super::reclaim::reclaim_stage(plan, i, &group, &self.launch.stats[i], self.launch.rings, taps);
         if lost > 0 {
@@ -331,7 +340,7 @@ impl Watch<'_, '_> {
         let now = Instant::now();
         for i in 0..self.slots.len() {
             let Life::Restarting { at } = self.slots[i].life else { continue };
-            let group = restart::group(self.launch.plan, self.launch.mps(), i);
+            let group = self.groups[i].clone();
             let group_dead = group.iter().all(|&m| matches!(self.slots[m].life, Life::Restarting { .. }));
             if at > now || !group_dead {
                 continue;
@@ -348,7 +357,7 @@ impl Watch<'_, '_> {
         match self.launch.start(i, slot.incarnation) {
             Ok(process) => {
                 stages.0[i] = process;
-                slot.track = Track { socket_open: true, ..Track::default() };
+                slot.track = Track::new();
                 slot.life = Life::Alive { started: false, watch: None };
                 self.launch.stats[i].get().restarts.fetch_add(1, Ordering::Relaxed);
             }

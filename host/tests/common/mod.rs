@@ -201,6 +201,33 @@ pub fn assert_nothing_left(pid: u32) {
     assert!(shm.is_empty(), "shared memory left behind: {shm:?}");
 }
 
+/// `generator` (48x32, ring of 2) -> `test-faulty` named 'bad' (`mode` at frame `at`) -> a sink
+/// named 'sink' (`sink`: its `plugin` and `params` lines); `pipeline` holds the `[pipeline]`
+/// keys besides `name`.
+pub fn faulty_chain(name: &str, pipeline: &str, mode: &str, at: u64, sink: &str) -> String {
+    format!(
+        r#"
+[pipeline]
+name = "{name}"
+{pipeline}
+[[stage]]
+name = "gen"
+plugin = "generator"
+depth = 2
+params = {{ width = 48, height = 32, pattern = "box" }}
+[[stage]]
+name = "bad"
+plugin = "test-faulty"
+inputs = ["gen"]
+params = {{ mode = "{mode}", at = {at} }}
+[[stage]]
+name = "sink"
+inputs = ["bad"]
+{sink}
+"#
+    )
+}
+
 /// Write a pipeline file into `dir`.
 pub fn pipeline(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
