@@ -36,7 +36,8 @@ enum Command {
         /// Frames each source emits (overrides the file's `frames`).
         #[arg(long)]
         frames: Option<u64>,
-        /// Run every stage in this process, one frame at a time, without links (cpu only).
+        /// Run every stage as a thread of this process, over the same rings and frame loop as
+        /// separate processes (cpu only): the reference the multi-process run is checked against.
         #[arg(long)]
         in_process: bool,
         /// Also write the run report as JSON to this file.

@@ -73,10 +73,6 @@ impl StagePlan {
         self.inputs.is_empty()
     }
 
-    pub fn input_formats(&self) -> Vec<FrameFormat> {
-        self.inputs.iter().map(|i| i.format).collect()
-    }
-
     pub fn output_format(&self) -> Option<FrameFormat> {
         self.output.as_ref().map(|o| o.format)
     }

@@ -20,7 +20,7 @@ use crate::link::wait::Waiter;
 use crate::link::{Consumer, Producer, RingMap, RingParams, StatsMap};
 use crate::plugin::LoadedPlugin;
 
-pub use frame_loop::{FrameLoop, LoopEnd, StageError, now_ns};
+pub use frame_loop::{FrameLoop, LoopEnd, StageError};
 use gpu_ends::{InputEnd, OutputEnd};
 
 /// The descriptor number the control socket has in a stage process.
@@ -111,6 +111,54 @@ fn setup_error(what: impl std::fmt::Display) -> StageError {
 }
 
 fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<(), StageError> {
+    let gpu = match setup.domain.as_str() {
+        "cuda" => Some(Arc::new(Gpu::open(setup.device.unwrap_or(0))?)),
+        _ => None,
+    };
+    let links = map_links(setup, fds)?;
+    let (input_ends, output_end) = link_ends(setup, socket, gpu.as_ref(), &links.consumers, links.producer.as_ref())?;
+    let plugin = LoadedPlugin::load(&setup.plugin_path).map_err(setup_error)?;
+    let instance = create_instance(setup, &plugin, &links.consumers, gpu.as_ref())?;
+    // The end before the producer: see `Output::Ring`.
+    let producer = output_end.zip(links.producer);
+    let output = output::Output::new(producer, setup.output.as_ref().map(|o| o.format.into()), gpu.as_ref())?;
+    socket.send(&FromStage::Ready, &[]).map_err(setup_error)?;
+    match socket.recv::<ToStage>() {
+        Ok((ToStage::Start, _)) => {}
+        Ok((other, _)) => return Err(setup_error(format!("expected start, got {other:?}"))),
+        Err(e) => return Err(setup_error(e)),
+    }
+    run_frames(setup, &links.stats, instance, links.consumers, input_ends, gpu, output)
+}
+
+/// `run --in-process`: one stage as a thread of the host, over the same rings and the same
+/// frame loop as a stage process, so the reference run exercises the same policies and
+/// fan-in alignment. The cpu domain only: every end is in host memory. Each thread loads the
+/// plugin for itself (the loader shares the library), as a stage process does.
+pub fn run_in_thread(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<(), StageError> {
+    let _span = tracing::info_span!("stage", name = %setup.stage).entered();
+    if setup.domain != "cpu" {
+        return Err(setup_error("--in-process runs the cpu domain only"));
+    }
+    let links = map_links(setup, fds)?;
+    let plugin = LoadedPlugin::load(&setup.plugin_path).map_err(setup_error)?;
+    let instance = create_instance(setup, &plugin, &links.consumers, None)?;
+    let input_ends = links.consumers.iter().map(|_| InputEnd::Host).collect();
+    let producer = links.producer.map(|p| (OutputEnd::Host, p));
+    let output = output::Output::new(producer, setup.output.as_ref().map(|o| o.format.into()), None)?;
+    run_frames(setup, &links.stats, instance, links.consumers, input_ends, None, output)
+}
+
+/// A stage's statistics block and its ends of its rings, mapped and checked against the plan.
+struct MappedLinks {
+    stats: Arc<StatsMap>,
+    consumers: Vec<Consumer>,
+    producer: Option<Producer>,
+}
+
+/// Map what `fds` hold, in the order the setup message says: the stats block, one ring per
+/// input, the output ring.
+fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, StageError> {
     let expected = 1 + setup.inputs.len() + setup.output.as_ref().is_some_and(|o| o.link.is_some()) as usize;
     if fds.len() != expected {
         return Err(setup_error(format!("received {} descriptors, expected {expected}", fds.len())));
@@ -118,10 +166,6 @@ fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<
     let mut fds = fds.into_iter();
     let stats =
         Arc::new(StatsMap::open(fds.next().expect("counted")).map_err(|e| setup_error(format!("stats block: {e}")))?);
-    let gpu = match setup.domain.as_str() {
-        "cuda" => Some(Arc::new(Gpu::open(setup.device.unwrap_or(0))?)),
-        _ => None,
-    };
     let waiter = Waiter::with_pulse(setup.spin_us, stats.clone());
     let mut consumers = Vec::new();
     for input in &setup.inputs {
@@ -136,37 +180,45 @@ fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<
         }
         _ => None,
     };
-    let (input_ends, output_end) = link_ends(setup, socket, gpu.as_ref(), &consumers, producer.as_ref())?;
-    let plugin = LoadedPlugin::load(&setup.plugin_path).map_err(setup_error)?;
+    Ok(MappedLinks { stats, consumers, producer })
+}
+
+fn create_instance<'p>(
+    setup: &StageSetup,
+    plugin: &'p LoadedPlugin,
+    consumers: &[Consumer],
+    gpu: Option<&Arc<Gpu>>,
+) -> Result<crate::plugin::Instance<'p>, StageError> {
     let input_formats: Vec<_> = consumers.iter().map(|c| c.ring().format()).collect();
     let output_format = setup.output.as_ref().map(|o| o.format.into());
     let cache_dir = std::env::var("GPUIPC_KERNEL_CACHE").unwrap_or_default();
     let ctx = RawCreateContext {
         stage: RawStr::from_str(&setup.stage),
         domain: if gpu.is_some() { abi::DOMAIN_CUDA } else { abi::DOMAIN_CPU },
-        device_ordinal: gpu.as_ref().map_or(-1, |g| g.ordinal() as i32),
-        cuda_context: gpu.as_ref().map_or(std::ptr::null_mut(), |g| g.context_ptr()),
-        cuda_stream: gpu.as_ref().map_or(std::ptr::null_mut(), |g| g.stream_ptr()),
+        device_ordinal: gpu.map_or(-1, |g| g.ordinal() as i32),
+        cuda_context: gpu.map_or(std::ptr::null_mut(), |g| g.context_ptr()),
+        cuda_stream: gpu.map_or(std::ptr::null_mut(), |g| g.stream_ptr()),
         kernel_cache_dir: RawStr::from_str(&cache_dir),
         log: Some(plugin_log),
     };
-    let instance = plugin
-        .create(&setup.params, &input_formats, output_format, &ctx)
-        .map_err(|e| StageError::Plugin { during: "create", error: e })?;
-    // The end before the producer: see `Output::Ring`.
-    let producer = output_end.zip(producer);
-    let output = output::Output::new(producer, output_format, gpu.as_ref())?;
-    socket.send(&FromStage::Ready, &[]).map_err(setup_error)?;
-    match socket.recv::<ToStage>() {
-        Ok((ToStage::Start, _)) => {}
-        Ok((other, _)) => return Err(setup_error(format!("expected start, got {other:?}"))),
-        Err(e) => return Err(setup_error(e)),
-    }
+    plugin.create(&setup.params, &input_formats, output_format, &ctx).map_err(|e| StageError::Plugin { during: "create", error: e })
+}
+
+/// The frame loop, from where the stage stands (a restarted stage carries on), to its end.
+fn run_frames(
+    setup: &StageSetup,
+    stats: &StatsMap,
+    instance: crate::plugin::Instance<'_>,
+    consumers: Vec<Consumer>,
+    input_ends: Vec<InputEnd>,
+    gpu: Option<Arc<Gpu>>,
+    output: output::Output,
+) -> Result<(), StageError> {
     let tap = match &setup.checksums {
         Some(dir) => Some(tap::Tap::create(dir, &setup.stage, setup.incarnation > 0).map_err(StageError::Setup)?),
         None => None,
     };
-    let first_seq = resume_seq(&stats, &output);
+    let first_seq = resume_seq(stats, &output);
     // Frames lost in earlier processes used up their index too: a plugin that failed at
     // frame N sees N + 1 next.
     let first_index = {
@@ -179,7 +231,7 @@ fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<
         input_ends,
         gpu: gpu.clone(),
         output,
-        stats: &stats,
+        stats,
         frames: setup.frames,
         first_seq,
         first_index,

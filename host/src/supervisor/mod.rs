@@ -78,22 +78,7 @@ fn ring_params(plan: &Plan, link: usize) -> RingParams {
 /// Run `plan` with one process per stage. Returns the report, whether the run succeeded or not
 /// (see [`RunReport::succeeded`]); `Err` only when the run could not be set up at all.
 pub fn run(plan: &Plan, options: &RunOptions, shutdown: &Shutdown) -> Result<RunReport, RunError> {
-    let stats: Vec<StatsMap> = plan
-        .stages
-        .iter()
-        .map(|s| StatsMap::create(&format!("gpuipc-{}-stats-{}", std::process::id(), s.name)))
-        .collect::<Result<_, _>>()
-        .map_err(|e| RunError::Setup(format!("stats memory: {e}")))?;
-    let rings: Vec<RingMap> = plan
-        .links
-        .iter()
-        .enumerate()
-        .map(|(i, l)| {
-            let name = format!("gpuipc-{}-ring-{}", std::process::id(), plan.stages[l.producer].name);
-            RingMap::create(&name, &ring_params(plan, i))
-                .map_err(|e| RunError::Setup(format!("link {}: {e}", plan.link_name(i))))
-        })
-        .collect::<Result<_, _>>()?;
+    let (stats, rings) = create_links(plan)?;
     let frames = options.frames.or(plan.frames);
     let mps = start_isolation(plan)?;
     let env = mps.as_ref().map(|d| d.env()).unwrap_or_default();
@@ -107,6 +92,26 @@ pub fn run(plan: &Plan, options: &RunOptions, shutdown: &Shutdown) -> Result<Run
     drop(stages);
     drop(mps);
     Ok(report)
+}
+
+/// Every stage's statistics block and every link's ring, made before any stage starts.
+fn create_links(plan: &Plan) -> Result<(Vec<StatsMap>, Vec<RingMap>), RunError> {
+    let stats: Vec<StatsMap> = plan
+        .stages
+        .iter()
+        .map(|s| StatsMap::create(&format!("gpuipc-{}-stats-{}", std::process::id(), s.name)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| RunError::Setup(format!("stats memory: {e}")))?;
+    let rings: Vec<RingMap> = plan
+        .links
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let name = format!("gpuipc-{}-ring-{}", std::process::id(), plan.stages[l.producer].name);
+            RingMap::create(&name, &ring_params(plan, i)).map_err(|e| RunError::Setup(format!("link {}: {e}", plan.link_name(i))))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((stats, rings))
 }
 
 /// Start a private MPS daemon when the plan's isolation asks for one. `auto` does when two or

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 
 use command_fds::{CommandFdExt, FdMapping};
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use super::{RunOptions, wire_memory};
 use crate::control::{ControlSocket, InputSetup, OutputSetup, RingWire, StageSetup, ToStage};
@@ -69,11 +69,7 @@ impl Launch<'_> {
     /// Start process number `incarnation` of stage `i` and send it its setup.
     pub fn start(&self, i: usize, incarnation: u32) -> Result<StageProcess, String> {
         let stage = &self.plan.stages[i];
-        let mut fds = vec![self.stats[i].shared_memory().as_fd()];
-        fds.extend(stage.inputs.iter().map(|inp| self.rings[inp.link].shared_memory().as_fd()));
-        if let Some(link) = stage.output.as_ref().and_then(|o| o.link) {
-            fds.push(self.rings[link].shared_memory().as_fd());
-        }
+        let fds = self.fds(i);
         let child = spawn_stage(&self.options.stage_exe, stage.name.as_str(), self.env)
             .map_err(|e| format!("cannot start stage '{}': {e}", stage.name))?;
         // A stage that dies before reading its setup shows up in the watch loop.
@@ -83,7 +79,19 @@ impl Launch<'_> {
         Ok(child)
     }
 
-    fn setup(&self, i: usize, incarnation: u32) -> StageSetup {
+    /// The descriptors stage `i` gets, in the order its setup says: its stats block, one ring
+    /// per input, its output ring.
+    pub fn fds(&self, i: usize) -> Vec<BorrowedFd<'_>> {
+        let stage = &self.plan.stages[i];
+        let mut fds = vec![self.stats[i].shared_memory().as_fd()];
+        fds.extend(stage.inputs.iter().map(|inp| self.rings[inp.link].shared_memory().as_fd()));
+        if let Some(link) = stage.output.as_ref().and_then(|o| o.link) {
+            fds.push(self.rings[link].shared_memory().as_fd());
+        }
+        fds
+    }
+
+    pub fn setup(&self, i: usize, incarnation: u32) -> StageSetup {
         let plan = self.plan;
         let stage = &plan.stages[i];
         StageSetup {
