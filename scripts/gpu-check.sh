@@ -15,16 +15,20 @@ bundle=${1:-gpu-bundle}
 cargo build --workspace --release --locked
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/tests"
-# The GPU tests (named gpu_*): the CUDA crate's own, and the plugins' GPU-against-CPU ones,
-# run there with the GPU required.
-for crate in gpuipc-cuda gpuipc-plugin-api gpuipc-generator gpuipc-rgb-process gpuipc-yuv420 gpuipc-test-gpu-fault; do
-    cargo test --release --locked -p "$crate" --lib --no-run --message-format=json 2>/dev/null |
+# The GPU tests (named gpu_*): the CUDA crate's own, the host's link backings (the conformance
+# suite), and the plugins' GPU-against-CPU ones, run there with the GPU required.
+test_exe() {  # CRATE TARGET-KIND-FLAG...: the test executable cargo builds
+    cargo test --release --locked -p "$@" --no-run --message-format=json 2>/dev/null |
         python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        print(m["executable"])' | while read -r exe; do cp "$exe" "$bundle/tests/$crate"; done
+        print(m["executable"])'
+}
+for crate in gpuipc-cuda gpuipc-plugin-api gpuipc-generator gpuipc-rgb-process gpuipc-yuv420 gpuipc-test-gpu-fault; do
+    test_exe "$crate" --lib | while read -r exe; do cp "$exe" "$bundle/tests/$crate"; done
 done
+test_exe gpuipc-host --bin gpuipc-host | while read -r exe; do cp "$exe" "$bundle/tests/gpuipc-host"; done
 cp target/release/gpuipc-host "$bundle/bin/"
 cp target/release/libgpuipc_*.so "$bundle/bin/"
 cp -r pipelines "$bundle/"

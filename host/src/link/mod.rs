@@ -4,11 +4,14 @@
 //! - [`header`]: the ring's control block layout in that memory.
 //! - [`check`]: the check of a control block against the plan, kept as a private copy.
 //! - [`wait`]: spin-then-futex waiting on shared counters, with deadlines.
+//! - [`backing`]: where frame bytes live (host memory, staged through it, GPU memory) and
+//!   what each end does per frame to reach them.
 //! - [`ring`]: the protocol, as a [`Producer`] and [`Consumer`] endpoint.
 //! - `reclaim`: the host taking back the slots of an end that died.
 //! - [`stats`]: per-stage counters the host reads for live statistics, and its stop flag.
 
 pub mod check;
+pub mod backing;
 pub mod header;
 mod reclaim;
 pub mod ring;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use gpuipc_plugin_api::abi::RawProcessContext;
 
-use super::gpu_ends::InputEnd;
+use crate::link::backing::ReadEnd;
 use super::inputs::acquire_aligned;
 use super::output::Output;
 use crate::gpu::Gpu;
@@ -28,6 +28,22 @@ pub enum StageError {
     Gpu(String),
     #[error("aborted")]
     Aborted,
+}
+
+impl From<crate::gpu::GpuError> for StageError {
+    fn from(e: crate::gpu::GpuError) -> StageError {
+        StageError::Gpu(e.to_string())
+    }
+}
+
+impl From<crate::control::handshake::HandshakeError> for StageError {
+    fn from(e: crate::control::handshake::HandshakeError) -> StageError {
+        use crate::control::handshake::HandshakeError;
+        match e {
+            HandshakeError::Gpu(e) => e.into(),
+            HandshakeError::Protocol(what) => StageError::Setup(what),
+        }
+    }
 }
 
 impl From<LinkError> for StageError {
@@ -55,7 +71,7 @@ pub struct FrameLoop<'a, 'p> {
     /// How each input is read (host memory, staged copy, GPU memory), parallel to `inputs`.
     /// Declared before `inputs` so it drops first: a staged end unregisters pinned memory of
     /// the input's ring, which must still be mapped then.
-    pub input_ends: Vec<InputEnd>,
+    pub input_ends: Vec<Box<dyn ReadEnd>>,
     pub inputs: Vec<Consumer>,
     /// The stage's GPU context and stream, in the cuda domain.
     pub gpu: Option<Arc<Gpu>>,
@@ -126,10 +142,10 @@ impl FrameLoop<'_, '_> {
         let gpu = self.gpu.as_ref();
         let mut inputs = Vec::with_capacity(held.len());
         for ((input, end), slot) in self.inputs.iter().zip(&self.input_ends).zip(held) {
-            inputs.push(end.frame(gpu, input.ring(), slot)?);
+            inputs.push(end.frame(input.ring(), slot)?);
         }
         self.stats.set_phase(PHASE_WAITING_OUTPUT, seq);
-        let pending = self.output.acquire(gpu)?;
+        let pending = self.output.acquire()?;
         self.stats.set_phase(PHASE_PROCESS, seq);
         let started_ns = now_ns();
         let timestamp_ns = source_timestamp.unwrap_or(started_ns);
@@ -150,9 +166,9 @@ impl FrameLoop<'_, '_> {
             return Err(StageError::Plugin { during: "process", error });
         }
         for (end, slot) in self.input_ends.iter().zip(held) {
-            end.done(gpu, slot.index())?;
+            end.done(slot.index())?;
         }
-        self.output.finish(gpu, &pending)?;
+        self.output.finish(&pending)?;
         if let Some(tap) = &mut self.tap {
             let hash = self.output.pixel_hash(gpu, out.as_ref())?;
             tap.record(seq, hash).map_err(StageError::Setup)?;

@@ -3,7 +3,6 @@
 //! the frame loop.
 
 mod frame_loop;
-mod gpu_ends;
 mod inputs;
 mod output;
 pub mod tap;
@@ -14,6 +13,7 @@ use gpuipc_plugin_api::abi::{self, RawCreateContext, RawStr};
 
 use std::sync::Arc;
 
+use crate::control::handshake;
 use crate::control::{ControlSocket, FromStage, LinkMemoryWire, RingWire, StageSetup, ToStage};
 use crate::gpu::Gpu;
 use crate::link::wait::Waiter;
@@ -21,7 +21,7 @@ use crate::link::{Consumer, Producer, RingMap, RingParams, StatsMap};
 use crate::plugin::LoadedPlugin;
 
 pub use frame_loop::{FrameLoop, LoopEnd, StageError};
-use gpu_ends::{InputEnd, OutputEnd};
+use crate::link::backing::{ReadEnd, WriteEnd, host::Host, staged::Staged};
 
 /// The descriptor number the control socket has in a stage process.
 pub const CONTROL_FD: i32 = 3;
@@ -143,8 +143,8 @@ pub fn run_in_thread(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<(), StageE
     let links = map_links(setup, fds)?;
     let plugin = LoadedPlugin::load(&setup.plugin_path).map_err(setup_error)?;
     let instance = create_instance(setup, &plugin, &links.consumers, None)?;
-    let input_ends = links.consumers.iter().map(|_| InputEnd::Host).collect();
-    let producer = links.producer.map(|p| (OutputEnd::Host, p));
+    let input_ends = links.consumers.iter().map(|_| Box::new(Host) as Box<dyn ReadEnd>).collect();
+    let producer = links.producer.map(|p| (Box::new(Host) as Box<dyn WriteEnd>, p));
     let output = output::Output::new(producer, setup.output.as_ref().map(|o| o.format.into()), None)?;
     run_frames(setup, &links.stats, instance, links.consumers, input_ends, None, output)
 }
@@ -210,7 +210,7 @@ fn run_frames(
     stats: &StatsMap,
     instance: crate::plugin::Instance<'_>,
     consumers: Vec<Consumer>,
-    input_ends: Vec<InputEnd>,
+    input_ends: Vec<Box<dyn ReadEnd>>,
     gpu: Option<Arc<Gpu>>,
     output: output::Output,
 ) -> Result<(), StageError> {
@@ -274,50 +274,50 @@ fn resume_seq(stats: &StatsMap, output: &output::Output) -> u64 {
     output.next_seq().map_or(done, |next| next.max(done))
 }
 
-/// How each input is read and the output written: host memory for a cpu stage; for a cuda
-/// stage, a staged copy on a host ring or the GPU objects exchanged through the host.
+/// How each input is read and the output written: in place for a cpu stage; for a cuda
+/// stage, staged copies on a host ring, or the GPU objects exchanged through the host.
 fn link_ends(
     setup: &StageSetup,
     socket: &ControlSocket,
     gpu: Option<&Arc<Gpu>>,
     consumers: &[Consumer],
     producer: Option<&Producer>,
-) -> Result<(Vec<InputEnd>, Option<OutputEnd>), StageError> {
-    let mut inputs: Vec<Option<InputEnd>> = Vec::new();
+) -> Result<(Vec<Box<dyn ReadEnd>>, Option<Box<dyn WriteEnd>>), StageError> {
+    let mut inputs: Vec<Option<Box<dyn ReadEnd>>> = Vec::new();
     let mut halves = Vec::new();
     for (input, consumer) in setup.inputs.iter().zip(consumers) {
         inputs.push(match (gpu, input.memory) {
-            (None, LinkMemoryWire::Host) => Some(InputEnd::Host),
-            (Some(g), LinkMemoryWire::Host) => Some(InputEnd::staged(g, consumer.ring())?),
+            (None, LinkMemoryWire::Host) => Some(Box::new(Host)),
+            (Some(g), LinkMemoryWire::Host) => Some(Box::new(Staged::new(g, consumer.ring())?)),
             (Some(g), LinkMemoryWire::Device { .. }) => {
-                halves.push(InputEnd::export(g, socket, input.link, input.consumer, consumer.ring().depth())?);
+                halves.push(handshake::export_input(g, socket, input.link, input.consumer, consumer.ring().depth())?);
                 None
             }
             (None, LinkMemoryWire::Device { .. }) => return Err(setup_error("a cpu stage cannot read a GPU link")),
         });
     }
-    let mut output = match (setup.output.as_ref(), producer, gpu) {
+    let mut output: Option<Box<dyn WriteEnd>> = match (setup.output.as_ref(), producer, gpu) {
         (Some(o), Some(p), Some(g)) => match o.memory {
-            LinkMemoryWire::Host => Some(OutputEnd::staged(g, p.ring())?),
+            LinkMemoryWire::Host => Some(Box::new(Staged::new(g, p.ring())?)),
             LinkMemoryWire::Device { transport } => {
                 let link = o.link.expect("a producer has a link");
-                halves.push(OutputEnd::export(g, socket, link, p.ring(), transport)?);
+                halves.push(handshake::export_output(g, socket, link, p.ring(), transport)?);
                 None
             }
         },
-        (Some(_), Some(_), None) => Some(OutputEnd::Host),
+        (Some(_), Some(_), None) => Some(Box::new(Host)),
         _ => None,
     };
     if let Some(g) = gpu
         && !halves.is_empty()
     {
-        let (imported, device_output) = gpu_ends::complete(g, socket, halves)?;
+        let (imported, device_output) = handshake::complete(g, socket, halves)?;
         for (link, end) in imported {
             let k = setup.inputs.iter().position(|i| i.link == link).expect("imports match exported inputs");
-            inputs[k] = Some(end);
+            inputs[k] = Some(Box::new(end));
         }
-        if device_output.is_some() {
-            output = device_output;
+        if let Some(end) = device_output {
+            output = Some(Box::new(end));
         }
     }
     Ok((inputs.into_iter().map(|e| e.expect("every input end is set up")).collect(), output))

@@ -8,7 +8,7 @@ use gpuipc_plugin_api::abi::{self, RawFrame};
 use gpuipc_plugin_api::{FrameFormat, FrameLayout};
 
 use super::StageError;
-use super::gpu_ends::OutputEnd;
+use crate::link::backing::WriteEnd;
 use crate::gpu::{DeviceMemory, Gpu};
 use crate::link::{Producer, WriteSlot};
 
@@ -21,7 +21,7 @@ pub enum Output {
     None,
     /// The end first: fields drop in order, and a staged end unregisters the ring's pinned
     /// memory, which must still be mapped then.
-    Ring(OutputEnd, Producer),
+    Ring(Box<dyn WriteEnd>, Producer),
     Private { format: FrameFormat, layout: FrameLayout, memory: PrivateMemory },
 }
 
@@ -34,7 +34,7 @@ pub enum Pending {
 
 impl Output {
     pub fn new(
-        producer: Option<(OutputEnd, Producer)>,
+        producer: Option<(Box<dyn WriteEnd>, Producer)>,
         format: Option<FrameFormat>,
         gpu: Option<&Arc<Gpu>>,
     ) -> Result<Output, StageError> {
@@ -55,14 +55,14 @@ impl Output {
 
     /// Take memory for the next output frame; on a GPU ring, the stream waits until every
     /// consumer is done with it.
-    pub fn acquire(&mut self, gpu: Option<&Arc<Gpu>>) -> Result<Pending, StageError> {
+    pub fn acquire(&mut self) -> Result<Pending, StageError> {
         Ok(match self {
             Output::None => Pending::None,
             Output::Ring(end, p) => {
                 let slot = p.acquire(None).map_err(StageError::from)?;
-                if let Err(e) = end.prepare(gpu, slot.index()) {
+                if let Err(e) = end.prepare(slot.index()) {
                     p.cancel(slot);
-                    return Err(e);
+                    return Err(e.into());
                 }
                 Pending::Ring(slot)
             }
@@ -87,9 +87,9 @@ impl Output {
 
     /// The plugin's work is enqueued: make the frame visible to consumers' streams or copy it
     /// out to host memory.
-    pub fn finish(&mut self, gpu: Option<&Arc<Gpu>>, pending: &Pending) -> Result<(), StageError> {
+    pub fn finish(&mut self, pending: &Pending) -> Result<(), StageError> {
         if let (Output::Ring(end, p), Pending::Ring(slot)) = (self, pending) {
-            end.finish(gpu, p.ring(), slot.index())?;
+            end.finish(p.ring(), slot.index())?;
         }
         Ok(())
     }

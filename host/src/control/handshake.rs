@@ -1,0 +1,145 @@
+//! The descriptor handshake of GPU links, stage side: each end of a GPU ring exports its
+//! objects to the host (the producer its slot memory and `ready` events, each consumer its
+//! `released` events); once every end of a link has, the host brings each end what the others
+//! exported ([`crate::supervisor`]'s broker), and the ends become
+//! [`DeviceRead`]/[`DeviceWrite`] backings.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+use super::{ControlSocket, Export, FromStage, Handle64, Import, LinkEnd, SlotMemory, ToStage};
+use crate::config::Transport;
+use crate::gpu::{DeviceMemory, Gpu, GpuError, IpcEvent};
+use crate::link::RingMap;
+use crate::link::backing::device::{DeviceRead, DeviceWrite};
+
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    #[error("CUDA: {0}")]
+    Gpu(#[from] GpuError),
+    #[error("{0}")]
+    Protocol(String),
+}
+
+/// A GPU link end exported, waiting for the host to bring the other ends' objects.
+pub enum Half {
+    Input { link: usize, released: Vec<IpcEvent> },
+    Output { link: usize, memory: Vec<DeviceMemory>, ready: Vec<IpcEvent> },
+}
+
+fn create_events(gpu: &Arc<Gpu>, n: usize) -> Result<Vec<(IpcEvent, Handle64)>, GpuError> {
+    (0..n)
+        .map(|_| {
+            let (event, handle) = IpcEvent::create(gpu)?;
+            Ok((event, Handle64(handle)))
+        })
+        .collect()
+}
+
+fn open_events(gpu: &Arc<Gpu>, handles: &[Handle64]) -> Result<Vec<IpcEvent>, GpuError> {
+    handles.iter().map(|h| IpcEvent::open(gpu, h.0)).collect()
+}
+
+fn send_export(socket: &ControlSocket, export: Export, fds: &[BorrowedFd<'_>]) -> Result<(), HandshakeError> {
+    socket
+        .send(&FromStage::Exported(Box::new(export)), fds)
+        .map_err(|e| HandshakeError::Protocol(format!("cannot export a GPU link: {e}")))
+}
+
+/// Export consumer `consumer`'s `released` events for `link`, one per slot.
+pub fn export_input(gpu: &Arc<Gpu>, socket: &ControlSocket, link: usize, consumer: usize, depth: usize) -> Result<Half, HandshakeError> {
+    let events = create_events(gpu, depth)?;
+    let export = Export { link, end: LinkEnd::Consumer(consumer), events: events.iter().map(|(_, h)| *h).collect(), memory: None };
+    send_export(socket, export, &[])?;
+    Ok(Half::Input { link, released: events.into_iter().map(|(e, _)| e).collect() })
+}
+
+/// Allocate the slots and `ready` events of a GPU ring and export them.
+pub fn export_output(gpu: &Arc<Gpu>, socket: &ControlSocket, link: usize, ring: &RingMap, transport: Transport) -> Result<Half, HandshakeError> {
+    let depth = ring.depth();
+    let bytes = ring.layout().total_bytes as usize;
+    let use_vmm = match transport {
+        Transport::Vmm => true,
+        Transport::Legacy => false,
+        Transport::Auto => gpu.supports_vmm_fd(),
+    };
+    let mut memory = Vec::with_capacity(depth);
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    let mut legacy = Vec::new();
+    for _ in 0..depth {
+        if use_vmm {
+            let (m, fd) = DeviceMemory::vmm(gpu, bytes)?;
+            memory.push(m);
+            fds.push(fd);
+        } else {
+            let (m, handle) = DeviceMemory::legacy(gpu, bytes)?;
+            memory.push(m);
+            legacy.push(Handle64(handle));
+        }
+    }
+    let slot_bytes = bytes as u64;
+    let slots = if use_vmm { SlotMemory::Vmm { slot_bytes } } else { SlotMemory::Legacy { slot_bytes, handles: legacy } };
+    tracing::info!(
+        "output ring: {depth} slots of {bytes} bytes in GPU memory, shared by {}",
+        if use_vmm { "VMM POSIX file descriptors" } else { "legacy CUDA IPC handles" }
+    );
+    let events = create_events(gpu, depth)?;
+    let export = Export { link, end: LinkEnd::Producer, events: events.iter().map(|(_, h)| *h).collect(), memory: Some(slots) };
+    let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+    send_export(socket, export, &borrowed)?;
+    Ok(Half::Output { link, memory, ready: events.into_iter().map(|(e, _)| e).collect() })
+}
+
+/// Wait for the host to bring the other ends' objects for every exported half, and finish the
+/// ends: (link, read end) pairs for the inputs, and the write end of the output.
+pub fn complete(
+    gpu: &Arc<Gpu>,
+    socket: &ControlSocket,
+    halves: Vec<Half>,
+) -> Result<(Vec<(usize, DeviceRead)>, Option<DeviceWrite>), HandshakeError> {
+    let mut halves: Vec<Option<Half>> = halves.into_iter().map(Some).collect();
+    let mut inputs = Vec::new();
+    let mut output = None;
+    while halves.iter().any(Option::is_some) {
+        let (import, fds) = match socket.recv::<ToStage>() {
+            Ok((ToStage::Import(import), fds)) => (*import, fds),
+            Ok((other, _)) => return Err(HandshakeError::Protocol(format!("expected GPU link objects, got {other:?}"))),
+            Err(e) => return Err(HandshakeError::Protocol(format!("waiting for GPU link objects: {e}"))),
+        };
+        let position = halves
+            .iter()
+            .position(|h| matches!(h, Some(Half::Input { link, .. } | Half::Output { link, .. }) if *link == import.link))
+            .ok_or_else(|| HandshakeError::Protocol(format!("received objects of link {} it does not use", import.link)))?;
+        match halves[position].take().expect("found above") {
+            Half::Input { link, released } => inputs.push((link, import_input(gpu, import, fds, released)?)),
+            Half::Output { memory, ready, .. } => {
+                let released = import.consumers.iter().map(|c| open_events(gpu, &c.events)).collect::<Result<_, _>>()?;
+                output = Some(DeviceWrite { gpu: gpu.clone(), memory, ready, released });
+            }
+        }
+    }
+    Ok((inputs, output))
+}
+
+fn import_input(gpu: &Arc<Gpu>, import: Import, fds: Vec<OwnedFd>, released: Vec<IpcEvent>) -> Result<DeviceRead, HandshakeError> {
+    let producer = import.producer.ok_or_else(|| HandshakeError::Protocol("no producer objects for an input".into()))?;
+    let memory = match producer.memory {
+        Some(SlotMemory::Vmm { slot_bytes }) => {
+            fds.into_iter().map(|fd| DeviceMemory::import_vmm(gpu, fd, slot_bytes as usize)).collect::<Result<Vec<_>, _>>()?
+        }
+        Some(SlotMemory::Legacy { handles, .. }) => {
+            handles.iter().map(|h| DeviceMemory::import_legacy(gpu, h.0)).collect::<Result<Vec<_>, _>>()?
+        }
+        None => return Err(HandshakeError::Protocol("the producer shared no memory".into())),
+    };
+    let ready = open_events(gpu, &producer.events)?;
+    if memory.len() != ready.len() || ready.len() != released.len() {
+        return Err(HandshakeError::Protocol(format!(
+            "the producer shared {} slots and {} events for a ring of {}",
+            memory.len(),
+            ready.len(),
+            released.len()
+        )));
+    }
+    Ok(DeviceRead { gpu: gpu.clone(), memory, ready, released })
+}

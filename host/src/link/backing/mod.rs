@@ -1,0 +1,72 @@
+//! Where a link's frame bytes live, and what each end does per frame to reach them: one
+//! implementation per file, behind two traits. The ring (`super::ring`) says which slot holds
+//! which frame and when; a backing says where that slot's bytes are and keeps them consistent:
+//!
+//! - [`host`]: in the ring's own shared memory, both ends in the cpu domain: nothing to do;
+//! - [`staged`]: in the ring's shared memory with a cuda end, which copies through a device
+//!   buffer and waits for the copy before it publishes or releases (a cpu end cannot wait on
+//!   the GPU);
+//! - [`device`]: in GPU memory the producer exports, synchronised per slot by interprocess
+//!   events: the producer's stream waits on every consumer's `released` event of the slot
+//!   before the plugin writes it and records `ready` after; a consumer's stream waits on
+//!   `ready` before the plugin reads and records its `released` after. No host thread waits
+//!   for the GPU. How the ends exchange these objects is `crate::control::handshake`.
+//!
+//! One conformance suite (`conformance`) runs every backing pair through the same frames.
+
+pub mod device;
+pub mod host;
+pub mod staged;
+#[cfg(test)]
+mod conformance;
+
+use gpuipc_plugin_api::abi::RawFrame;
+
+use super::{ReadSlot, RingMap};
+use crate::gpu::GpuError;
+
+/// A consumer's way to its frames.
+pub trait ReadEnd {
+    /// The frame in `slot`, ready for the plugin: its bytes are there, or (on a GPU) the
+    /// stage's stream waits until they are.
+    fn frame(&self, ring: &RingMap, slot: &ReadSlot) -> Result<RawFrame, GpuError>;
+    /// The plugin's work on frame `slot` is enqueued: after this the slot may be released.
+    fn done(&self, slot: usize) -> Result<(), GpuError>;
+}
+
+/// A producer's way to its slots.
+pub trait WriteEnd {
+    /// Before the plugin writes `slot`: no consumer still reads it, on the GPU either.
+    fn prepare(&self, slot: usize) -> Result<(), GpuError>;
+    /// Where the plugin writes the frame for `slot`.
+    fn frame(&self, ring: &RingMap, slot: usize, seq: u64, timestamp_ns: u64) -> RawFrame;
+    /// After the plugin's work on `slot` is enqueued, before the frame is published.
+    fn finish(&self, ring: &RingMap, slot: usize) -> Result<(), GpuError>;
+}
+
+/// A frame in the ring's own memory, slot `slot`.
+fn host_frame(ring: &RingMap, slot: usize, seq: u64, timestamp_ns: u64) -> RawFrame {
+    let (ptr, len) = ring.slot_data(slot).expect("host rings carry frame data");
+    RawFrame {
+        format: ring.format(),
+        layout: ring.layout(),
+        domain: gpuipc_plugin_api::abi::DOMAIN_CPU,
+        addr: ptr as u64,
+        len,
+        seq,
+        timestamp_ns,
+    }
+}
+
+/// A frame in device memory.
+fn device_frame(ring: &RingMap, memory: &crate::gpu::DeviceMemory, seq: u64, timestamp_ns: u64) -> RawFrame {
+    RawFrame {
+        format: ring.format(),
+        layout: ring.layout(),
+        domain: gpuipc_plugin_api::abi::DOMAIN_CUDA,
+        addr: memory.addr(),
+        len: memory.len() as u64,
+        seq,
+        timestamp_ns,
+    }
+}
