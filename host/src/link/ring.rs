@@ -292,6 +292,24 @@ impl Producer {
         let _ = p.closed.compare_exchange(OPEN, END_OF_STREAM, Ordering::Release, Ordering::Relaxed);
         wake_all(&p.publish_futex, &p.consumers_sleeping);
     }
+
+    /// After `close`: wait until every consumer has read and released every frame (no slot
+    /// claimed or pending), so objects only this producer keeps alive (GPU memory, events)
+    /// outlive every use. `Aborted` if the run is aborted meanwhile.
+    pub fn wait_drained(&self, deadline: Option<Instant>) -> Result<(), LinkError> {
+        let h = self.ring.header();
+        let r = &h.release.0;
+        self.waiter.wait(&r.release_futex, &r.producer_sleeping, deadline, || {
+            if self.ring.is_aborted() {
+                return Some(Err(LinkError::Aborted));
+            }
+            let busy = (0..self.ring.depth()).any(|i| {
+                let st = h.slots[i].0.state.load(Ordering::Acquire);
+                header::claims(st) != 0 || header::pendings(st) != 0
+            });
+            (!busy).then_some(Ok(()))
+        })?
+    }
 }
 
 /// A slot a producer may take now and the exact state seen, or `None` to wait.
@@ -796,6 +814,39 @@ mod tests {
         map.abort();
         assert!(matches!(blocked.join().unwrap(), Err(LinkError::Aborted)));
         drop(held);
+    }
+
+    #[test]
+    fn a_closed_producer_waits_until_its_consumers_released_every_frame() {
+        let map = ring(2, &[POLICY_BLOCK]);
+        let mut producer = Producer::new(reopen(&map), Waiter::new(0));
+        for seq in 0..2 {
+            let slot = producer.acquire(None).unwrap();
+            producer.publish(slot, seq, 0);
+        }
+        producer.close();
+        let (events, order) = std::sync::mpsc::channel();
+        let (go, wait_for_go) = std::sync::mpsc::channel::<()>();
+        let consumer_events = events.clone();
+        let mut consumer = Consumer::new(reopen(&map), 0, Waiter::new(0)).unwrap();
+        let reader = thread::spawn(move || {
+            let first = consumer.acquire(0, None).unwrap().unwrap();
+            drop(first);
+            let last = consumer.acquire(0, None).unwrap().unwrap();
+            wait_for_go.recv().unwrap();
+            consumer_events.send("releasing the last frame").unwrap();
+            drop(last);
+            assert!(consumer.acquire(0, None).unwrap().is_none());
+        });
+        let drainer = thread::spawn(move || {
+            producer.wait_drained(None).unwrap();
+            events.send("drained").unwrap();
+        });
+        go.send(()).unwrap();
+        assert_eq!(order.recv().unwrap(), "releasing the last frame");
+        assert_eq!(order.recv().unwrap(), "drained");
+        reader.join().unwrap();
+        drainer.join().unwrap();
     }
 
     #[test]

@@ -96,7 +96,7 @@ impl FrameLoop<'_, '_> {
         // On a failure the stream is not over: the host either restarts this stage, which
         // carries on where this process stopped, or aborts every ring.
         let end = self.frames_until_end()?;
-        self.output.close();
+        self.output.close()?;
         self.stats.set_phase(PHASE_FLUSH, 0);
         self.instance.flush().map_err(|error| StageError::Plugin { during: "flush", error })?;
         if let Some(tap) = &mut self.tap {

@@ -135,10 +135,18 @@ impl Output {
         }
     }
 
-    /// End of stream for consumers.
-    pub fn close(&mut self) {
-        if let Output::Ring(_, p) = self {
+    /// End of stream for consumers. A producer whose consumers read objects only it keeps
+    /// alive (GPU memory, events) waits until they are done: until every slot is released,
+    /// and its stream until their GPU work on them is (the stage synchronises before it
+    /// exits).
+    pub fn close(&mut self) -> Result<(), StageError> {
+        if let Output::Ring(end, p) = self {
             p.close();
+            if end.outlived_by_consumers() {
+                p.wait_drained(None)?;
+                end.drain(p.ring().depth())?;
+            }
         }
+        Ok(())
     }
 }

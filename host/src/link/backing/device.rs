@@ -56,4 +56,12 @@ impl WriteEnd for DeviceWrite {
     fn finish(&self, _ring: &RingMap, slot: usize) -> Result<(), GpuError> {
         self.ready[slot].record(self.gpu.stream())
     }
+
+    fn outlived_by_consumers(&self) -> bool {
+        true
+    }
+
+    fn drain(&self, depth: usize) -> Result<(), GpuError> {
+        (0..depth).try_for_each(|slot| self.prepare(slot))
+    }
 }

@@ -42,6 +42,18 @@ pub trait WriteEnd {
     fn frame(&self, ring: &RingMap, slot: usize, seq: u64, timestamp_ns: u64) -> RawFrame;
     /// After the plugin's work on `slot` is enqueued, before the frame is published.
     fn finish(&self, ring: &RingMap, slot: usize) -> Result<(), GpuError>;
+    /// At the end of the stream, before this end's objects go: whether the producer must
+    /// first wait until its consumers are done with every frame. Memory in the ring's own
+    /// shared memory outlives the producer (the host holds it); GPU memory and events the
+    /// producer exported do not.
+    fn outlived_by_consumers(&self) -> bool {
+        false
+    }
+    /// After every consumer released every slot on the host: make the stage's stream wait
+    /// until their GPU work on the frames is done too (the caller then synchronises).
+    fn drain(&self, _depth: usize) -> Result<(), GpuError> {
+        Ok(())
+    }
 }
 
 /// A frame in the ring's own memory, slot `slot`.
