@@ -13,6 +13,7 @@ mod plugin;
 mod stage;
 mod supervisor;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -117,14 +118,14 @@ fn main() -> ExitCode {
         Command::DoctorPeer { role, device } => doctor::peer_main(role, device),
         Command::Validate { file, device } => match load_plan(&file, device) {
             Ok(plan) => {
-                print!("{}", plan::render_text(&plan));
+                let _ = write!(std::io::stdout(), "{}", plan::render_text(&plan));
                 ExitCode::SUCCESS
             }
             Err(code) => code,
         },
         Command::Graph { file } => match load_plan(&file, None) {
             Ok(plan) => {
-                print!("{}", plan::render_dot(&plan));
+                let _ = write!(std::io::stdout(), "{}", plan::render_dot(&plan));
                 ExitCode::SUCCESS
             }
             Err(code) => code,
@@ -158,7 +159,7 @@ fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
     }
     let result = if args.in_process {
         let stop = Arc::new(AtomicBool::new(false));
-        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        for signal in supervisor::STOP_SIGNALS {
             let _ = signal_hook::flag::register(signal, stop.clone());
         }
         supervisor::in_process::run(plan, args.frames.or(plan.frames), args.checksums.as_deref(), &stop)
@@ -193,7 +194,9 @@ fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    println!("{}", report.render());
+    // A closed stdout (`run ... | head -1`) is not a failure of the run: the report file is
+    // still written and the exit code still says how the run went.
+    let _ = writeln!(std::io::stdout(), "{}", report.render());
     if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&report).expect("the report serialises");
         if let Err(e) = std::fs::write(path, json) {

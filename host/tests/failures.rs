@@ -60,7 +60,7 @@ fn a_stage_killed_from_outside_mid_run_ends_the_run_cleanly() {
 
 #[test]
 fn a_signal_drains_the_pipeline_and_every_frame_made_reaches_the_sink() {
-    for signal in [Signal::INT, Signal::TERM] {
+    for signal in [Signal::INT, Signal::TERM, Signal::HUP] {
         let dir = scratch(&format!("drain-{signal:?}"));
         let file = pipeline(&dir, "p.toml", &faulty_pipeline("ok", None));
         let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json"]);
@@ -143,4 +143,31 @@ fn the_host_refuses_plugins_that_do_not_speak_its_abi() {
             assert!(run.stderr.contains(expected), "{plugin}: expected `{expected}`:\n{}", run.output());
         }
     }
+}
+
+#[test]
+fn a_closed_stdout_is_not_a_failure_and_the_report_is_still_written() {
+    use std::process::{Command, Stdio};
+    let dir = scratch("closed-stdout");
+    let file = pipeline(&dir, "p.toml", &faulty_pipeline("ok", Some(20)));
+    let mut child = Command::new(host_bin())
+        .args(["run", &file.to_string_lossy(), "--quiet", "--report", "report.json"])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // `run ... | true`: the reader is gone before the table is printed.
+    drop(child.stdout.take());
+    let pid = child.id();
+    let pidfd = rustix::process::pidfd_open(rustix::process::Pid::from_child(&child), rustix::process::PidfdFlags::empty()).unwrap();
+    let mut fds = [rustix::event::PollFd::new(&pidfd, rustix::event::PollFlags::IN)];
+    let limit = rustix::time::Timespec { tv_sec: RUN_TIMEOUT.as_secs() as i64, tv_nsec: 0 };
+    rustix::event::poll(&mut fds, Some(&limit)).unwrap();
+    let status = child.try_wait().unwrap().expect("the host ended within the time limit");
+    assert_eq!(status.code(), Some(0), "{status}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["stages"][0]["frames"].as_u64(), Some(20));
+    assert_nothing_left(pid);
 }

@@ -25,7 +25,7 @@ use crate::link::{RingMap, RingParams, StatsMap};
 use crate::plan::{LinkMemory, Plan};
 
 pub use report::RunReport;
-pub use watch::Shutdown;
+pub use watch::{STOP_SIGNALS, Shutdown};
 
 #[derive(Debug, Clone)]
 pub struct RunOptions {

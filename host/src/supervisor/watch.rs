@@ -25,7 +25,11 @@ const ABORT_GRACE: Duration = Duration::from_secs(5);
 /// How often live statistics are redrawn.
 const TICK: Duration = Duration::from_millis(200);
 
-/// Ctrl-C and SIGTERM, delivered to the watch loop through a socket pair.
+/// The signals that drain a run: Ctrl-C, SIGTERM, and SIGHUP (a closed terminal or a lost
+/// ssh session ends the run as cleanly as Ctrl-C would).
+pub const STOP_SIGNALS: [i32; 3] = [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP];
+
+/// The stop signals, delivered to the watch loop through a socket pair.
 pub struct Shutdown {
     read: UnixStream,
     ids: Vec<signal_hook::SigId>,
@@ -37,7 +41,7 @@ impl Shutdown {
         read.set_nonblocking(true)?;
         write.set_nonblocking(true)?;
         let mut ids = Vec::new();
-        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        for signal in STOP_SIGNALS {
             ids.push(signal_hook::low_level::pipe::register(signal, write.try_clone()?)?);
         }
         Ok(Shutdown { read, ids })
