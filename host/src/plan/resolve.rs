@@ -72,6 +72,23 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
                 ),
             ));
         }
+        for (&consumer, policy) in link.consumers.iter().zip(&link.policies) {
+            if link.depth == 1 && *policy != crate::config::Policy::Block {
+                let stage = stages[order[consumer]].get_ref();
+                let span = stage.policy.as_ref().map_or_else(|| stages[order[consumer]].span(), |p| p.span());
+                diags.push(source.error_at(
+                    span,
+                    format!(
+                        "stage '{}' reads '{}' with policy `{}`, but '{}' has depth = 1: its one slot is always being written or read, so this stage would get almost no frame; give '{}' depth = 2 or more, or use policy = \"block\"",
+                        stages_out[consumer].name,
+                        stages_out[link.producer].name,
+                        policy.name(),
+                        stages_out[link.producer].name,
+                        stages_out[link.producer].name
+                    ),
+                ));
+            }
+        }
         if let Some(why) = transport_problem(link, &Driver) {
             let stage = stages[order[link.producer]].get_ref();
             let span = stage.transport.as_ref().map_or_else(|| stages[order[link.producer]].span(), |t| t.span());
