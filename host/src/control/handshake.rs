@@ -36,7 +36,7 @@ fn create_events(gpu: &Arc<Gpu>, n: usize) -> Result<Vec<(IpcEvent, Handle64)>, 
         .collect()
 }
 
-fn open_events(gpu: &Arc<Gpu>, handles: &[Handle64]) -> Result<Vec<IpcEvent>, GpuError> {
+pub(crate) fn open_events(gpu: &Arc<Gpu>, handles: &[Handle64]) -> Result<Vec<IpcEvent>, GpuError> {
     handles.iter().map(|h| IpcEvent::open(gpu, h.0)).collect()
 }
 
@@ -49,13 +49,27 @@ fn send_export(socket: &ControlSocket, export: Export, fds: &[BorrowedFd<'_>]) -
 /// Export consumer `consumer`'s `released` events for `link`, one per slot.
 pub fn export_input(gpu: &Arc<Gpu>, socket: &ControlSocket, link: usize, consumer: usize, depth: usize) -> Result<Half, HandshakeError> {
     let events = create_events(gpu, depth)?;
-    let export = Export { link, end: LinkEnd::Consumer(consumer), events: events.iter().map(|(_, h)| *h).collect(), memory: None };
+    let export = Export {
+        link,
+        end: LinkEnd::Consumer(consumer),
+        events: events.iter().map(|(_, h)| *h).collect(),
+        memory: None,
+        generation: 0,
+    };
     send_export(socket, export, &[])?;
     Ok(Half::Input { link, released: events.into_iter().map(|(e, _)| e).collect() })
 }
 
-/// Allocate the slots and `ready` events of a GPU ring and export them.
-pub fn export_output(gpu: &Arc<Gpu>, socket: &ControlSocket, link: usize, ring: &RingMap, transport: Transport) -> Result<Half, HandshakeError> {
+/// Allocate the slots and `ready` events of a GPU ring and export them, as the producer
+/// process of `generation` (`Producer::generation`).
+pub fn export_output(
+    gpu: &Arc<Gpu>,
+    socket: &ControlSocket,
+    link: usize,
+    ring: &RingMap,
+    transport: Transport,
+    generation: u32,
+) -> Result<Half, HandshakeError> {
     let depth = ring.depth();
     let bytes = ring.layout().total_bytes as usize;
     let use_vmm = match transport {
@@ -84,7 +98,8 @@ pub fn export_output(gpu: &Arc<Gpu>, socket: &ControlSocket, link: usize, ring: 
         if use_vmm { "VMM POSIX file descriptors" } else { "legacy CUDA IPC handles" }
     );
     let events = create_events(gpu, depth)?;
-    let export = Export { link, end: LinkEnd::Producer, events: events.iter().map(|(_, h)| *h).collect(), memory: Some(slots) };
+    let export =
+        Export { link, end: LinkEnd::Producer, events: events.iter().map(|(_, h)| *h).collect(), memory: Some(slots), generation };
     let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
     send_export(socket, export, &borrowed)?;
     Ok(Half::Output { link, memory, ready: events.into_iter().map(|(e, _)| e).collect() })
@@ -121,7 +136,12 @@ pub fn complete(
     Ok((inputs, output))
 }
 
-fn import_input(gpu: &Arc<Gpu>, import: Import, fds: Vec<OwnedFd>, released: Vec<IpcEvent>) -> Result<DeviceRead, HandshakeError> {
+pub(crate) fn import_input(
+    gpu: &Arc<Gpu>,
+    import: Import,
+    fds: Vec<OwnedFd>,
+    released: Vec<IpcEvent>,
+) -> Result<DeviceRead, HandshakeError> {
     let producer = import.producer.ok_or_else(|| HandshakeError::Protocol("no producer objects for an input".into()))?;
     let memory = match producer.memory {
         Some(SlotMemory::Vmm { slot_bytes }) => {
@@ -133,6 +153,7 @@ fn import_input(gpu: &Arc<Gpu>, import: Import, fds: Vec<OwnedFd>, released: Vec
         None => return Err(HandshakeError::Protocol("the producer shared no memory".into())),
     };
     let ready = open_events(gpu, &producer.events)?;
+    let generation = producer.generation;
     if memory.len() != ready.len() || ready.len() != released.len() {
         return Err(HandshakeError::Protocol(format!(
             "the producer shared {} slots and {} events for a ring of {}",
@@ -141,5 +162,5 @@ fn import_input(gpu: &Arc<Gpu>, import: Import, fds: Vec<OwnedFd>, released: Vec
             released.len()
         )));
     }
-    Ok(DeviceRead { gpu: gpu.clone(), memory, ready, released })
+    Ok(DeviceRead { gpu: gpu.clone(), memory, ready, released, generation })
 }

@@ -95,6 +95,10 @@ pub struct Export {
     pub events: Vec<Handle64>,
     /// Producer only.
     pub memory: Option<SlotMemory>,
+    /// Producer only: which of its processes made these objects (the ring's epoch when it
+    /// started); every frame it publishes carries the same number (`SlotMeta::flags`).
+    #[serde(default)]
+    pub generation: u32,
 }
 
 /// What a stage gets back for one of its GPU link ends.

@@ -78,6 +78,7 @@ pub struct SlotMeta {
     /// consumer missed (gaps in `seq` may be upstream drops, not ours).
     pub ordinal: u64,
     pub timestamp_ns: u64,
+    /// The generation of the producer process that published it (`ring::Producer`).
     pub flags: u32,
     pub format: FrameFormat,
     pub layout: FrameLayout,

@@ -55,6 +55,24 @@ impl RingMap {
         self.bump_epoch_and_wake();
     }
 
+    /// The producer of a GPU ring died while its consumers live: a frame it published may
+    /// never have been written (its GPU work dies with it), so every frame no consumer holds
+    /// yet is given up; consumers count them as dropped by the gap in publish ordinals.
+    pub fn discard_unclaimed(&self) {
+        let h = self.header();
+        for i in 0..self.depth() {
+            let slot = &h.slots[i].0;
+            let mut st = slot.state.load(Ordering::Acquire);
+            while header::holds_frame(st) && header::claims(st) == 0 && header::pendings(st) != 0 {
+                match slot.state.compare_exchange(st, st & !(0xffff << 16), Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => break,
+                    Err(now) => st = now,
+                }
+            }
+        }
+        self.bump_epoch_and_wake();
+    }
+
     /// Every end of the ring died: empty every slot. The counters stay, so the restarted
     /// ends carry on from them.
     pub fn reset_slots(&self) {
@@ -89,5 +107,10 @@ impl RingMap {
         h.producer.0.epoch.fetch_add(1, Ordering::AcqRel);
         wake_all(&h.producer.0.publish_futex, &h.producer.0.consumers_sleeping);
         wake_all(&h.release.0.release_futex, &h.release.0.producer_sleeping);
+    }
+
+    /// Bumped each time the host took back slots of this ring (an end died).
+    pub fn epoch(&self) -> u32 {
+        self.header().producer.0.epoch.load(Ordering::Acquire)
     }
 }

@@ -199,6 +199,9 @@ impl Drop for WriteSlot {
 pub struct Producer {
     ring: Arc<RingMap>,
     waiter: Waiter,
+    /// This producer process among the ring's producers: the ring's epoch when it started,
+    /// stamped on every frame it publishes, so a consumer can tell a dead process's frames.
+    generation: u32,
     next_seq: u64,
     published: u64,
     /// Consumers the producer must wait for (`block` policy).
@@ -216,11 +219,17 @@ impl Producer {
         let block_mask = (0..n).filter(|&c| ring.policy(c) == POLICY_BLOCK).fold(0, |m, c| m | (1 << c));
         let next_seq = h.producer.0.seq_end.load(Ordering::Acquire);
         let published = h.producer.0.published.load(Ordering::Acquire);
-        Producer { ring: Arc::new(ring), waiter, next_seq, published, block_mask, all_mask: (1u64 << n) - 1 }
+        let generation = h.producer.0.epoch.load(Ordering::Acquire);
+        Producer { ring: Arc::new(ring), waiter, generation, next_seq, published, block_mask, all_mask: (1u64 << n) - 1 }
     }
 
     pub fn ring(&self) -> &RingMap {
         &self.ring
+    }
+
+    /// See [`Producer`]'s field: what this process stamps on its frames.
+    pub fn generation(&self) -> u32 {
+        self.generation
     }
 
     /// The sequence number the next frame gets unless told otherwise: a source continues here.
@@ -260,7 +269,7 @@ impl Producer {
                     seq,
                     ordinal: self.published,
                     timestamp_ns,
-                    flags: 0,
+                    flags: self.generation,
                     format: self.ring.format(),
                     layout: self.ring.layout(),
                 };

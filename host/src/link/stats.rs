@@ -46,6 +46,9 @@ pub struct StageStats {
     pub lost: AtomicU64,
     /// Written by the host: frames numbered below this were counted lost or done already.
     pub lost_below: AtomicU64,
+    /// Bumped by the host after it sent the stage new objects for a GPU link whose other end
+    /// was restarted (see `supervisor::broker`).
+    pub updates: AtomicU32,
 }
 
 /// `phase` values.

@@ -67,6 +67,8 @@ pub enum LoopEnd {
 }
 
 pub struct FrameLoop<'a, 'p> {
+    /// Waits for a restarted neighbour's new GPU objects, for a stage with GPU links.
+    pub follow: Option<super::follow::Follower<'a>>,
     pub instance: Instance<'p>,
     /// How each input is read (host memory, staged copy, GPU memory), parallel to `inputs`.
     /// Declared before `inputs` so it drops first: a staged end unregisters pinned memory of
@@ -126,6 +128,17 @@ impl FrameLoop<'_, '_> {
                     Some(held) => (held[0].meta().seq, Some(held[0].meta().timestamp_ns), held),
                 }
             };
+            if let Some(follow) = &mut self.follow
+                && !follow.inputs_current(self.stats, &self.inputs, &held, &mut self.input_ends, &mut self.output)?
+            {
+                // A frame a dead producer process made: its GPU work may never have run. It is
+                // not read; taken and not done, it counts as lost (once: see `lost_below`).
+                let s = self.stats.get();
+                s.lost.fetch_add(1, Ordering::Relaxed);
+                s.lost_below.fetch_max(seq + 1, Ordering::Release);
+                index += 1;
+                continue;
+            }
             // On an error the held frames drop here, released; the host counts the frame lost.
             let ended_ns = self.process_one(index, seq, source_timestamp, &held)?;
             index += 1;
@@ -146,6 +159,10 @@ impl FrameLoop<'_, '_> {
         }
         self.stats.set_phase(PHASE_WAITING_OUTPUT, seq);
         let pending = self.output.acquire()?;
+        if let Some(follow) = &mut self.follow {
+            follow.output_current(self.stats, &mut self.input_ends, &mut self.output)?;
+        }
+        self.output.prepare(&pending)?;
         self.stats.set_phase(PHASE_PROCESS, seq);
         let started_ns = now_ns();
         let timestamp_ns = source_timestamp.unwrap_or(started_ns);

@@ -2,6 +2,7 @@
 //! setup over the inherited control socket, loads exactly one plugin, maps its links and runs
 //! the frame loop.
 
+mod follow;
 mod frame_loop;
 mod inputs;
 mod output;
@@ -128,7 +129,7 @@ fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<
         Ok((other, _)) => return Err(setup_error(format!("expected start, got {other:?}"))),
         Err(e) => return Err(setup_error(e)),
     }
-    run_frames(setup, &links.stats, instance, links.consumers, input_ends, gpu, output)
+    run_frames(setup, Some(socket), &links.stats, instance, links.consumers, input_ends, gpu, output)
 }
 
 /// `run --in-process`: one stage as a thread of the host, over the same rings and the same
@@ -146,7 +147,7 @@ pub fn run_in_thread(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<(), StageE
     let input_ends = links.consumers.iter().map(|_| Box::new(Host) as Box<dyn ReadEnd>).collect();
     let producer = links.producer.map(|p| (Box::new(Host) as Box<dyn WriteEnd>, p));
     let output = output::Output::new(producer, setup.output.as_ref().map(|o| o.format.into()), None)?;
-    run_frames(setup, &links.stats, instance, links.consumers, input_ends, None, output)
+    run_frames(setup, None, &links.stats, instance, links.consumers, input_ends, None, output)
 }
 
 /// A stage's statistics block and its ends of its rings, mapped and checked against the plan.
@@ -205,8 +206,10 @@ fn create_instance<'p>(
 }
 
 /// The frame loop, from where the stage stands (a restarted stage carries on), to its end.
+#[allow(clippy::too_many_arguments)]
 fn run_frames(
     setup: &StageSetup,
+    socket: Option<&ControlSocket>,
     stats: &StatsMap,
     instance: crate::plugin::Instance<'_>,
     consumers: Vec<Consumer>,
@@ -225,7 +228,9 @@ fn run_frames(
         let s = stats.get();
         s.frames.load(std::sync::atomic::Ordering::Relaxed) + s.lost.load(std::sync::atomic::Ordering::Relaxed)
     };
+    let follow = socket.and_then(|s| follow::Follower::new(s, setup, stats, &input_ends, &output));
     let mut frame_loop = FrameLoop {
+        follow,
         instance,
         inputs: consumers,
         input_ends,
@@ -301,7 +306,7 @@ fn link_ends(
             LinkMemoryWire::Host => Some(Box::new(Staged::new(g, p.ring())?)),
             LinkMemoryWire::Device { transport } => {
                 let link = o.link.expect("a producer has a link");
-                halves.push(handshake::export_output(g, socket, link, p.ring(), transport)?);
+                halves.push(handshake::export_output(g, socket, link, p.ring(), transport, p.generation())?);
                 None
             }
         },

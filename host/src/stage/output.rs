@@ -53,21 +53,39 @@ impl Output {
         })
     }
 
-    /// Take memory for the next output frame; on a GPU ring, the stream waits until every
-    /// consumer is done with it.
+    /// Take a slot for the next output frame (then [`Output::prepare`] it). A slot not
+    /// published is given back when `Pending` drops.
     pub fn acquire(&mut self) -> Result<Pending, StageError> {
         Ok(match self {
             Output::None => Pending::None,
-            Output::Ring(end, p) => {
-                let slot = p.acquire(None).map_err(StageError::from)?;
-                if let Err(e) = end.prepare(slot.index()) {
-                    p.cancel(slot);
-                    return Err(e.into());
-                }
-                Pending::Ring(slot)
-            }
+            Output::Ring(_, p) => Pending::Ring(p.acquire(None).map_err(StageError::from)?),
             Output::Private { .. } => Pending::Private,
         })
+    }
+
+    /// Before the plugin writes the slot: on a GPU ring, the stream waits until every
+    /// consumer is done with it.
+    pub fn prepare(&mut self, pending: &Pending) -> Result<(), StageError> {
+        if let (Output::Ring(end, _), Pending::Ring(slot)) = (self, pending) {
+            end.prepare(slot.index())?;
+        }
+        Ok(())
+    }
+
+    /// The ring whose consumers' objects this output holds (a GPU ring), if any.
+    pub fn followed_ring(&self) -> Option<&crate::link::RingMap> {
+        match self {
+            Output::Ring(end, p) if end.follows_the_other_end() => Some(p.ring()),
+            _ => None,
+        }
+    }
+
+    /// The output link's objects, sent again after a consumer was restarted.
+    pub fn update(&mut self, import: crate::control::Import, fds: Vec<std::os::fd::OwnedFd>) -> Result<(), StageError> {
+        match self {
+            Output::Ring(end, _) => Ok(end.update(import, fds)?),
+            _ => Err(StageError::Setup("new objects for an output without a ring".into())),
+        }
     }
 
     /// The raw frame the plugin writes into.

@@ -33,7 +33,14 @@ pub fn reclaim_stage(plan: &Plan, i: usize, group: &[usize], stats: &StatsMap, r
     }
     let output = stage.output.as_ref().and_then(|o| o.link);
     if let Some(link) = output {
-        if whole_ring_dead(link) { rings[link].reset_slots() } else { rings[link].reclaim_producer() }
+        if whole_ring_dead(link) {
+            rings[link].reset_slots();
+        } else {
+            rings[link].reclaim_producer();
+            if matches!(plan.links[link].memory, LinkMemory::Device { .. }) {
+                rings[link].discard_unclaimed();
+            }
+        }
     }
     let Some(seq) = taken else { return 0 };
     // Done when the stage said so, when its output reached the ring, or, for a sink, when its

@@ -106,6 +106,9 @@ struct Slot {
     outcome: Option<StageOutcome>,
     /// When its group's last failure was seen: the restart says how long recovery took.
     failed_at: Option<Instant>,
+    /// The stages it restarts with, itself first ([`restart::group`]), chosen when the
+    /// failure that restarts it was seen.
+    group: Vec<usize>,
 }
 
 /// Why the run is ending early, if it is.
@@ -126,8 +129,6 @@ struct Watch<'a, 'l> {
     started: Option<Instant>,
     killed_all: bool,
     broker: super::broker::Broker,
-    /// Each stage's restart group ([`restart::group`]), itself first.
-    groups: Vec<Vec<usize>>,
 }
 
 pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> RunReport {
@@ -143,6 +144,7 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
             budget: Budget::default(),
             outcome: None,
             failed_at: None,
+            group: Vec::new(),
         })
         .collect();
     let mut w = Watch {
@@ -153,7 +155,6 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
         started: None,
         killed_all: false,
         broker: super::broker::Broker::default(),
-        groups: (0..plan.stages.len()).map(|i| restart::group(plan, launch.mps(), i)).collect(),
     };
     let live = Live::new(plan, launch.options.live);
     while !w.slots.iter().all(|s| matches!(s.life, Life::Ended)) {
@@ -226,7 +227,7 @@ impl Watch<'_, '_> {
     fn serve(&mut self, stages: &mut Stages, i: usize) {
         let plan = self.launch.plan;
         for (export, fds) in drain_messages(&stages.0[i], &mut self.slots[i].track) {
-            if let Err(e) = self.broker.export(plan, &stages.0, i, export, fds) {
+            if let Err(e) = self.broker.export(plan, &stages.0, self.launch.stats, i, export, fds) {
                 self.fail(i, e);
             }
         }
@@ -276,11 +277,13 @@ impl Watch<'_, '_> {
                 return;
             }
         };
-        let group = self.groups[i].clone();
+        let gpu_fault = cause.contains("CUDA_ERROR");
+        let group = restart::group(plan, self.launch.mps(), gpu_fault, i);
         self.explain_mps_fault(i, &cause);
         let now = Instant::now();
         for &m in &group {
             self.slots[m].failed_at = Some(now);
+            self.slots[m].group = group.clone();
         }
         tracing::warn!(
             "stage '{}' {cause}; restarting it{} in {}",
@@ -317,15 +320,13 @@ impl Watch<'_, '_> {
     /// restart with it, which take the group's time).
     fn reclaim_and_schedule(&mut self, i: usize, wait: Option<Duration>) {
         let plan = self.launch.plan;
-        let group = self.groups[i].clone();
+        let group = self.slots[i].group.clone();
         let taps = self.launch.options.checksums.as_deref();
         let lost = super::reclaim::reclaim_stage(plan, i, &group, &self.launch.stats[i], self.launch.rings, taps);
         if lost > 0 {
             tracing::info!("stage '{}': {lost} frame(s) lost with its process", plan.stages[i].name);
         }
-        for (link, _) in plan.links.iter().enumerate().filter(|(_, l)| l.producer == i || l.consumers.contains(&i)) {
-            self.broker.forget(link);
-        }
+        self.broker.forget(plan, i);
         let group_at = group.iter().filter_map(|&m| match self.slots[m].life {
             Life::Restarting { at } => Some(at),
             _ => None,
@@ -344,7 +345,7 @@ impl Watch<'_, '_> {
         let now = Instant::now();
         for i in 0..self.slots.len() {
             let Life::Restarting { at } = self.slots[i].life else { continue };
-            let group = self.groups[i].clone();
+            let group = self.slots[i].group.clone();
             let group_dead = group.iter().all(|&m| matches!(self.slots[m].life, Life::Restarting { .. }));
             if at > now || !group_dead {
                 continue;

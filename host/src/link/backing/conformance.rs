@@ -194,7 +194,7 @@ fn gpu_device_producer_to_device_consumer() {
         .unwrap();
     let mut child = command.spawn().unwrap();
 
-    let half = export_output(&gpu, &producer_socket, 0, &map, Transport::Auto).unwrap();
+    let half = export_output(&gpu, &producer_socket, 0, &map, Transport::Auto, 0).unwrap();
     let (exported, fds) = broker.recv::<FromStage>().unwrap();
     let FromStage::Exported(producer) = exported else { panic!("expected the producer's export") };
     let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();

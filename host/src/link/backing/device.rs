@@ -4,11 +4,14 @@
 //! counters. An event only means its latest record; the ring's counters make sure a record is
 //! never replaced before the other side has enqueued its wait on it.
 
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use gpuipc_plugin_api::abi::RawFrame;
 
 use super::{ReadEnd, WriteEnd, device_frame};
+use crate::control::handshake::{self, HandshakeError};
+use crate::control::Import;
 use crate::gpu::{DeviceMemory, Gpu, GpuError, IpcEvent};
 use crate::link::{ReadSlot, RingMap};
 
@@ -19,6 +22,8 @@ pub struct DeviceRead {
     pub(crate) memory: Vec<DeviceMemory>,
     pub(crate) ready: Vec<IpcEvent>,
     pub(crate) released: Vec<IpcEvent>,
+    /// The generation of the producer process whose objects these are.
+    pub(crate) generation: u32,
 }
 
 impl ReadEnd for DeviceRead {
@@ -29,6 +34,28 @@ impl ReadEnd for DeviceRead {
 
     fn done(&self, slot: usize) -> Result<(), GpuError> {
         self.released[slot].record(self.gpu.stream())
+    }
+
+    fn follows_the_other_end(&self) -> bool {
+        true
+    }
+
+    fn producer_generation(&self) -> Option<u32> {
+        Some(self.generation)
+    }
+
+    /// A restarted producer: import its new memory and `ready` events. The stream first
+    /// finishes what it has enqueued on the old memory, which goes then.
+    fn update(&mut self, import: Import, fds: Vec<OwnedFd>) -> Result<(), HandshakeError> {
+        let producer = import.producer.as_ref().ok_or_else(|| HandshakeError::Protocol("no producer objects".into()))?;
+        if producer.generation == self.generation {
+            return Ok(());
+        }
+        self.gpu.synchronize()?;
+        let released = std::mem::take(&mut self.released);
+        *self = handshake::import_input(&self.gpu.clone(), import, fds, released)?;
+        tracing::info!("took the restarted producer's GPU memory and events");
+        Ok(())
     }
 }
 
@@ -63,5 +90,17 @@ impl WriteEnd for DeviceWrite {
 
     fn drain(&self, depth: usize) -> Result<(), GpuError> {
         (0..depth).try_for_each(|slot| self.prepare(slot))
+    }
+
+    fn follows_the_other_end(&self) -> bool {
+        true
+    }
+
+    /// A consumer was restarted: open every consumer's `released` events again (a fresh
+    /// process's are fresh events; the others' are the same).
+    fn update(&mut self, import: Import, _fds: Vec<OwnedFd>) -> Result<(), HandshakeError> {
+        self.released = import.consumers.iter().map(|c| handshake::open_events(&self.gpu, &c.events)).collect::<Result<_, _>>()?;
+        tracing::info!("took the restarted consumer's GPU events");
+        Ok(())
     }
 }

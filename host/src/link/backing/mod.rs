@@ -20,10 +20,18 @@ pub mod staged;
 #[cfg(test)]
 mod conformance;
 
+use std::os::fd::OwnedFd;
+
 use gpuipc_plugin_api::abi::RawFrame;
 
 use super::{ReadSlot, RingMap};
+use crate::control::Import;
+use crate::control::handshake::HandshakeError;
 use crate::gpu::GpuError;
+
+fn not_a_gpu_link() -> HandshakeError {
+    HandshakeError::Protocol("new objects for a link that is not on a GPU".into())
+}
 
 /// A consumer's way to its frames.
 pub trait ReadEnd {
@@ -32,6 +40,20 @@ pub trait ReadEnd {
     fn frame(&self, ring: &RingMap, slot: &ReadSlot) -> Result<RawFrame, GpuError>;
     /// The plugin's work on frame `slot` is enqueued: after this the slot may be released.
     fn done(&self, slot: usize) -> Result<(), GpuError>;
+    /// Whether this end holds objects of the other end's process, which a restart of that
+    /// end replaces (GPU memory, events): it must take the new ones before it goes on.
+    fn follows_the_other_end(&self) -> bool {
+        false
+    }
+    /// The link's objects, sent again after an end was restarted.
+    fn update(&mut self, _import: Import, _fds: Vec<OwnedFd>) -> Result<(), HandshakeError> {
+        Err(not_a_gpu_link())
+    }
+    /// The generation of the producer process whose objects this end holds, where frames of
+    /// another producer process cannot be read through them (a GPU ring).
+    fn producer_generation(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// A producer's way to its slots.
@@ -53,6 +75,14 @@ pub trait WriteEnd {
     /// until their GPU work on the frames is done too (the caller then synchronises).
     fn drain(&self, _depth: usize) -> Result<(), GpuError> {
         Ok(())
+    }
+    /// As [`ReadEnd::follows_the_other_end`].
+    fn follows_the_other_end(&self) -> bool {
+        false
+    }
+    /// As [`ReadEnd::update`].
+    fn update(&mut self, _import: Import, _fds: Vec<OwnedFd>) -> Result<(), HandshakeError> {
+        Err(not_a_gpu_link())
     }
 }
 
