@@ -65,17 +65,14 @@ impl<'s> Follower<'s> {
         output: &mut Output,
     ) -> Result<bool, StageError> {
         for k in 0..held.len() {
-            loop {
-                let Some(current) = input_ends[k].producer_generation() else { break };
-                let made_by = held[k].meta().flags;
-                if made_by == current {
-                    break;
-                }
+            let made_by = held[k].meta().flags;
+            while let Some(current) = input_ends[k].producer_generation()
+                && made_by != current
+            {
                 if made_by < current {
                     return Ok(false);
                 }
-                let ring = inputs[k].ring();
-                self.await_update(stats, ring, self.input_links[k], input_ends, output)?;
+                self.await_update(stats, inputs[k].ring(), self.input_links[k], input_ends, output)?;
             }
         }
         Ok(true)
