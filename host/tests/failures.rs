@@ -171,3 +171,16 @@ fn a_closed_stdout_is_not_a_failure_and_the_report_is_still_written() {
     assert_eq!(report["stages"][0]["frames"].as_u64(), Some(20));
     assert_nothing_left(pid);
 }
+
+#[test]
+fn a_plugin_given_by_a_bare_file_name_is_the_file_beside_the_pipeline() {
+    let dir = scratch("bare-plugin-name");
+    // A name the system's loader would look up in its own folders if it were handed over bare.
+    let plugins = std::path::Path::new(host_bin()).parent().unwrap();
+    std::fs::copy(plugins.join("libgpuipc_null.so"), dir.join("libz.so")).unwrap();
+    pipeline(&dir, "p.toml", "[[stage]]\nname = \"gen\"\nplugin = \"generator\"\n[[stage]]\nname = \"x\"\nplugin = \"libz.so\"\ninputs = [\"gen\"]\n");
+    // The file named without a folder, as `gpuipc-host validate p.toml` from its folder.
+    let run = run(&dir, &["validate", "p.toml"]);
+    assert_eq!(run.status.code(), Some(0), "{}", run.output());
+    assert!(run.stdout.contains("  x    null 0.1.0"), "the plan runs the copy beside the file:\n{}", run.output());
+}

@@ -18,9 +18,12 @@ pub enum ResolveError {
 
 /// A name with a `/` or ending in `.so` is a path (relative to `base_dir`, the pipeline file's
 /// folder); anything else is looked up as `libgpuipc_<name>.so` in the plugin search path.
+/// The path is made absolute: the loader searches the system's library folders for a bare
+/// file name, so `libz.so` beside a pipeline file would load some other library.
 pub fn resolve(plugin: &str, base_dir: &Path) -> Result<PathBuf, ResolveError> {
     if plugin.contains('/') || plugin.ends_with(".so") {
         let path = base_dir.join(plugin);
+        let path = std::path::absolute(&path).unwrap_or(path);
         return if path.is_file() { Ok(path) } else { Err(ResolveError::MissingFile(path)) };
     }
     let file = format!("libgpuipc_{}.so", plugin.replace('-', "_"));
