@@ -184,3 +184,15 @@ fn a_plugin_given_by_a_bare_file_name_is_the_file_beside_the_pipeline() {
     assert_eq!(run.status.code(), Some(0), "{}", run.output());
     assert!(run.stdout.contains("  x    null 0.1.0"), "the plan runs the copy beside the file:\n{}", run.output());
 }
+
+#[test]
+fn a_stage_with_params_larger_than_a_socket_message_starts() {
+    let dir = scratch("large-setup");
+    let note = "x".repeat(70_000);
+    let text = faulty_chain("large", "frames = 5", "ok", 0, "plugin = \"null\"").replace("at = 0 }", &format!("at = 0, note = \"{note}\" }}"));
+    let file = pipeline(&dir, "p.toml", &text);
+    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
+    assert_eq!(run.status.code(), Some(0), "{}", run.output().chars().take(2000).collect::<String>());
+    assert!(run.stdout.contains("run 'large' finished"), "{}", run.stdout);
+    assert_nothing_left(run.pid);
+}

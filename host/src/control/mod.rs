@@ -9,4 +9,4 @@ mod socket;
 pub use messages::{
     Export, FromStage, Handle64, RingWire, Import, InputSetup, LinkEnd, LinkMemoryWire, OutputSetup, SlotMemory, StageSetup, ToStage,
 };
-pub use socket::ControlSocket;
+pub use socket::{ControlSocket, SocketError};

@@ -1,5 +1,6 @@
 //! A SOCK_SEQPACKET Unix socket carrying one JSON message per datagram, with file
-//! descriptors attached through SCM_RIGHTS.
+//! descriptors attached through SCM_RIGHTS. A message larger than a datagram may be (a stage
+//! setup with large params) travels in a memfd attached last, the datagram saying so.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -12,8 +13,13 @@ use rustix::net::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// Largest message; setup messages are a few kilobytes.
-const MAX_MESSAGE: usize = 1 << 16;
+/// Largest message sent inline; a larger one goes in a memfd. Well below what the kernel
+/// accepts in one datagram (about the socket's send buffer).
+const MAX_MESSAGE: usize = 1 << 15;
+/// Largest message in a memfd: far beyond any setup, short of exhausting memory.
+const MAX_IN_MEMFD: usize = 64 << 20;
+/// The datagram of a message that travels in a memfd: never valid JSON.
+const IN_MEMFD: &[u8] = b"@memfd";
 /// Most descriptors in one message.
 const MAX_FDS: usize = 64;
 
@@ -57,15 +63,27 @@ impl ControlSocket {
     /// Send `message` with `fds` attached.
     pub fn send<T: Serialize>(&self, message: &T, fds: &[BorrowedFd<'_>]) -> Result<(), SocketError> {
         let bytes = serde_json::to_vec(message).map_err(|e| SocketError::Malformed(e.to_string()))?;
-        if bytes.len() > MAX_MESSAGE || fds.len() > MAX_FDS {
-            return Err(SocketError::Malformed(format!("{} bytes and {} descriptors is too large", bytes.len(), fds.len())));
+        if fds.len() >= MAX_FDS {
+            return Err(SocketError::Malformed(format!("{} descriptors is too many", fds.len())));
         }
+        if bytes.len() <= MAX_MESSAGE {
+            return self.send_datagram(&bytes, fds);
+        }
+        let memfd = rustix::fs::memfd_create("gpuipc-message", rustix::fs::MemfdFlags::CLOEXEC)?;
+        let file = std::fs::File::from(memfd);
+        std::os::unix::fs::FileExt::write_all_at(&file, &bytes, 0)?;
+        let mut with_memfd = fds.to_vec();
+        with_memfd.push(file.as_fd());
+        self.send_datagram(IN_MEMFD, &with_memfd)
+    }
+
+    fn send_datagram(&self, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<(), SocketError> {
         let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
         let mut ancillary = SendAncillaryBuffer::new(&mut space);
         if !fds.is_empty() && !ancillary.push(SendAncillaryMessage::ScmRights(fds)) {
             return Err(SocketError::Malformed("descriptors do not fit".into()));
         }
-        rustix::net::sendmsg(&self.fd, &[IoSlice::new(&bytes)], &mut ancillary, SendFlags::NOSIGNAL)?;
+        rustix::net::sendmsg(&self.fd, &[IoSlice::new(bytes)], &mut ancillary, SendFlags::NOSIGNAL)?;
         Ok(())
     }
 
@@ -102,7 +120,21 @@ impl ControlSocket {
         if msg.flags.contains(rustix::net::ReturnFlags::TRUNC) || msg.flags.contains(rustix::net::ReturnFlags::CTRUNC) {
             return Err(SocketError::Malformed("message truncated".into()));
         }
-        let message = serde_json::from_slice(&bytes[..msg.bytes]).map_err(|e| SocketError::Malformed(e.to_string()))?;
+        let mut datagram = &bytes[..msg.bytes];
+        let in_memfd;
+        if datagram == IN_MEMFD {
+            let memfd = fds.pop().ok_or_else(|| SocketError::Malformed("a message in a memfd without the memfd".into()))?;
+            let file = std::fs::File::from(memfd);
+            let len = file.metadata()?.len() as usize;
+            if len > MAX_IN_MEMFD {
+                return Err(SocketError::Malformed(format!("a message of {len} bytes; at most {MAX_IN_MEMFD}")));
+            }
+            let mut buffer = vec![0u8; len];
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut buffer, 0)?;
+            in_memfd = buffer;
+            datagram = &in_memfd;
+        }
+        let message = serde_json::from_slice(datagram).map_err(|e| SocketError::Malformed(e.to_string()))?;
         Ok(Some((message, fds)))
     }
 
@@ -115,5 +147,24 @@ impl ControlSocket {
 impl AsFd for ControlSocket {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_of_any_size_arrives_whole_with_its_descriptors() {
+        let (a, b) = ControlSocket::pair().unwrap();
+        let (extra, _) = ControlSocket::pair().unwrap();
+        for len in [10, MAX_MESSAGE - 2, MAX_MESSAGE + 1, 1 << 20] {
+            let text: String = (0..len).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+            a.send(&text, &[extra.as_fd()]).unwrap();
+            let (got, fds): (String, Vec<OwnedFd>) = b.recv().unwrap();
+            assert_eq!(got.len(), len);
+            assert!(got == text, "a message of {len} bytes arrived changed");
+            assert_eq!(fds.len(), 1, "the descriptor sent beside a {len}-byte message");
+        }
     }
 }

@@ -12,7 +12,9 @@ use command_fds::{CommandFdExt, FdMapping};
 use std::os::fd::{AsFd, BorrowedFd};
 
 use super::{RunOptions, wire_memory};
-use crate::control::{ControlSocket, InputSetup, OutputSetup, RingWire, StageSetup, ToStage};
+use std::io::ErrorKind;
+
+use crate::control::{ControlSocket, SocketError, InputSetup, OutputSetup, RingWire, StageSetup, ToStage};
 use crate::link::{RingMap, StatsMap};
 use crate::plan::Plan;
 use crate::stage::{CONTROL_FD, HOST_PID_ENV};
@@ -72,11 +74,16 @@ impl Launch<'_> {
         let fds = self.fds(i);
         let child = spawn_stage(&self.options.stage_exe, stage.name.as_str(), self.env)
             .map_err(|e| format!("cannot start stage '{}': {e}", stage.name))?;
-        // A stage that dies before reading its setup shows up in the watch loop.
-        if let Err(e) = child.socket.send(&ToStage::Setup(Box::new(self.setup(i, incarnation))), &fds) {
-            tracing::debug!("setup of stage '{}' not delivered: {e}", stage.name);
+        match child.socket.send(&ToStage::Setup(Box::new(self.setup(i, incarnation))), &fds) {
+            Ok(()) => Ok(child),
+            // A stage that died before reading its setup shows up in the watch loop.
+            Err(SocketError::Io(e)) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) => {
+                tracing::debug!("setup of stage '{}' not delivered: {e}", stage.name);
+                Ok(child)
+            }
+            // Anything else would leave the stage waiting for its setup, and the run for it.
+            Err(e) => Err(format!("cannot send stage '{}' its setup: {e}", stage.name)),
         }
-        Ok(child)
     }
 
     /// The descriptors stage `i` gets, in the order its setup says: its stats block, one ring

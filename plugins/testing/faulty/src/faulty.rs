@@ -43,6 +43,10 @@ pub struct Params {
     pub at: u64,
     #[serde(default)]
     pub sink: bool,
+    /// Free text, unused: makes a stage's setup as large as a test needs.
+    #[allow(dead_code, reason = "never read: only its size matters")]
+    #[serde(default)]
+    pub note: String,
     /// Microseconds of pretend work per frame: a slow consumer for the policy tests.
     #[serde(default)]
     pub delay_us: u64,
