@@ -255,3 +255,29 @@ fn headers_are_parsed_as_written() {
         [Some(Located { line: 3, column: 10, message: "frames must be at least 1".to_owned() }), None]
     );
 }
+
+/// What `validate` prints stays linear in the file: a long line is quoted as an excerpt, and
+/// past the kept errors the rest are counted. (A 40 KB line of dots printed 2.4 GB; 5,000
+/// unknown inputs on one line over 64 MiB.)
+#[test]
+fn error_output_stays_small_for_huge_lines_and_many_errors() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("huge-errors");
+    std::fs::create_dir_all(&dir).unwrap();
+    let dots = dir.join("dots.toml");
+    std::fs::write(&dots, format!("[pipeline]\nname = {}\n", ".".repeat(40_000))).unwrap();
+    let names: Vec<String> = (0..5000).map(|i| format!("\"u{i}\"")).collect();
+    let inputs = dir.join("inputs.toml");
+    let text = format!(
+        "[[stage]]\nname = \"gen\"\nplugin = \"generator\"\n[[stage]]\nname = \"x\"\nplugin = \"null\"\ninputs = [{}]\n",
+        names.join(",")
+    );
+    std::fs::write(&inputs, text).unwrap();
+    for file in [&dots, &inputs] {
+        let run = validate(&file.to_string_lossy()).unwrap();
+        assert_eq!(run.code, Some(2), "{}", run.stderr.chars().take(2000).collect::<String>());
+        assert!(run.stderr.len() < 64 * 1024, "{}: {} bytes of errors", file.display(), run.stderr.len());
+    }
+    let run = validate(&inputs.to_string_lossy()).unwrap();
+    assert!(run.stderr.contains("stage 'x' has unknown input 'u0'"), "{}", run.stderr.chars().take(2000).collect::<String>());
+    assert!(run.stderr.contains("... and 4950 more errors not shown\n5000 errors"), "{}", &run.stderr[run.stderr.len().saturating_sub(300)..]);
+}

@@ -39,7 +39,7 @@ pub const STAGE_KEYS: &[&str] = &[
 fn unknown(source: &SourceFile, table: &DeTable<'_>, known: &[&str], diags: &mut Diagnostics) {
     for key in table.keys() {
         if !known.contains(&key.get_ref().as_ref()) {
-            diags.push(source.error_at(key.span(), format!("unknown field `{}`, {}", key.get_ref(), expected(known))));
+            diags.error_at(source, key.span(), format!("unknown field `{}`, {}", key.get_ref(), expected(known)));
         }
     }
 }

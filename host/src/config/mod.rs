@@ -34,7 +34,12 @@ pub fn parse(source: &SourceFile) -> Result<PipelineFile, Diagnostics> {
     let (document, errors) = toml::de::DeTable::parse_recoverable(source.text());
     if !errors.is_empty() {
         let mut diags = Diagnostics::default();
-        for e in &errors {
+        for (i, e) in errors.iter().enumerate() {
+            if diags.full() {
+                // Locating an error costs a scan of the file: count the rest instead.
+                diags.count_more(errors.len() - i);
+                break;
+            }
             diags.push(toml_error(source, e));
         }
         return Err(diags);

@@ -29,7 +29,7 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
     let stages: Vec<&Spanned<StageSection>> = file.stages.iter().collect();
     let names = stage_names(source, &stages, &mut diags);
     if stages.is_empty() {
-        diags.push(source.error_at(0..0, "the pipeline has no stages; add a [[stage]] table"));
+        diags.error_at(source, 0..0, "the pipeline has no stages; add a [[stage]] table");
     }
     let edges = input_edges(source, &stages, &names, &mut diags);
     let depths: Vec<u32> = stages.iter().map(|s| stage_depth(source, s, &mut diags)).collect();
@@ -63,20 +63,20 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
         if link.consumers.len() > MAX_CONSUMERS {
             let producer = &stages_out[link.producer];
             let span = stages[order[link.producer]].span();
-            diags.push(source.error_at(
+            diags.error_at(source, 
                 span,
                 format!(
                     "stage '{}' has {} consumers; a link supports at most {MAX_CONSUMERS}",
                     producer.name,
                     link.consumers.len()
                 ),
-            ));
+            );
         }
         for (&consumer, policy) in link.consumers.iter().zip(&link.policies) {
             if link.depth == 1 && *policy != crate::config::Policy::Block {
                 let stage = stages[order[consumer]].get_ref();
                 let span = stage.policy.as_ref().map_or_else(|| stages[order[consumer]].span(), |p| p.span());
-                diags.push(source.error_at(
+                diags.error_at(source, 
                     span,
                     format!(
                         "stage '{}' reads '{}' with policy `{}`, but '{}' has depth = 1: its one slot is always being written or read, so this stage would get almost no frame; give '{}' depth = 2 or more, or use policy = \"block\"",
@@ -86,13 +86,13 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
                         stages_out[link.producer].name,
                         stages_out[link.producer].name
                     ),
-                ));
+                );
             }
         }
         if let Some(why) = transport_problem(link, &Driver) {
             let stage = stages[order[link.producer]].get_ref();
             let span = stage.transport.as_ref().map_or_else(|| stages[order[link.producer]].span(), |t| t.span());
-            diags.push(source.error_at(span, format!("stage '{}': {why}", stages_out[link.producer].name)));
+            diags.error_at(source, span, format!("stage '{}': {why}", stages_out[link.producer].name));
         }
     }
     diags.into_result()?;
@@ -130,7 +130,7 @@ fn input_formats(
         let format = match &planned[*from] {
             None => None,
             Some(p) if p.output.is_none() => {
-                diags.push(source.error_at(
+                diags.error_at(source, 
                     span.clone(),
                     format!(
                         "stage '{}' has input '{}', but stage '{}' (plugin `{}`) has no output",
@@ -139,7 +139,7 @@ fn input_formats(
                         p.name,
                         p.plugin.name
                     ),
-                ));
+                );
                 None
             }
             Some(p) => p.output_format(),
@@ -167,17 +167,17 @@ fn pipeline_settings(source: &SourceFile, file: &PipelineFile, diags: &mut Diagn
     if let Some(n) = &p.name
         && n.get_ref().trim().is_empty()
     {
-        diags.push(source.error_at(n.span(), "pipeline name is empty"));
+        diags.error_at(source, n.span(), "pipeline name is empty");
     }
     if let Some(f) = &p.frames
         && *f.get_ref() == 0
     {
-        diags.push(source.error_at(f.span(), "frames must be at least 1 (leave it out to run until stopped)"));
+        diags.error_at(source, f.span(), "frames must be at least 1 (leave it out to run until stopped)");
     }
     if let Some(s) = &p.spin_us
         && *s.get_ref() > 1_000_000
     {
-        diags.push(source.error_at(s.span(), "spin_us must be at most 1000000 (one second)"));
+        diags.error_at(source, s.span(), "spin_us must be at most 1000000 (one second)");
     }
     Settings {
         name,
@@ -195,15 +195,15 @@ fn stage_names(source: &SourceFile, stages: &[&Spanned<StageSection>], diags: &m
     for s in stages {
         let name = &s.get_ref().name;
         if let Err(message) = StageName::parse(name.get_ref()) {
-            diags.push(source.error_at(name.span(), message));
+            diags.error_at(source, name.span(), message);
         }
         match first_seen.get(name.get_ref().as_str()) {
             Some(&at) => {
                 let (line, _) = source.line_col(at);
-                diags.push(source.error_at(
+                diags.error_at(source, 
                     name.span(),
                     format!("duplicate stage name '{}' (first defined on line {line})", name.get_ref()),
-                ));
+                );
             }
             None => {
                 first_seen.insert(name.get_ref(), name.span().start);
@@ -230,18 +230,18 @@ fn input_edges(
             for input in stage.inputs.iter().flat_map(|v| v.get_ref()) {
                 let name = input.get_ref();
                 match index.get(name.as_str()) {
-                    None => diags.push(source.error_at(
+                    None => diags.error_at(source, 
                         input.span(),
                         format!("stage '{}' has unknown input '{name}'", names[i]),
-                    )),
-                    Some(&j) if j == i => diags.push(source.error_at(
+                    ),
+                    Some(&j) if j == i => diags.error_at(source, 
                         input.span(),
                         format!("stage '{}' lists itself as an input", names[i]),
-                    )),
-                    Some(&j) if edges.iter().any(|&(e, _)| e == j) => diags.push(source.error_at(
+                    ),
+                    Some(&j) if edges.iter().any(|&(e, _)| e == j) => diags.error_at(source, 
                         input.span(),
                         format!("stage '{}' lists input '{name}' twice", names[i]),
-                    )),
+                    ),
                     Some(&j) => edges.push((j, input.span())),
                 }
             }
@@ -254,10 +254,10 @@ fn stage_depth(source: &SourceFile, stage: &Spanned<StageSection>, diags: &mut D
     let Some(depth) = &stage.get_ref().depth else { return DEFAULT_DEPTH };
     let d = *depth.get_ref();
     if !(1..=MAX_DEPTH).contains(&d) {
-        diags.push(source.error_at(
+        diags.error_at(source, 
             depth.span(),
             format!("stage '{}': depth must be between 1 and {MAX_DEPTH}, not {d}", stage.get_ref().name.get_ref()),
-        ));
+        );
     }
     d
 }
@@ -292,10 +292,10 @@ fn topological_order(
         let first = cycle[0];
         let mut names: Vec<&str> = cycle.iter().map(|&i| stages[i].get_ref().name.get_ref().as_str()).collect();
         names.push(names[0]);
-        diags.push(source.error_at(
+        diags.error_at(source, 
             stages[first].get_ref().name.span(),
             format!("the stages form a cycle: {}", names.join(" -> ")),
-        ));
+        );
     }
     diags.into_result().map(|_| Vec::new())
 }
@@ -378,10 +378,10 @@ fn plan_stage(
     let n = inputs.len() as u32;
     let inputs_span = stage.inputs.as_ref().map_or(stage.name.span(), |i| i.span());
     if meta.max_inputs == 0 && n > 0 {
-        diags.push(source.error_at(
+        diags.error_at(source, 
             inputs_span,
             format!("stage '{name}' runs plugin `{}`, a source, which takes no inputs; remove `inputs`", meta.name),
-        ));
+        );
         return None;
     }
     if n < meta.min_inputs {
@@ -394,10 +394,10 @@ fn plan_stage(
         return None;
     }
     if n > meta.max_inputs {
-        diags.push(source.error_at(
+        diags.error_at(source, 
             inputs_span,
             format!("stage '{name}' runs plugin `{}`, which takes at most {} input(s); it has {n}", meta.name, meta.max_inputs),
-        ));
+        );
         return None;
     }
     let mut formats_ok = true;
@@ -406,14 +406,14 @@ fn plan_stage(
         if !accepted {
             let from_name = stages[from].get_ref().name.get_ref();
             let accepts: Vec<&str> = meta.accepts.iter().map(|p| p.name()).collect();
-            diags.push(source.error_at(
+            diags.error_at(source, 
                 input.span(),
                 format!(
                     "format mismatch: stage '{from_name}' outputs {format}, but stage '{name}' (plugin `{}`) accepts {}",
                     meta.name,
                     accepts.join(", ")
                 ),
-            ));
+            );
             formats_ok = false;
         }
     }
@@ -422,7 +422,7 @@ fn plan_stage(
     if let Some(policy) = &stage.policy
         && inputs.is_empty()
     {
-        diags.push(source.error_at(policy.span(), format!("stage '{name}' has no inputs, so `policy` has no effect; remove it")));
+        diags.error_at(source, policy.span(), format!("stage '{name}' has no inputs, so `policy` has no effect; remove it"));
         ok = false;
     }
     let device_spec = stage.device.as_ref().map_or(default_device, |d| *d.get_ref());
@@ -430,7 +430,7 @@ fn plan_stage(
         Ok(d) => Some(d),
         Err(message) => {
             let span = stage.device.as_ref().map_or(stage.name.span(), |d| d.span());
-            diags.push(source.error_at(span, format!("stage '{name}': {message}")));
+            diags.error_at(source, span, format!("stage '{name}': {message}"));
             None
         }
     };
@@ -446,7 +446,7 @@ fn plan_stage(
     let output = match plugin.negotiate(&params, &input_formats) {
         Ok(o) => o,
         Err(e) => {
-            diags.push(source.error_at(params_span, format!("stage '{name}': {e}")));
+            diags.error_at(source, params_span, format!("stage '{name}': {e}"));
             return None;
         }
     };

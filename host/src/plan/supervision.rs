@@ -79,14 +79,14 @@ impl Supervision {
         }
         if let Some(m) = keys.max_restarts {
             if *m.get_ref() == 0 {
-                diags.push(source.error_at(m.span(), "max_restarts must be at least 1 (to never restart, set restart = \"never\")"));
+                diags.error_at(source, m.span(), "max_restarts must be at least 1 (to never restart, set restart = \"never\")");
             }
             self.max_restarts = *m.get_ref();
         }
         let must_be_on = |key: &str, spec: &Spanned<DurationSpec>, diags: &mut Diagnostics| match spec.get_ref().0 {
             Some(d) => Some(d),
             None => {
-                diags.push(source.error_at(spec.span(), format!("{key} cannot be \"off\"; give a duration such as \"1s\"")));
+                diags.error_at(source, spec.span(), format!("{key} cannot be \"off\"; give a duration such as \"1s\""));
                 None
             }
         };
@@ -94,7 +94,7 @@ impl Supervision {
             && let Some(d) = must_be_on("restart_window", w, diags)
         {
             if d.is_zero() {
-                diags.push(source.error_at(w.span(), "restart_window must be longer than zero"));
+                diags.error_at(source, w.span(), "restart_window must be longer than zero");
             }
             self.window = d;
         }
@@ -105,7 +105,7 @@ impl Supervision {
         }
         if let Some(s) = keys.stall_timeout {
             if s.get_ref().0.is_some_and(|d| d.is_zero()) {
-                diags.push(source.error_at(s.span(), "stall_timeout must be longer than zero (or \"off\")"));
+                diags.error_at(source, s.span(), "stall_timeout must be longer than zero (or \"off\")");
             }
             self.stall_timeout = s.get_ref().0;
         }
