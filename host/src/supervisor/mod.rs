@@ -9,6 +9,7 @@
 mod broker;
 pub mod in_process;
 mod mps;
+mod private_dir;
 mod reclaim;
 mod restart;
 pub mod report;

@@ -22,9 +22,11 @@ pub struct MpsDaemon {
 
 impl MpsDaemon {
     pub fn start() -> Result<MpsDaemon, String> {
-        let dir = std::env::temp_dir().join(format!("gpuipc-mps-{}", std::process::id()));
+        // A fresh private folder: a predictable name could be a folder or symlink someone else
+        // made first, and the pipe in it is the daemon's control.
+        let dir = super::private_dir::create("gpuipc-mps").map_err(|e| format!("cannot create the MPS folder: {e}"))?;
         for sub in ["pipe", "log"] {
-            std::fs::create_dir_all(dir.join(sub)).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            std::fs::create_dir(dir.join(sub)).map_err(|e| format!("cannot create {}: {e}", dir.join(sub).display()))?;
         }
         let daemon = MpsDaemon { dir };
         let status = Command::new(CONTROL)
