@@ -122,15 +122,15 @@ fn cubin_for(
     fresh: bool,
 ) -> Result<(Vec<u8>, Origin), CudaError> {
     let options = nvrtc::options_for(arch);
-    let path = match dir {
+    let (key, path) = match dir {
         Some(dir) => {
-            let version = nvrtc::nvrtc_version()?;
-            Some(dir.join(cache::file_name(file_name, source, &options, version, arch)))
+            let key = cache::key(source, &options, nvrtc::nvrtc_version()?);
+            (key, Some(dir.join(cache::name_for(file_name, key, arch))))
         }
-        None => None,
+        None => (0, None),
     };
     if let Some(path) = path.as_deref().filter(|_| !fresh)
-        && let Some(cubin) = cache::read(path)
+        && let Some(cubin) = cache::read(path, key)
     {
         log::debug(&format!("{file_name}: {arch} CUBIN from the cache {}", path.display()));
         return Ok((cubin, Origin::Cache(path.to_path_buf())));
@@ -142,7 +142,7 @@ fn cubin_for(
         log::warn(&format!("{file_name} ({arch}): NVRTC says:\n{}", compiled.log));
     }
     match &path {
-        Some(path) => match cache::write(path, &compiled.cubin) {
+        Some(path) => match cache::write(path, key, &compiled.cubin) {
             Ok(()) => log::info(&format!("{file_name}: compiled for {arch} in {took} ms, cached as {}", path.display())),
             Err(e) => log::warn(&format!(
                 "{file_name}: compiled for {arch} in {took} ms; cannot cache it as {}: {e}",
@@ -189,7 +189,9 @@ mod tests {
         std::fs::write(&files[0], b"not a cubin").unwrap();
         let (fixed, origin) = cubin_for(Some(dir.path()), "kernels/k.cu", source, "sm_80", false).unwrap();
         assert!(matches!(origin, Origin::Compiled));
-        assert_eq!(std::fs::read(&files[0]).unwrap(), fixed);
+        let (again, origin) = cubin_for(Some(dir.path()), "kernels/k.cu", source, "sm_80", false).unwrap();
+        assert!(matches!(origin, Origin::Cache(_)));
+        assert_eq!(again, fixed, "the file was replaced by the new CUBIN");
 
         // No folder: compiled every time.
         let (_, origin) = cubin_for(None, "kernels/k.cu", source, "sm_80", false).unwrap();

@@ -39,7 +39,9 @@
 //! `$HOME/.cache/gpuipc/kernels` (none: no cache), named by a hash of the source, the NVRTC
 //! options and the NVRTC version. Stages starting together never read a partial file; a hit
 //! skips compiling (NVRTC must still load: its version is part of the key); a cached file the
-//! driver refuses is compiled again.
+//! driver refuses is compiled again. The cache is private: its folder is this user's and
+//! closed to others (0700), files are 0600, and a file is loaded only if its trailer names the
+//! key it is looked up by and the hash of its CUBIN matches.
 
 mod kernel;
 mod table;
