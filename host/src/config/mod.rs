@@ -42,7 +42,8 @@ pub fn parse(source: &SourceFile) -> Result<PipelineFile, Diagnostics> {
             }
             diags.push(toml_error(source, e));
         }
-        return Err(diags);
+        // In file order, as every other list of problems (the parser finds some late).
+        return Err(diags.into_result().expect_err("the parser reported errors"));
     }
     keys::check_known_keys(source, document.get_ref()).into_result()?;
     toml::from_str::<PipelineFile>(source.text()).map_err(|e| Diagnostics::from(toml_error(source, &e)))

@@ -14,18 +14,16 @@ impl StageName {
         let Some(first) = text.chars().next() else {
             return Err("stage name is empty".to_owned());
         };
-        if text.len() > MAX_STAGE_NAME {
-            return Err(format!(
-                "stage name `{text}` is {} characters long; the limit is {MAX_STAGE_NAME}",
-                text.len()
-            ));
+        let length = text.chars().count();
+        if length > MAX_STAGE_NAME {
+            return Err(format!("stage name `{text}` is {length} characters long; the limit is {MAX_STAGE_NAME}"));
         }
         if !first.is_ascii_alphabetic() {
-            return Err(format!("stage name `{text}` must start with a letter"));
+            return Err(format!("stage name `{text}` must start with an ASCII letter (a-z, A-Z)"));
         }
         if let Some(bad) = text.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
             return Err(format!(
-                "stage name `{text}` contains `{bad}`; use letters, digits, `_` and `-`"
+                "stage name `{text}` contains `{bad}`; use ASCII letters, digits, `_` and `-`"
             ));
         }
         Ok(StageName(text.to_owned()))
@@ -49,7 +47,7 @@ mod tests {
     #[test]
     fn each_rule_has_its_message() {
         assert_eq!(StageName::parse("").unwrap_err(), "stage name is empty");
-        assert!(StageName::parse("9lives").unwrap_err().contains("must start with a letter"));
+        assert!(StageName::parse("9lives").unwrap_err().contains("must start with an ASCII letter"));
         assert!(StageName::parse("a b").unwrap_err().contains("contains ` `"));
         assert!(StageName::parse(&"a".repeat(65)).unwrap_err().contains("limit is 64"));
         assert_eq!(StageName::parse("gen-1_a").unwrap().as_str(), "gen-1_a");

@@ -9,6 +9,8 @@ pub const BUILTINS: [&str; 6] = ["generator", "rgb-process", "yuv420", "null", "
 pub enum ResolveError {
     #[error("plugin file {} does not exist", .0.display())]
     MissingFile(PathBuf),
+    #[error("plugin file {} is not a regular file", .0.display())]
+    NotAFile(PathBuf),
     #[error(
         "unknown plugin `{name}`: no {file} in {searched}; built-in plugins are {builtins}, or give a path to a plugin cdylib",
         builtins = BUILTINS.join(", ")
@@ -24,7 +26,11 @@ pub fn resolve(plugin: &str, base_dir: &Path) -> Result<PathBuf, ResolveError> {
     if plugin.contains('/') || plugin.ends_with(".so") {
         let path = base_dir.join(plugin);
         let path = std::path::absolute(&path).unwrap_or(path);
-        return if path.is_file() { Ok(path) } else { Err(ResolveError::MissingFile(path)) };
+        return match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_file() => Ok(path),
+            Ok(_) => Err(ResolveError::NotAFile(path)),
+            Err(_) => Err(ResolveError::MissingFile(path)),
+        };
     }
     let file = format!("libgpuipc_{}.so", plugin.replace('-', "_"));
     let dirs = search_path();
