@@ -53,6 +53,7 @@ pub use error::{Error, Result};
 /// Create (or truncate) the file a sink writes, making its folder first. The error names the
 /// param, as every params error should.
 pub fn create_output_file(param: &str, path: &std::path::Path) -> Result<std::fs::File> {
+    check_output_path(param, path)?;
     let created = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => std::fs::create_dir_all(dir),
         _ => Ok(()),
@@ -61,6 +62,18 @@ pub fn create_output_file(param: &str, path: &std::path::Path) -> Result<std::fs
         .and_then(|()| std::fs::File::create(path))
         .map_err(|e| Error::new(format!("param `{param}`: cannot create {}: {e}", path.display())))
 }
+/// Check, when the pipeline is validated, a path param a stage will write: not empty, and not
+/// a folder. (Whether it can be created is only known when the stage starts.)
+pub fn check_output_path(param: &str, path: &std::path::Path) -> Result<()> {
+    if path.as_os_str().is_empty() {
+        return Err(Error::new(format!("param `{param}` is empty; give the file to write")));
+    }
+    if path.is_dir() {
+        return Err(Error::new(format!("param `{param}`: {} is a folder; give a file in it", path.display())));
+    }
+    Ok(())
+}
+
 pub use export::parse_params;
 pub use format::{FrameFormat, FrameLayout, PixelFormat, PlaneLayout};
 pub use frame::{

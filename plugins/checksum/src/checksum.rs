@@ -57,7 +57,8 @@ impl Plugin for Checksum {
         produces: &[],
     };
 
-    fn negotiate(_params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
+    fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
+        gpuipc_plugin_api::check_output_path("path", &params.path)?;
         if inputs.is_empty() || inputs.len() > MAX_INPUTS as usize {
             bail!("checksum takes 1 to {MAX_INPUTS} inputs, got {}", inputs.len());
         }

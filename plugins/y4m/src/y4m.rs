@@ -36,6 +36,9 @@ impl Params {
     /// Check the values serde cannot, reporting every problem at once.
     pub fn validate(&self) -> Result<()> {
         let mut problems = Vec::new();
+        if let Err(e) = gpuipc_plugin_api::check_output_path("path", &self.path) {
+            problems.push(e.to_string());
+        }
         for (key, value) in [("fps", self.fps), ("fps_den", self.fps_den)] {
             if value == 0 {
                 problems.push(format!("param `{key}` must be at least 1, got 0"));
