@@ -6,6 +6,8 @@
 mod config;
 mod control;
 mod doctor;
+#[cfg(test)]
+mod fuzz;
 mod gpu;
 mod link;
 mod plan;
