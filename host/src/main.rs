@@ -58,13 +58,19 @@ enum Command {
         /// Default device of stages, replacing the file's (`cpu`, `cuda`, `cuda:N`, `auto`).
         #[arg(long, value_parser = parse_device)]
         device: Option<config::DeviceSpec>,
+        /// Run even if the rings and buffers need more memory than the machine has.
+        #[arg(long)]
+        no_budget_check: bool,
     },
-    /// Check a pipeline file and print its plan, or every error in it.
+    /// Check a pipeline file and print its plan and the memory it needs, or every error in it.
     Validate {
         file: PathBuf,
         /// Default device of stages, replacing the file's (`cpu`, `cuda`, `cuda:N`, `auto`).
         #[arg(long, value_parser = parse_device)]
         device: Option<config::DeviceSpec>,
+        /// Accept a plan that needs more memory than the machine has.
+        #[arg(long)]
+        no_budget_check: bool,
     },
     /// Print a pipeline's graph in Graphviz dot.
     Graph { file: PathBuf },
@@ -96,6 +102,17 @@ fn init_logging() {
         .init();
 }
 
+/// Refuse a plan that needs more memory than the machine has, unless told not to.
+fn budget_check(file: &Path, needs: &plan::budget::Needs, has: &plan::budget::Has, skip: bool) -> Result<(), ExitCode> {
+    if skip {
+        return Ok(());
+    }
+    plan::budget::check(needs, has).map_err(|why| {
+        eprintln!("{}: error: {why}", file.display());
+        ExitCode::from(2)
+    })
+}
+
 /// Parse and plan a file, printing every error on failure. `device` replaces the file's
 /// `[pipeline] device` (stages that name their own keep it).
 fn load_plan(file: &Path, device: Option<config::DeviceSpec>) -> Result<plan::Plan, ExitCode> {
@@ -118,10 +135,14 @@ fn main() -> ExitCode {
         Command::Stage { .. } => ExitCode::from(stage::main() as u8),
         Command::Doctor => doctor::main(),
         Command::DoctorPeer { role, device } => doctor::peer_main(role, device),
-        Command::Validate { file, device } => match load_plan(&file, device) {
+        Command::Validate { file, device, no_budget_check } => match load_plan(&file, device) {
             Ok(plan) => {
-                let _ = write!(std::io::stdout(), "{}", plan::render_text(&plan));
-                ExitCode::SUCCESS
+                let (needs, has) = (plan::budget::needs(&plan), plan::budget::has());
+                let _ = write!(std::io::stdout(), "{}{}", plan::render_text(&plan), plan::budget::render(&needs, &has));
+                match budget_check(&file, &needs, &has, no_budget_check) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(code) => code,
+                }
             }
             Err(code) => code,
         },
@@ -132,11 +153,14 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::Run { file, frames, in_process, report, quiet, spin_us, checksums, device } => {
+        Command::Run { file, frames, in_process, report, quiet, spin_us, checksums, device, no_budget_check } => {
             let plan = match load_plan(&file, device) {
                 Ok(p) => p,
                 Err(code) => return code,
             };
+            if let Err(code) = budget_check(&file, &plan::budget::needs(&plan), &plan::budget::has(), no_budget_check) {
+                return code;
+            }
             let options = RunArgs { frames, in_process, report, live: !quiet, spin_us, checksums };
             run(&plan, &options)
         }

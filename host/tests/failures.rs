@@ -196,3 +196,25 @@ fn a_stage_with_params_larger_than_a_socket_message_starts() {
     assert!(run.stdout.contains("run 'large' finished"), "{}", run.stdout);
     assert_nothing_left(run.pid);
 }
+
+#[test]
+fn a_plan_that_cannot_fit_in_memory_is_refused_before_anything_starts() {
+    let dir = scratch("memory-budget");
+    // Four rings of 64 slots of 4 GiB: 1 TiB, more than any machine that runs these tests.
+    let mut text = String::new();
+    for i in 0..4 {
+        text += &format!("[[stage]]\nname = \"gen{i}\"\nplugin = \"generator\"\ndepth = 64\nparams = {{ width = 32768, height = 32768, format = \"rgba8\" }}\n");
+        text += &format!("[[stage]]\nname = \"sink{i}\"\nplugin = \"null\"\ninputs = [\"gen{i}\"]\n");
+    }
+    let file = pipeline(&dir, "p.toml", &text);
+    for command in ["validate", "run"] {
+        let run = run(&dir, &[command, &file.to_string_lossy()]);
+        assert_eq!(run.status.code(), Some(2), "{command}:\n{}", run.output());
+        assert!(run.stderr.contains("error: the pipeline needs 1024.00 GiB of host memory"), "{command}:\n{}", run.output());
+        assert!(run.stderr.contains("lower its `depth` or the frame size, or pass --no-budget-check"), "{}", run.output());
+        assert_nothing_left(run.pid);
+    }
+    let run = run(&dir, &["validate", &file.to_string_lossy(), "--no-budget-check"]);
+    assert_eq!(run.status.code(), Some(0), "{}", run.output());
+    assert!(run.stdout.contains("memory:\n  host    1024.00 GiB needed"), "{}", run.output());
+}

@@ -3,6 +3,7 @@
 //! Everything downstream (validate, graph, run, in-process run) takes a [`Plan`]; nothing after
 //! this point sees raw TOML. Building one checks the whole file and reports every problem.
 
+pub mod budget;
 mod display;
 mod domain;
 mod resolve;
