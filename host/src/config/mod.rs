@@ -20,9 +20,23 @@ use std::path::Path;
 /// Read and parse a pipeline file. Syntax errors, unknown keys and wrong types come back as
 /// one diagnostic with its location.
 pub fn load(path: &Path) -> Result<(SourceFile, PipelineFile), Diagnostics> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let bytes = std::fs::read(path).map_err(|e| {
         Diagnostics::from(Diagnostic::plain(format!("cannot read {}: {e}", path.display())))
     })?;
+    let text = match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => {
+            // Point at the first byte that is not UTF-8, in the part that is.
+            let at = e.utf8_error().valid_up_to();
+            let bad = e.as_bytes()[at];
+            let valid = String::from_utf8_lossy(&e.as_bytes()[..at]).into_owned();
+            let source = SourceFile::new(path, valid);
+            return Err(Diagnostics::from(source.error_at(
+                at..at,
+                format!("the file is not UTF-8 text: byte 0x{bad:02x} here (save it as UTF-8)"),
+            )));
+        }
+    };
     let source = SourceFile::new(path, text);
     let file = parse(&source)?;
     Ok((source, file))

@@ -12,7 +12,7 @@ use gpuipc_plugin_api::{FrameFormat, PixelFormat};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PluginLoadError {
-    #[error("cannot load plugin {}: {source}", path.display())]
+    #[error("cannot load plugin {}: {}", path.display(), loader_reason(source))]
     Open { path: PathBuf, source: libloading::Error },
     #[error("{} is not a gpuipc plugin: it has no `{}` symbol", path.display(), abi::ENTRY_SYMBOL)]
     MissingEntry { path: PathBuf },
@@ -235,5 +235,14 @@ impl Drop for Instance<'_> {
     fn drop(&mut self) {
         // SAFETY: `ptr` came from `create` and is destroyed exactly once, here.
         unsafe { (self.plugin.descriptor().destroy)(self.ptr) };
+    }
+}
+
+/// The dynamic loader's own words (libloading keeps them one level down: "dlopen failed" alone
+/// says nothing).
+fn loader_reason(e: &libloading::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(reason) => reason.to_string(),
+        None => e.to_string(),
     }
 }
