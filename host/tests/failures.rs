@@ -223,9 +223,9 @@ fn a_plan_that_cannot_fit_in_memory_is_refused_before_anything_starts() {
 fn a_file_that_is_not_utf8_and_a_library_that_will_not_load_are_explained() {
     let dir = scratch("utf8-dlopen");
     std::fs::write(dir.join("bad.toml"), b"[pipeline]\nname = \"a\xff\"\n").unwrap();
-    let run = run(&dir, &["validate", "bad.toml"]);
-    assert_eq!(run.status.code(), Some(2), "{}", run.output());
-    assert!(run.stderr.contains("bad.toml:2:10: error: the file is not UTF-8 text: byte 0xff here"), "{}", run.output());
+    let not_utf8 = run(&dir, &["validate", "bad.toml"]);
+    assert_eq!(not_utf8.status.code(), Some(2), "{}", not_utf8.output());
+    assert!(not_utf8.stderr.contains("bad.toml:2:10: error: the file is not UTF-8 text: byte 0xff here"), "{}", not_utf8.output());
     std::fs::write(dir.join("notlib.so"), b"plain text").unwrap();
     pipeline(&dir, "p.toml", "[[stage]]\nname = \"x\"\nplugin = \"./notlib.so\"\n");
     let run = run(&dir, &["validate", "p.toml"]);
