@@ -105,13 +105,16 @@ pub fn export_output(
     Ok(Half::Output { link, memory, ready: events.into_iter().map(|(e, _)| e).collect() })
 }
 
+/// The GPU ends a stage got: (link, read end) per input, and its output's write end.
+pub type Completed = (Vec<(usize, DeviceRead)>, Option<DeviceWrite>);
+
 /// Wait for the host to bring the other ends' objects for every exported half, and finish the
 /// ends: (link, read end) pairs for the inputs, and the write end of the output.
 pub fn complete(
     gpu: &Arc<Gpu>,
     socket: &ControlSocket,
     halves: Vec<Half>,
-) -> Result<(Vec<(usize, DeviceRead)>, Option<DeviceWrite>), HandshakeError> {
+) -> Result<Completed, HandshakeError> {
     let mut halves: Vec<Option<Half>> = halves.into_iter().map(Some).collect();
     let mut inputs = Vec::new();
     let mut output = None;

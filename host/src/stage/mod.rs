@@ -279,6 +279,9 @@ fn resume_seq(stats: &StatsMap, output: &output::Output) -> u64 {
     output.next_seq().map_or(done, |next| next.max(done))
 }
 
+/// A stage's way to each input's frames, and to its output ring's slots.
+type LinkEnds = (Vec<Box<dyn ReadEnd>>, Option<Box<dyn WriteEnd>>);
+
 /// How each input is read and the output written: in place for a cpu stage; for a cuda
 /// stage, staged copies on a host ring, or the GPU objects exchanged through the host.
 fn link_ends(
@@ -287,7 +290,7 @@ fn link_ends(
     gpu: Option<&Arc<Gpu>>,
     consumers: &[Consumer],
     producer: Option<&Producer>,
-) -> Result<(Vec<Box<dyn ReadEnd>>, Option<Box<dyn WriteEnd>>), StageError> {
+) -> Result<LinkEnds, StageError> {
     let mut inputs: Vec<Option<Box<dyn ReadEnd>>> = Vec::new();
     let mut halves = Vec::new();
     for (input, consumer) in setup.inputs.iter().zip(consumers) {
