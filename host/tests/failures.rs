@@ -25,6 +25,8 @@ fn every_kind_of_stage_failure_ends_the_run_naming_the_stage_and_cause() {
         ("abort_at", "stage 'bad' killed by SIGABRT"),
         ("exit_at", "stage 'bad' exited with code 7"),
         ("sigkill_at", "stage 'bad' killed by SIGKILL"),
+        // Input frames are mapped read-only: the write faults rather than change the frame.
+        ("write_input_at", "stage 'bad' killed by SIGSEGV"),
         ("error_on_create", "stage 'bad' plugin failed in create: refusing to start, as asked"),
         ("panic_on_create", "stage 'bad' plugin failed in create: plugin panicked: panicking in create, as asked"),
         ("error_in_flush", "stage 'bad' plugin failed in flush: failing in flush, as asked"),

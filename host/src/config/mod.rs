@@ -48,7 +48,13 @@ pub fn parse(source: &SourceFile) -> Result<PipelineFile, Diagnostics> {
     let (document, errors) = toml::de::DeTable::parse_recoverable(source.text());
     if !errors.is_empty() {
         let mut diags = Diagnostics::default();
+        let mut previous: Option<(Option<std::ops::Range<usize>>, &str)> = None;
         for (i, e) in errors.iter().enumerate() {
+            // The parser can report one fault twice, once per rule it broke.
+            if previous == Some((e.span(), e.message())) {
+                continue;
+            }
+            previous = Some((e.span(), e.message()));
             if diags.full() {
                 // Locating an error costs a scan of the file: count the rest instead.
                 diags.count_more(errors.len() - i);
@@ -66,6 +72,10 @@ pub fn parse(source: &SourceFile) -> Result<PipelineFile, Diagnostics> {
 /// A TOML or serde error as a located diagnostic, naming what the bare "duplicate key" means.
 fn toml_error(source: &SourceFile, e: &toml::de::Error) -> Diagnostic {
     let message = e.message().trim_end().to_owned();
+    if message == "recursion limit" {
+        let at = too_deep_at(source.text());
+        return source.error_at(at..at, "this dotted key has too many parts: the TOML parser reads at most 79 (a pipeline file needs 3)");
+    }
     let Some(span) = e.span() else {
         return Diagnostic::plain(format!("{}: {message}", source.path().display()));
     };
@@ -79,4 +89,27 @@ fn toml_error(source: &SourceFile, e: &toml::de::Error) -> Diagnostic {
         _ => message,
     };
     source.error_at(span, message)
+}
+
+/// Where a dotted key first has more parts than the parser's limit, which it reports without a
+/// place: the shortest prefix the parser refuses for it ends there. A key's depth never
+/// shrinks as a prefix grows, so a binary search finds it in a few dozen parses.
+fn too_deep_at(text: &str) -> usize {
+    let too_deep = |end: usize| {
+        let (_, errors) = toml::de::DeTable::parse_recoverable(&text[..end]);
+        errors.iter().any(|e| e.message().trim_end() == "recursion limit")
+    };
+    let (mut fits, mut refused) = (0, text.len());
+    while refused - fits > 1 {
+        let mut mid = fits + (refused - fits) / 2;
+        while !text.is_char_boundary(mid) {
+            mid -= 1;
+        }
+        if mid == fits {
+            break;
+        }
+        if too_deep(mid) { refused = mid } else { fits = mid }
+    }
+    // The character that went one level too deep.
+    text[..refused].char_indices().next_back().map_or(0, |(i, _)| i)
 }

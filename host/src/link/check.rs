@@ -136,6 +136,12 @@ impl RingGeometry {
         (offset.checked_add(self.slot_bytes)? <= self.end).then_some((offset, self.slot_bytes))
     }
 
+    /// Where all slots' frame data lies, from the start of the mapping; `None` when frames live
+    /// on a GPU.
+    pub fn data_range(&self) -> Option<std::ops::Range<u64>> {
+        (self.slot_bytes != 0).then_some(self.data_offset..self.end)
+    }
+
     /// The first field that differs from `plan`, as an error.
     fn compare(&self, plan: &RingGeometry, link: &str) -> Result<(), LinkError> {
         let differs = |field: &'static str, found: &dyn Display, planned: &dyn Display| {
@@ -393,7 +399,7 @@ mod tests {
     use gpuipc_plugin_api::{FrameFormat, FrameLayout, PixelFormat};
 
     use super::*;
-    use crate::link::ring::RingMap;
+    use crate::link::ring::{FrameAccess, RingMap};
 
     const LINK: &str = "gen -> grade";
 
@@ -420,7 +426,7 @@ mod tests {
     /// Opens `ring` again against `params()`; asserts it is refused naming `LINK` and `field`,
     /// and returns the message.
     fn refused(ring: &RingMap, field: &str) -> String {
-        let err = RingMap::open_checked(fd(ring.shared_memory()), &params(), LINK).err().expect("refused");
+        let err = RingMap::open_checked(fd(ring.shared_memory()), &params(), LINK, FrameAccess::Read).err().expect("refused");
         let message = err.to_string();
         match err {
             LinkError::Mismatch { link, field: f, .. } => {
@@ -449,7 +455,7 @@ mod tests {
     fn a_good_ring_opens_with_or_without_a_plan() {
         let ring = RingMap::create("gpuipc-test-check", &params()).unwrap();
         let planned = RingGeometry::planned(&params(), LINK).unwrap();
-        let opened = RingMap::open_checked(fd(ring.shared_memory()), &params(), LINK).unwrap();
+        let opened = RingMap::open_checked(fd(ring.shared_memory()), &params(), LINK, FrameAccess::Read).unwrap();
         assert_eq!(opened.depth(), 4);
         assert_eq!(opened.format(), params().format);
         assert_eq!(opened.layout(), params().layout);
@@ -459,13 +465,45 @@ mod tests {
         assert_eq!(RingGeometry::read(opened.shared_memory(), Some(&planned), LINK).unwrap(), planned);
     }
 
+    /// The permissions (`rw-s`, `r--s`, ...) of the mapping that holds `addr`, from
+    /// /proc/self/maps.
+    fn permissions_at(addr: usize) -> String {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        for line in maps.lines() {
+            let mut fields = line.split_whitespace();
+            let (range, perms) = (fields.next().unwrap(), fields.next().unwrap());
+            let (start, end) = range.split_once('-').unwrap();
+            let (start, end) = (usize::from_str_radix(start, 16).unwrap(), usize::from_str_radix(end, 16).unwrap());
+            if (start..end).contains(&addr) {
+                return perms.to_owned();
+            }
+        }
+        panic!("no mapping holds {addr:#x}");
+    }
+
+    #[test]
+    fn a_consumer_maps_frames_read_only_and_the_control_block_writable() {
+        let ring = RingMap::create("gpuipc-test-check", &params()).unwrap();
+        let reader = RingMap::open_checked(fd(ring.shared_memory()), &params(), LINK, FrameAccess::Read).unwrap();
+        let writer = RingMap::open_checked(fd(ring.shared_memory()), &params(), LINK, FrameAccess::Write).unwrap();
+        let header = |map: &RingMap| permissions_at(map.shared_memory().as_ptr() as usize);
+        let slot = |map: &RingMap, i| permissions_at(map.slot_data(i).unwrap().0 as usize);
+        let last_byte = |map: &RingMap| {
+            let (ptr, len) = map.slot_data(3).unwrap();
+            permissions_at(ptr as usize + len as usize - 1)
+        };
+        assert_eq!((header(&reader), slot(&reader, 0), last_byte(&reader)), ("rw-s".into(), "r--s".into(), "r--s".into()));
+        assert_eq!((header(&writer), slot(&writer, 0), last_byte(&writer)), ("rw-s".into(), "rw-s".into(), "rw-s".into()));
+        assert_eq!(slot(&ring, 2), "rw-s", "the host's own mapping is its own");
+    }
+
     #[test]
     fn a_device_ring_and_a_padded_layout_open() {
         let mut params = params();
         params.host_data = false;
         params.layout = gpuipc_plugin_api::testing::padded(params.layout, 13);
         let ring = RingMap::create("gpuipc-test-check", &params).unwrap();
-        let opened = RingMap::open_checked(fd(ring.shared_memory()), &params, LINK).unwrap();
+        let opened = RingMap::open_checked(fd(ring.shared_memory()), &params, LINK, FrameAccess::Read).unwrap();
         assert_eq!(opened.layout().planes[0].pitch, 64 + 13);
         assert!(opened.slot_data(0).is_none(), "frames live on a GPU");
     }
@@ -611,7 +649,7 @@ mod tests {
         let header = RingParams::data_offset() as usize;
         // SAFETY (test): both mappings are longer than `header` bytes and do not overlap.
         unsafe { std::ptr::copy_nonoverlapping(good.shared_memory().as_ptr(), short.as_ptr(), header) };
-        let message = RingMap::open_checked(fd(&short), &params(), LINK).err().unwrap().to_string();
+        let message = RingMap::open_checked(fd(&short), &params(), LINK, FrameAccess::Read).err().unwrap().to_string();
         assert!(
             message.starts_with("link gen -> grade: ring header field data_offset + slot_bytes * depth is "),
             "{message}"
@@ -621,7 +659,7 @@ mod tests {
     #[test]
     fn a_mapping_shorter_than_a_header_is_refused() {
         let short = SharedMemory::create("gpuipc-test-check-short", 4096).unwrap();
-        let message = RingMap::open_checked(fd(&short), &params(), LINK).err().unwrap().to_string();
+        let message = RingMap::open_checked(fd(&short), &params(), LINK, FrameAccess::Read).err().unwrap().to_string();
         let header = size_of::<RingHeader>();
         assert_eq!(
             message,
@@ -634,7 +672,7 @@ mod tests {
     #[test]
     fn a_header_scribbled_after_open_does_not_change_the_ring() {
         let ring = RingMap::create("gpuipc-test-check", &params()).unwrap();
-        let opened = RingMap::open_checked(fd(ring.shared_memory()), &params(), LINK).unwrap();
+        let opened = RingMap::open_checked(fd(ring.shared_memory()), &params(), LINK, FrameAccess::Write).unwrap();
         let other = SharedMemory::open(fd(ring.shared_memory())).unwrap();
         let h = other.as_ptr() as *mut RingHeader;
         // SAFETY (test): as in `set!`.
@@ -671,6 +709,7 @@ mod tests {
             fd(RingMap::create("gpuipc-test-check", &params()).unwrap().shared_memory()),
             &bad,
             LINK,
+            FrameAccess::Read,
         );
         assert!(matches!(err, Err(LinkError::Mismatch { field: "layout.planes[0].pitch", .. })));
     }

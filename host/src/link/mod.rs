@@ -20,5 +20,5 @@ pub mod stats;
 pub mod wait;
 
 pub use header::RingParams;
-pub use ring::{Consumer, LinkError, Producer, ReadSlot, RingMap, WriteSlot};
+pub use ring::{Consumer, FrameAccess, LinkError, Producer, ReadSlot, RingMap, WriteSlot};
 pub use stats::StatsMap;

@@ -48,6 +48,16 @@ impl From<TimedOut> for LinkError {
     }
 }
 
+/// What a stage does with the frames of a ring it maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameAccess {
+    /// A consumer: slot data is mapped read-only, so a stray write faults in this stage rather
+    /// than change the frame other consumers read. The control block stays writable.
+    Read,
+    /// The producer.
+    Write,
+}
+
 /// A mapped ring: control block plus, for host rings, the slots' frame data.
 pub struct RingMap {
     shm: SharedMemory,
@@ -85,20 +95,31 @@ impl RingMap {
     /// ring keeps (see [`check`](super::check)); without a plan, errors name the link "(unnamed)".
     #[cfg(test)]
     pub fn open(fd: OwnedFd) -> Result<RingMap, LinkError> {
-        RingMap::map_checked(fd, None, "(unnamed)")
+        RingMap::map_checked(fd, None, "(unnamed)", FrameAccess::Write)
+    }
+
+    /// As [`open`](Self::open), for a consumer: slot data mapped read-only.
+    #[cfg(test)]
+    pub fn open_to_read(fd: OwnedFd) -> Result<RingMap, LinkError> {
+        RingMap::map_checked(fd, None, "(unnamed)", FrameAccess::Read)
     }
 
     /// Map a ring received as a file descriptor and check every header field against the
     /// rules and against `expected`, the plan's params for `link` ("gen -> grade"); a
     /// mismatch is refused with an error naming the link and the field.
-    pub fn open_checked(fd: OwnedFd, expected: &RingParams, link: &str) -> Result<RingMap, LinkError> {
+    pub fn open_checked(fd: OwnedFd, expected: &RingParams, link: &str, access: FrameAccess) -> Result<RingMap, LinkError> {
         let plan = RingGeometry::planned(expected, link)?;
-        RingMap::map_checked(fd, Some(&plan), link)
+        RingMap::map_checked(fd, Some(&plan), link, access)
     }
 
-    fn map_checked(fd: OwnedFd, plan: Option<&RingGeometry>, link: &str) -> Result<RingMap, LinkError> {
+    fn map_checked(fd: OwnedFd, plan: Option<&RingGeometry>, link: &str, access: FrameAccess) -> Result<RingMap, LinkError> {
         let shm = SharedMemory::open(fd)?;
         let checked = RingGeometry::read(&shm, plan, link)?;
+        if access == FrameAccess::Read
+            && let Some(data) = checked.data_range()
+        {
+            shm.protect_read_only(data.start as usize..data.end as usize)?;
+        }
         Ok(RingMap { shm, checked })
     }
 
@@ -134,7 +155,7 @@ impl RingMap {
     }
 
     /// Host address of slot `i`'s frame data, or `None` when frames live on a GPU (or the ring
-    /// has no slot `i`).
+    /// has no slot `i`). Opened with [`FrameAccess::Read`], the memory is read-only.
     pub fn slot_data(&self, i: usize) -> Option<(*mut u8, u64)> {
         let (offset, len) = self.checked.slot_range(i)?;
         (offset.checked_add(len)? <= self.shm.len() as u64).then(|| {

@@ -58,6 +58,23 @@ impl SharedMemory {
         self.len
     }
 
+    /// Make the whole pages of `range` in this mapping read-only: a write there faults in this
+    /// process instead of changing what other processes see. (A ring's slots start and end on
+    /// 4 KiB bounds; where the page is larger, the parts of a page at either end stay writable.)
+    pub fn protect_read_only(&self, range: std::ops::Range<usize>) -> io::Result<()> {
+        let page = rustix::param::page_size();
+        let start = range.start.next_multiple_of(page);
+        let end = range.end.min(self.len) / page * page;
+        if start >= end {
+            return Ok(());
+        }
+        // SAFETY: start..end lies inside our mapping, on page bounds; this process only reads
+        // it from now on, through raw pointers no Rust reference holds.
+        unsafe {
+            rustix::mm::mprotect(self.ptr.add(start).cast(), end - start, rustix::mm::MprotectFlags::READ)?;
+        }
+        Ok(())
+    }
 }
 
 impl AsFd for SharedMemory {

@@ -153,10 +153,119 @@ pub struct StatsSnapshot {
     pub lost: u64,
 }
 
+/// What a run could have done in the time it ran: the bounds a stage's own counters must keep.
+/// The stage writes its statistics block and the host only reads it, so a buggy or hostile
+/// stage could write anything there; the host shows no count these rule out.
+#[derive(Debug, Clone, Copy)]
+pub struct Plausible {
+    /// Wall clock (ns since the Unix epoch) when the run started and when it was looked at.
+    pub start_ns: u64,
+    pub now_ns: u64,
+}
+
+/// No stage does a frame in less than this: a count above one per this many nanoseconds of the
+/// run is written over, not counted.
+const FASTEST_FRAME_NS: u64 = 10;
+/// Slack for clocks read in different processes.
+const CLOCK_SLACK_NS: u64 = 1_000_000_000;
+
+impl Plausible {
+    /// The snapshot with every counter these bounds rule out set to 0, and for each, its name
+    /// and the value found.
+    pub fn check(&self, mut snap: StatsSnapshot) -> (StatsSnapshot, Vec<(&'static str, u64)>) {
+        let mut bad = Vec::new();
+        let span = self.now_ns.saturating_sub(self.start_ns) + CLOCK_SLACK_NS;
+        let most_frames = span / FASTEST_FRAME_NS;
+        let earliest = self.start_ns.saturating_sub(CLOCK_SLACK_NS);
+        let latest = self.now_ns.saturating_add(CLOCK_SLACK_NS);
+        let mut keep = |name, value: &mut u64, ok: bool| {
+            if !ok {
+                bad.push((name, *value));
+                *value = 0;
+            }
+        };
+        let (frames_ok, dropped_ok) = (snap.frames <= most_frames, snap.dropped <= most_frames);
+        keep("frames", &mut snap.frames, frames_ok);
+        keep("dropped", &mut snap.dropped, dropped_ok);
+        let times_ok = snap.first_ns == 0 && snap.last_ns == 0
+            || (earliest..=latest).contains(&snap.first_ns) && (snap.first_ns..=latest).contains(&snap.last_ns);
+        let first = snap.first_ns;
+        keep("first_ns", &mut snap.first_ns, times_ok);
+        keep("last_ns", &mut snap.last_ns, times_ok);
+        let most_busy = if times_ok { snap.last_ns - first + CLOCK_SLACK_NS } else { span };
+        let busy_ok = snap.busy_ns <= most_busy;
+        keep("busy_ns", &mut snap.busy_ns, busy_ok);
+        (snap, bad)
+    }
+}
+
 impl StatsSnapshot {
     /// Frames per second between the first frame's start and the last frame's end.
     pub fn fps(&self) -> f64 {
         let span = self.last_ns.saturating_sub(self.first_ns);
         if self.frames == 0 || span == 0 { 0.0 } else { self.frames as f64 * 1e9 / span as f64 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    fn run_of_two_seconds() -> Plausible {
+        Plausible { start_ns: 1_700_000_000 * SECOND, now_ns: 1_700_000_002 * SECOND }
+    }
+
+    fn honest() -> StatsSnapshot {
+        let start = run_of_two_seconds().start_ns;
+        StatsSnapshot {
+            frames: 48_000,
+            dropped: 12,
+            busy_ns: SECOND,
+            first_ns: start + 1000,
+            last_ns: start + 2 * SECOND,
+            restarts: 1,
+            lost: 3,
+        }
+    }
+
+    #[test]
+    fn honest_counters_pass_unchanged() {
+        let (snap, bad) = run_of_two_seconds().check(honest());
+        assert_eq!(snap, honest());
+        assert!(bad.is_empty(), "{bad:?}");
+    }
+
+    #[test]
+    fn a_stage_that_never_started_passes() {
+        let idle = StatsSnapshot::default();
+        assert_eq!(run_of_two_seconds().check(idle), (idle, vec![]));
+    }
+
+    #[test]
+    fn garbage_counts_are_named_and_not_shown() {
+        let garbage = StatsSnapshot { dropped: 18_359_816_903_119_042_546, ..honest() };
+        let (snap, bad) = run_of_two_seconds().check(garbage);
+        assert_eq!(bad, vec![("dropped", 18_359_816_903_119_042_546)]);
+        assert_eq!(snap, StatsSnapshot { dropped: 0, ..honest() });
+    }
+
+    #[test]
+    fn more_frames_than_the_run_had_time_for_are_refused() {
+        // Three seconds of frames at one per 10 ns, in a run of two.
+        let (_, bad) = run_of_two_seconds().check(StatsSnapshot { frames: 300_000_001, ..honest() });
+        assert_eq!(bad, vec![("frames", 300_000_001)]);
+    }
+
+    #[test]
+    fn times_outside_the_run_are_refused_with_the_busy_time_they_would_excuse() {
+        let start = run_of_two_seconds().start_ns;
+        let (snap, bad) =
+            run_of_two_seconds().check(StatsSnapshot { first_ns: 5, busy_ns: 4 * SECOND, last_ns: start, ..honest() });
+        assert_eq!(bad, vec![("first_ns", 5), ("last_ns", start), ("busy_ns", 4 * SECOND)]);
+        assert_eq!((snap.first_ns, snap.last_ns, snap.busy_ns, snap.frames), (0, 0, 0, 48_000));
+        let (_, bad) = run_of_two_seconds().check(StatsSnapshot { last_ns: start + 9 * SECOND, ..honest() });
+        assert_eq!(bad.len(), 2, "{bad:?}");
     }
 }

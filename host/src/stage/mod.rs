@@ -18,7 +18,7 @@ use crate::control::handshake;
 use crate::control::{ControlSocket, FromStage, LinkMemoryWire, RingWire, StageSetup, ToStage};
 use crate::gpu::Gpu;
 use crate::link::wait::Waiter;
-use crate::link::{Consumer, Producer, RingMap, RingParams, StatsMap};
+use crate::link::{Consumer, FrameAccess, Producer, RingMap, RingParams, StatsMap};
 use crate::plugin::LoadedPlugin;
 
 pub use frame_loop::{FrameLoop, LoopEnd, StageError};
@@ -170,13 +170,13 @@ fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, Stage
     let waiter = Waiter::with_pulse(setup.spin_us, stats.clone());
     let mut consumers = Vec::new();
     for input in &setup.inputs {
-        let ring = open_ring(fds.next().expect("counted"), &input.ring, input.memory)?;
+        let ring = open_ring(fds.next().expect("counted"), &input.ring, input.memory, FrameAccess::Read)?;
         consumers.push(Consumer::new(ring, input.consumer, waiter.clone()).map_err(setup_error)?);
     }
     let producer = match &setup.output {
         Some(o) if o.link.is_some() => {
             let wire = o.ring.as_ref().ok_or_else(|| setup_error("an output link without its ring"))?;
-            let ring = open_ring(fds.next().expect("counted"), wire, o.memory)?;
+            let ring = open_ring(fds.next().expect("counted"), wire, o.memory, FrameAccess::Write)?;
             Some(Producer::new(ring, waiter))
         }
         _ => None,
@@ -258,7 +258,7 @@ fn run_frames(
 }
 
 /// Map a ring and check its header against what the plan says it is.
-fn open_ring(fd: OwnedFd, wire: &RingWire, memory: LinkMemoryWire) -> Result<RingMap, StageError> {
+fn open_ring(fd: OwnedFd, wire: &RingWire, memory: LinkMemoryWire, access: FrameAccess) -> Result<RingMap, StageError> {
     let format: gpuipc_plugin_api::FrameFormat = wire.format.into();
     let layout = gpuipc_plugin_api::FrameLayout::for_format(format)
         .ok_or_else(|| setup_error(format!("link {}: format {format} has no layout", wire.name)))?;
@@ -269,7 +269,7 @@ fn open_ring(fd: OwnedFd, wire: &RingWire, memory: LinkMemoryWire) -> Result<Rin
         policies: wire.policies.clone(),
         host_data: memory == LinkMemoryWire::Host,
     };
-    RingMap::open_checked(fd, &expected, &wire.name).map_err(setup_error)
+    RingMap::open_checked(fd, &expected, &wire.name, access).map_err(setup_error)
 }
 
 /// Where a source carries on: after the last frame it published (the ring knows) or, with
@@ -296,7 +296,7 @@ fn link_ends(
     for (input, consumer) in setup.inputs.iter().zip(consumers) {
         inputs.push(match (gpu, input.memory) {
             (None, LinkMemoryWire::Host) => Some(Box::new(Host)),
-            (Some(g), LinkMemoryWire::Host) => Some(Box::new(Staged::new(g, consumer.ring())?)),
+            (Some(g), LinkMemoryWire::Host) => Some(Box::new(Staged::reader(g, consumer.ring())?)),
             (Some(g), LinkMemoryWire::Device { .. }) => {
                 halves.push(handshake::export_input(g, socket, input.link, input.consumer, consumer.ring().depth())?);
                 None
@@ -306,7 +306,7 @@ fn link_ends(
     }
     let mut output: Option<Box<dyn WriteEnd>> = match (setup.output.as_ref(), producer, gpu) {
         (Some(o), Some(p), Some(g)) => match o.memory {
-            LinkMemoryWire::Host => Some(Box::new(Staged::new(g, p.ring())?)),
+            LinkMemoryWire::Host => Some(Box::new(Staged::writer(g, p.ring())?)),
             LinkMemoryWire::Device { transport } => {
                 let link = o.link.expect("a producer has a link");
                 halves.push(handshake::export_output(g, socket, link, p.ring(), transport, p.generation())?);

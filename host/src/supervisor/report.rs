@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::control::FromStage;
 use crate::link::StatsMap;
-use crate::link::stats::StatsSnapshot;
+use crate::link::stats::{Plausible, StatsSnapshot};
 use crate::plan::Plan;
 
 /// How one stage ended.
@@ -94,6 +94,8 @@ pub struct RunReport {
     /// Set when a signal stopped the run and the pipeline drained.
     pub interrupted: Option<String>,
     pub seconds: f64,
+    /// Counters a stage reported that cannot be true, each naming the stage and the field.
+    pub warnings: Vec<String>,
 }
 
 impl RunReport {
@@ -105,13 +107,22 @@ impl RunReport {
         interrupted: Option<&str>,
         elapsed: Option<Duration>,
     ) -> RunReport {
+        let plausible = plausible_since(elapsed.unwrap_or_default());
+        let mut warnings = Vec::new();
         let stages = plan
             .stages
             .iter()
             .zip(stats)
             .zip(outcomes)
             .map(|((s, st), outcome)| {
-                let snap = st.snapshot();
+                let (snap, bad) = plausible.check(st.snapshot());
+                for (field, value) in bad {
+                    warnings.push(format!(
+                        "stage '{}': its statistics block says {field} = {value}, which a run of {:.2} s cannot have; shown as 0 (the stage wrote over its own counters)",
+                        s.name,
+                        elapsed.unwrap_or_default().as_secs_f64()
+                    ));
+                }
                 StageReport::new(s.name.as_str(), &s.plugin.name, s.domain.name(), &snap, outcome.unwrap_or(StageOutcome::Stopped))
             })
             .collect();
@@ -125,6 +136,7 @@ impl RunReport {
             failure,
             interrupted: interrupted.map(str::to_owned),
             seconds: elapsed.map_or(0.0, |d| d.as_secs_f64()),
+            warnings,
         }
     }
 
@@ -161,6 +173,9 @@ impl RunReport {
                 s.busy * 100.0
             );
         }
+        for warning in &self.warnings {
+            let _ = writeln!(out, "warning: {warning}");
+        }
         match (&self.failure, &self.interrupted) {
             (Some((who, why)), _) if who == "host" => {
                 let _ = write!(out, "run '{}' stopped: {why}", self.pipeline);
@@ -177,6 +192,12 @@ impl RunReport {
         }
         out
     }
+}
+
+/// The bounds of a run that started `elapsed` ago, on the wall clock stages stamp with.
+fn plausible_since(elapsed: Duration) -> Plausible {
+    let now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    Plausible { start_ns: now_ns.saturating_sub(elapsed.as_nanos() as u64), now_ns }
 }
 
 impl StageReport {

@@ -116,6 +116,13 @@ impl Gpu {
         Ok(())
     }
 
+    /// Whether the device can pin host memory that is mapped read-only
+    /// (`CU_MEMHOSTREGISTER_READ_ONLY`).
+    pub fn pins_read_only_memory(&self) -> Result<bool, CudaError> {
+        use sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED as ATTR;
+        Ok(driver::attribute(self.device, Some(self.ordinal), ATTR)? != 0)
+    }
+
     pub fn ordinal(&self) -> u32 {
         self.ordinal
     }

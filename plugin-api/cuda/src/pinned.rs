@@ -24,6 +24,20 @@ pub struct PinnedHost {
     gpu: Arc<Gpu>,
     ptr: *mut u8,
     len: usize,
+    access: Access,
+}
+
+/// How a range was registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Pinned for copies both ways.
+    ReadWrite,
+    /// Pinned, and the GPU only reads it (`CU_MEMHOSTREGISTER_READ_ONLY`): the range may be
+    /// mapped read-only, as a consumer maps a ring's slots.
+    ReadOnly,
+    /// Not registered: the device cannot pin read-only memory, so uploads copy from pageable
+    /// memory (the driver stages them; slower, still correct).
+    Pageable,
 }
 
 // SAFETY: an address range and the Gpu; copies are enqueued through the thread-safe driver.
@@ -51,7 +65,36 @@ impl PinnedHost {
         check(OP, Some(gpu.ordinal()), unsafe {
             sys::cuMemHostRegister_v2(ptr as *mut c_void, len, sys::CU_MEMHOSTREGISTER_PORTABLE)
         })?;
-        Ok(PinnedHost { gpu: gpu.clone(), ptr, len })
+        Ok(PinnedHost { gpu: gpu.clone(), ptr, len, access: Access::ReadWrite })
+    }
+
+    /// Register `len` bytes at `ptr` for uploads only: the range may be mapped read-only. Where
+    /// the device cannot pin read-only memory, nothing is registered and uploads copy from
+    /// pageable memory; [`download`](Self::download) is refused either way.
+    ///
+    /// # Safety
+    /// As [`register`](Self::register).
+    pub unsafe fn register_for_upload(gpu: &Arc<Gpu>, ptr: *const u8, len: usize) -> Result<PinnedHost, CudaError> {
+        const OP: &str = "cuMemHostRegister";
+        nonzero(OP, len)?;
+        if ptr.is_null() {
+            return Err(CudaError::Invalid { op: OP, reason: "null host pointer".into() });
+        }
+        let ptr = ptr as *mut u8;
+        if !gpu.pins_read_only_memory()? {
+            return Ok(PinnedHost { gpu: gpu.clone(), ptr, len, access: Access::Pageable });
+        }
+        gpu.bind()?;
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_READ_ONLY;
+        // SAFETY: as in `register`; with READ_ONLY the driver pins the pages for reading only,
+        // which a read-only mapping allows.
+        check(OP, Some(gpu.ordinal()), unsafe { sys::cuMemHostRegister_v2(ptr as *mut c_void, len, flags) })?;
+        Ok(PinnedHost { gpu: gpu.clone(), ptr, len, access: Access::ReadOnly })
+    }
+
+    /// Whether copies from this range run as DMA, truly asynchronous (not pageable).
+    pub fn is_pinned(&self) -> bool {
+        self.access != Access::Pageable
     }
 
     fn range(&self, op: &'static str, offset: usize, bytes: usize) -> Result<*mut u8, CudaError> {
@@ -76,6 +119,9 @@ impl PinnedHost {
     /// Enqueue, on the Gpu's stream, a copy of `bytes` bytes from device address `src` to
     /// `offset` in this range. Read the bytes only after the copy has run.
     pub fn download(&self, offset: usize, src: u64, bytes: usize) -> Result<(), CudaError> {
+        if self.access != Access::ReadWrite {
+            return Err(CudaError::Invalid { op: "download", reason: "the range was registered for uploads only".into() });
+        }
         let dst = self.range("download", offset, bytes)?;
         // SAFETY: as for `upload`: the contract of `register`.
         unsafe { self.gpu.copy_dtoh_async(dst, src, bytes) }
@@ -84,6 +130,9 @@ impl PinnedHost {
 
 impl Drop for PinnedHost {
     fn drop(&mut self) {
+        if self.access == Access::Pageable {
+            return;
+        }
         if let Err(e) = self.gpu.bind() {
             log::warn(&format!("unregistering pinned host memory: {e}"));
         }

@@ -35,6 +35,12 @@ fn reopen(map: &RingMap) -> RingMap {
     RingMap::open(map.shared_memory().as_fd().try_clone_to_owned().unwrap()).unwrap()
 }
 
+/// A consumer's mapping: slot data read-only, as a stage maps its inputs.
+fn reopen_to_read(map: &RingMap) -> RingMap {
+    use std::os::fd::AsFd;
+    RingMap::open_to_read(map.shared_memory().as_fd().try_clone_to_owned().unwrap()).unwrap()
+}
+
 fn pattern(seq: u64, len: usize) -> Vec<u8> {
     (0..len).map(|i| (seq as usize * 7 + i * 13 + 1) as u8).collect()
 }
@@ -122,7 +128,7 @@ fn exchange(
 ) {
     thread::scope(|scope| {
         let consumer = scope.spawn(|| {
-            let ring = reopen(map);
+            let ring = reopen_to_read(map);
             let (end, access) = read(&ring);
             consume(ring, end.as_ref(), &access)
         });
@@ -145,7 +151,7 @@ fn gpu_staged_producer_to_host_consumer() {
     let map = ring(true);
     exchange(
         &map,
-        |ring| (Box::new(Staged::new(&gpu, ring).unwrap()), Access::Gpu(gpu.clone())),
+        |ring| (Box::new(Staged::writer(&gpu, ring).unwrap()), Access::Gpu(gpu.clone())),
         |_| (Box::new(Host), Access::Host),
     );
 }
@@ -157,7 +163,7 @@ fn gpu_host_producer_to_staged_consumer() {
     exchange(
         &map,
         |_| (Box::new(Host), Access::Host),
-        |ring| (Box::new(Staged::new(&gpu, ring).unwrap()), Access::Gpu(gpu.clone())),
+        |ring| (Box::new(Staged::reader(&gpu, ring).unwrap()), Access::Gpu(gpu.clone())),
     );
 }
 

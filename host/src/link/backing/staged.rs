@@ -20,19 +20,36 @@ pub struct Staged {
 }
 
 impl Staged {
+    /// The cuda end of a ring this stage produces into: copies download into its slots.
     /// Declared after the ring's owner where it is held, or dropped first: it unregisters
     /// pinned memory of the ring, which must still be mapped then.
-    pub fn new(gpu: &Arc<Gpu>, ring: &RingMap) -> Result<Staged, GpuError> {
-        let staging = DeviceMemory::private(gpu, ring.layout().total_bytes as usize)?;
-        let (copied, _) = IpcEvent::create(gpu)?;
-        let (first, slot_bytes) = ring.slot_data(0).expect("host rings carry frame data");
-        let bytes = slot_bytes as usize * ring.depth();
+    pub fn writer(gpu: &Arc<Gpu>, ring: &RingMap) -> Result<Staged, GpuError> {
+        let (first, bytes) = slots(ring);
         #[allow(unsafe_code)]
         // SAFETY: the ring's mapping outlives this end: the frame loop and `Output::Ring`
         // declare the end before the ring's owner, so it drops first. Slot data is only ever
         // touched through raw pointers handed to plugins for a taken slot, after the copies
         // into it are waited for.
         let pinned = unsafe { PinnedHost::register(gpu, first, bytes)? };
+        Staged::with(gpu, ring, pinned)
+    }
+
+    /// The cuda end of a ring this stage consumes: copies upload from its slots, which this
+    /// stage maps read-only. Dropped before the ring's mapping, as [`Staged::writer`].
+    pub fn reader(gpu: &Arc<Gpu>, ring: &RingMap) -> Result<Staged, GpuError> {
+        let (first, bytes) = slots(ring);
+        #[allow(unsafe_code)]
+        // SAFETY: as in `writer`; the GPU only reads this range.
+        let pinned = unsafe { PinnedHost::register_for_upload(gpu, first, bytes)? };
+        if !pinned.is_pinned() {
+            tracing::debug!("the GPU cannot pin read-only memory: uploads copy from pageable memory");
+        }
+        Staged::with(gpu, ring, pinned)
+    }
+
+    fn with(gpu: &Arc<Gpu>, ring: &RingMap, pinned: PinnedHost) -> Result<Staged, GpuError> {
+        let staging = DeviceMemory::private(gpu, ring.layout().total_bytes as usize)?;
+        let (copied, _) = IpcEvent::create(gpu)?;
         Ok(Staged { gpu: gpu.clone(), staging, copied, pinned })
     }
 
@@ -45,7 +62,13 @@ impl Staged {
     }
 }
 
-/// Where `slot`'s frame data starts in the range [`Staged::new`] registered.
+/// Where the ring's slot data starts, and how many bytes all slots take.
+fn slots(ring: &RingMap) -> (*mut u8, usize) {
+    let (first, slot_bytes) = ring.slot_data(0).expect("host rings carry frame data");
+    (first, slot_bytes as usize * ring.depth())
+}
+
+/// Where `slot`'s frame data starts in the range registered for the ring.
 fn slot_offset(ring: &RingMap, slot: usize) -> usize {
     let (first, _) = ring.slot_data(0).expect("host rings carry frame data");
     let (ptr, _) = ring.slot_data(slot).expect("host rings carry frame data");

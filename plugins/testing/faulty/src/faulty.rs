@@ -31,6 +31,9 @@ pub enum Mode {
     SigkillAt,
     /// Never return from `process`.
     HangAt,
+    /// Write into the input frame, which is mapped read-only: the stage must die of it
+    /// without changing the frame for anyone else.
+    WriteInputAt,
     ErrorInFlush,
 }
 
@@ -101,6 +104,7 @@ impl Plugin for Faulty {
                 Mode::SigkillAt => {
                     let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
                 }
+                Mode::WriteInputAt => write_into(&inputs[0]),
                 Mode::HangAt => {
                     gpuipc_plugin_api::log::warn(&format!("hanging at frame {}, as asked", ctx.frame_index));
                     loop {
@@ -132,4 +136,14 @@ impl Plugin for Faulty {
         }
         Ok(())
     }
+}
+
+/// What a buggy plugin might do with a pointer it should only read from.
+#[allow(unsafe_code)]
+fn write_into(input: &InputFrame<'_>) {
+    let row = input.plane(0).expect("a cpu frame").row(0);
+    gpuipc_plugin_api::log::warn("writing into the input frame, as asked");
+    // SAFETY: none; this is the bug under test. The host maps input frames read-only, so the
+    // write faults (SIGSEGV) before any byte changes.
+    unsafe { std::ptr::write_volatile(row.as_ptr() as *mut u8, !row[0]) };
 }

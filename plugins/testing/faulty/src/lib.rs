@@ -3,7 +3,7 @@
 //!
 //! Params: `mode` (see [`faulty::Mode`]), `at` (frame index where a per-frame fault happens,
 //! default 0), `sink` (bool, default false: no output).
-#![deny(unsafe_code)]
+#![deny(unsafe_code)] // but for the one write it does on purpose (`faulty::write_into`)
 
 mod faulty;
 
