@@ -15,7 +15,8 @@
 //! - memory: [`DeviceMemory`] (frame slots: VMM POSIX-fd or legacy IPC exports and their
 //!   imports, private allocations) and [`PinnedHost`] (a host range registered for fast
 //!   copies);
-//! - [`IpcEvent`]: an interprocess event (DisableTiming | Interprocess);
+//! - [`IpcEvent`]: an interprocess event (DisableTiming | Interprocess); [`TimingEvent`] and
+//!   [`memory_in_use`] for measuring;
 //! - kernels: [`Kernels`] (compile with NVRTC or take from the disk cache, load, look up),
 //!   [`Kernel`] (a launch checked against the kernel's parameters), [`KernelArg`],
 //!   [`DeviceTable`], [`compile_cubin`];
@@ -65,6 +66,7 @@ mod module;
 mod nvrtc;
 mod pinned;
 mod table;
+mod timing;
 pub mod testing;
 
 pub use args::{KernelArg, MAX_KERNEL_PARAMS};
@@ -82,6 +84,7 @@ pub use module::Kernel;
 pub use nvrtc::{NVRTC_OPTIONS, compile_cubin, nvrtc_version};
 pub use pinned::PinnedHost;
 pub use table::DeviceTable;
+pub use timing::{TimingEvent, memory_in_use};
 
 #[cfg(test)]
 mod tests {

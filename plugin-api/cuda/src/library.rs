@@ -152,6 +152,13 @@ const MODULES: Symbols = Symbols {
     names: &["cuModuleLoadData", "cuModuleGetFunction", "cuModuleUnload", "cuFuncGetParamInfo", "cuLaunchKernel"],
 };
 
+/// The driver functions that time GPU work and read its memory use (`gpuipc-host bench`).
+const TIMING: Symbols = Symbols {
+    library: Library::Driver,
+    needs: "a driver for CUDA 12.8 or newer to time GPU work",
+    names: &["cuEventElapsedTime_v2", "cuMemGetInfo_v2"],
+};
+
 /// Every NVRTC function the compiler code calls.
 const NVRTC: Symbols = Symbols {
     library: Library::Nvrtc,
@@ -226,6 +233,13 @@ pub(crate) fn modules() -> Result<(), CudaError> {
     MODULES.check(&CHECKED)
 }
 
+/// As [`driver`], and the driver also has the timing functions.
+pub(crate) fn timing() -> Result<(), CudaError> {
+    driver()?;
+    static CHECKED: OnceLock<Result<(), CudaError>> = OnceLock::new();
+    TIMING.check(&CHECKED)
+}
+
 /// NVRTC is loaded and has every function the compiler code calls.
 pub(crate) fn nvrtc() -> Result<(), CudaError> {
     static CHECKED: OnceLock<Result<(), CudaError>> = OnceLock::new();
@@ -246,6 +260,7 @@ mod tests {
         ("module.rs", include_str!("module.rs")),
         ("table.rs", include_str!("table.rs")),
         ("nvrtc.rs", include_str!("nvrtc.rs")),
+        ("timing.rs", include_str!("timing.rs")),
     ];
 
     /// The functions named as `sys::cuX` or `sys::nvrtcX` (called, or passed as a pointer).
@@ -270,7 +285,7 @@ mod tests {
         let mut seen = 0;
         for (file, source) in SOURCES {
             for name in called(source) {
-                let listed = [&DRIVER, &MODULES, &NVRTC].iter().any(|s| s.names.contains(&name));
+                let listed = [&DRIVER, &MODULES, &TIMING, &NVRTC].iter().any(|s| s.names.contains(&name));
                 assert!(listed, "{file} calls {name}, which no symbol list of library.rs checks");
                 seen += 1;
             }
