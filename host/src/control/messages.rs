@@ -126,6 +126,11 @@ pub struct StageSetup {
     pub spin_us: u32,
     /// Write `seq hash` of every output frame to `<dir>/<stage>.sum` (`run --checksums`).
     pub checksums: Option<PathBuf>,
+    /// A stage whose output nobody reads writes, for each frame, the nanoseconds from the
+    /// source's stamp to the completion of its own work on it to `<dir>/<stage>.latency`
+    /// (`gpuipc-host bench`). A cuda stage waits for its GPU each frame to know.
+    #[serde(default)]
+    pub latency: Option<PathBuf>,
     /// 0 for the stage's first process, then one more for each restart.
     pub incarnation: u32,
 }

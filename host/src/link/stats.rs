@@ -49,6 +49,8 @@ pub struct StageStats {
     /// Bumped by the host after it sent the stage new objects for a GPU link whose other end
     /// was restarted (see `supervisor::broker`).
     pub updates: AtomicU32,
+    /// CPU time the stage's process (in-process: its thread) used since its first frame.
+    pub cpu_ns: AtomicU64,
 }
 
 /// `phase` values.
@@ -138,6 +140,7 @@ impl StatsMap {
             last_ns: s.last_ns.load(Ordering::Relaxed),
             restarts: s.restarts.load(Ordering::Relaxed),
             lost: s.lost.load(Ordering::Relaxed),
+            cpu_ns: s.cpu_ns.load(Ordering::Relaxed),
         }
     }
 }
@@ -151,6 +154,8 @@ pub struct StatsSnapshot {
     pub last_ns: u64,
     pub restarts: u64,
     pub lost: u64,
+    #[serde(default)]
+    pub cpu_ns: u64,
 }
 
 /// What a run could have done in the time it ran: the bounds a stage's own counters must keep.
@@ -168,6 +173,9 @@ pub struct Plausible {
 const FASTEST_FRAME_NS: u64 = 10;
 /// Slack for clocks read in different processes.
 const CLOCK_SLACK_NS: u64 = 1_000_000_000;
+/// More threads than any stage runs: CPU time above this many times the run's length is
+/// written over.
+const MOST_THREADS: u64 = 4096;
 
 impl Plausible {
     /// The snapshot with every counter these bounds rule out set to 0, and for each, its name
@@ -195,11 +203,20 @@ impl Plausible {
         let most_busy = if times_ok { snap.last_ns - first + CLOCK_SLACK_NS } else { span };
         let busy_ok = snap.busy_ns <= most_busy;
         keep("busy_ns", &mut snap.busy_ns, busy_ok);
+        let cpu_ok = snap.cpu_ns <= span.saturating_mul(MOST_THREADS);
+        keep("cpu_ns", &mut snap.cpu_ns, cpu_ok);
         (snap, bad)
     }
 }
 
 impl StatsSnapshot {
+    /// CPU time used per unit of wall time between the first frame and the last (1.0: one
+    /// core busy all the time).
+    pub fn cpu_share(&self) -> f64 {
+        let span = self.last_ns.saturating_sub(self.first_ns);
+        if span == 0 { 0.0 } else { self.cpu_ns as f64 / span as f64 }
+    }
+
     /// Frames per second between the first frame's start and the last frame's end.
     pub fn fps(&self) -> f64 {
         let span = self.last_ns.saturating_sub(self.first_ns);
@@ -227,6 +244,7 @@ mod tests {
             last_ns: start + 2 * SECOND,
             restarts: 1,
             lost: 3,
+            cpu_ns: SECOND / 2,
         }
     }
 

@@ -87,6 +87,9 @@ pub struct FrameLoop<'a, 'p> {
     pub first_index: u64,
     /// `run --checksums`: a hash of every output frame.
     pub tap: Option<super::tap::Tap>,
+    pub cpu: super::measure::CpuClock,
+    /// `gpuipc-host bench`: when each frame's work was done, for a stage nobody reads.
+    pub latency: Option<super::measure::LatencyLog>,
 }
 
 pub fn now_ns() -> u64 {
@@ -103,6 +106,10 @@ impl FrameLoop<'_, '_> {
         self.instance.flush().map_err(|error| StageError::Plugin { during: "flush", error })?;
         if let Some(tap) = &mut self.tap {
             tap.finish().map_err(StageError::Setup)?;
+        }
+        self.cpu.store(self.stats);
+        if let Some(latency) = &self.latency {
+            latency.finish()?;
         }
         Ok(end)
     }
@@ -139,6 +146,7 @@ impl FrameLoop<'_, '_> {
                 index += 1;
                 continue;
             }
+            self.cpu.frame(self.stats);
             // On an error the held frames drop here, released; the host counts the frame lost.
             let ended_ns = self.process_one(index, seq, source_timestamp, &held)?;
             index += 1;
@@ -191,6 +199,9 @@ impl FrameLoop<'_, '_> {
             tap.record(seq, hash).map_err(StageError::Setup)?;
         }
         self.output.publish(pending, seq, timestamp_ns);
+        if let Some(latency) = &mut self.latency {
+            latency.frame_done(timestamp_ns)?;
+        }
         Ok(ended_ns)
     }
 

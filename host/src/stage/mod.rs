@@ -5,7 +5,8 @@
 mod follow;
 mod frame_loop;
 mod inputs;
-mod output;
+pub mod measure;
+pub mod output;
 pub mod tap;
 
 use std::os::fd::OwnedFd;
@@ -21,7 +22,7 @@ use crate::link::wait::Waiter;
 use crate::link::{Consumer, FrameAccess, Producer, RingMap, RingParams, StatsMap};
 use crate::plugin::LoadedPlugin;
 
-pub use frame_loop::{FrameLoop, LoopEnd, StageError};
+pub use frame_loop::{FrameLoop, LoopEnd, StageError, now_ns};
 use crate::link::backing::{ReadEnd, WriteEnd, host::Host, staged::Staged};
 
 /// The descriptor number the control socket has in a stage process.
@@ -192,9 +193,21 @@ fn create_instance<'p>(
 ) -> Result<crate::plugin::Instance<'p>, StageError> {
     let input_formats: Vec<_> = consumers.iter().map(|c| c.ring().format()).collect();
     let output_format = setup.output.as_ref().map(|o| o.format.into());
+    create_plugin_instance(&setup.stage, &setup.params, plugin, &input_formats, output_format, gpu)
+}
+
+/// The plugin's instance for stage `stage`, in the cuda domain on `gpu`'s context and stream.
+pub fn create_plugin_instance<'p>(
+    stage: &str,
+    params: &str,
+    plugin: &'p LoadedPlugin,
+    input_formats: &[gpuipc_plugin_api::FrameFormat],
+    output_format: Option<gpuipc_plugin_api::FrameFormat>,
+    gpu: Option<&Arc<Gpu>>,
+) -> Result<crate::plugin::Instance<'p>, StageError> {
     let cache_dir = std::env::var("GPUIPC_KERNEL_CACHE").unwrap_or_default();
     let ctx = RawCreateContext {
-        stage: RawStr::from_str(&setup.stage),
+        stage: RawStr::from_str(stage),
         domain: if gpu.is_some() { abi::DOMAIN_CUDA } else { abi::DOMAIN_CPU },
         device_ordinal: gpu.map_or(-1, |g| g.ordinal() as i32),
         cuda_context: gpu.map_or(std::ptr::null_mut(), |g| g.context_ptr()),
@@ -202,7 +215,7 @@ fn create_instance<'p>(
         kernel_cache_dir: RawStr::from_str(&cache_dir),
         log: Some(plugin_log),
     };
-    plugin.create(&setup.params, &input_formats, output_format, &ctx).map_err(|e| StageError::Plugin { during: "create", error: e })
+    plugin.create(params, input_formats, output_format, &ctx).map_err(|e| StageError::Plugin { during: "create", error: e })
 }
 
 /// The frame loop, from where the stage stands (a restarted stage carries on), to its end.
@@ -229,6 +242,12 @@ fn run_frames(
         s.frames.load(std::sync::atomic::Ordering::Relaxed) + s.lost.load(std::sync::atomic::Ordering::Relaxed)
     };
     let follow = socket.and_then(|s| follow::Follower::new(s, setup, stats, &input_ends, &output));
+    let reads_output = setup.output.as_ref().is_some_and(|o| o.link.is_some());
+    let latency = match &setup.latency {
+        Some(dir) if !reads_output => Some(measure::LatencyLog::new(dir, &setup.stage, gpu.as_ref())?),
+        _ => None,
+    };
+    let cpu = if socket.is_some() { measure::CpuClock::process() } else { measure::CpuClock::thread() };
     let mut frame_loop = FrameLoop {
         follow,
         instance,
@@ -241,6 +260,8 @@ fn run_frames(
         first_seq,
         first_index,
         tap,
+        cpu,
+        latency,
     };
     let end = frame_loop.run();
     // Let the GPU finish what was enqueued before the context goes (consumers hold their own

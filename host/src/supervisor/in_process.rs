@@ -22,9 +22,12 @@ use crate::stage::StageError;
 const TICK: Duration = Duration::from_millis(50);
 
 /// Run `plan` in this process. Sources emit `frames` frames (or run until `stop` is set).
+/// With a cuda stage, every stage runs on one context in plan order instead
+/// ([`super::one_context`]).
 pub fn run(plan: &Plan, frames: Option<u64>, checksums: Option<&Path>, stop: &AtomicBool) -> Result<RunReport, String> {
-    if let Some(s) = plan.stages.iter().find(|s| s.domain != Domain::Cpu) {
-        return Err(format!("stage '{}': --in-process runs the cpu domain only", s.name));
+    if plan.stages.iter().any(|s| s.domain != Domain::Cpu) {
+        let probe = super::one_context::Probe::default();
+        return super::one_context::run(plan, frames, checksums, stop, probe).map(|(report, _)| report);
     }
     let (stats, rings) = create_links(plan).map_err(|e| e.to_string())?;
     let options = RunOptions {
@@ -33,6 +36,7 @@ pub fn run(plan: &Plan, frames: Option<u64>, checksums: Option<&Path>, stop: &At
         live: false,
         spin_us: None,
         checksums: checksums.map(Path::to_owned),
+        latency: None,
     };
     let launch = Launch { plan, options: &options, frames, stats: &stats, rings: &rings, env: &[] };
     let started = Instant::now();

@@ -9,6 +9,7 @@
 mod broker;
 pub mod in_process;
 mod mps;
+pub mod one_context;
 mod private_dir;
 mod reclaim;
 mod restart;
@@ -40,6 +41,8 @@ pub struct RunOptions {
     pub spin_us: Option<u32>,
     /// Write a checksum file of every stage's output into this folder.
     pub checksums: Option<PathBuf>,
+    /// Sinks write per-frame latencies into this folder (`gpuipc-host bench`).
+    pub latency: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +116,11 @@ fn create_links(plan: &Plan) -> Result<(Vec<StatsMap>, Vec<RingMap>), RunError> 
         })
         .collect::<Result<_, _>>()?;
     Ok((stats, rings))
+}
+
+/// Whether the MPS control daemon is installed (on the PATH): `isolation = "auto"` uses it then.
+pub fn mps_installed() -> bool {
+    mps::available()
 }
 
 /// Start a private MPS daemon when the plan's isolation asks for one. `auto` does when two or

@@ -82,6 +82,8 @@ pub struct StageReport {
     pub restarts: u64,
     /// Share of the stage's active time spent inside the plugin.
     pub busy: f64,
+    /// CPU time of the stage's process per unit of its active time (1.0: one core).
+    pub cpu: f64,
     pub outcome: StageOutcome,
 }
 
@@ -150,8 +152,8 @@ impl RunReport {
         let width = self.stages.iter().map(|s| s.name.len()).max().unwrap_or(5).max(5);
         let _ = writeln!(
             out,
-            "{:width$}  {:12} {:6} {:>10} {:>12} {:>9} {:>6} {:>8} {:>6}  outcome",
-            "stage", "plugin", "domain", "frames", "fps", "dropped", "lost", "restarts", "busy"
+            "{:width$}  {:12} {:6} {:>10} {:>12} {:>9} {:>6} {:>8} {:>6} {:>6}  outcome",
+            "stage", "plugin", "domain", "frames", "fps", "dropped", "lost", "restarts", "busy", "cpu"
         );
         for s in &self.stages {
             let outcome = match &s.outcome {
@@ -161,7 +163,7 @@ impl RunReport {
             };
             let _ = writeln!(
                 out,
-                "{:width$}  {:12} {:6} {:>10} {:>12.1} {:>9} {:>6} {:>8} {:>5.1}%  {outcome}",
+                "{:width$}  {:12} {:6} {:>10} {:>12.1} {:>9} {:>6} {:>8} {:>5.1}% {:>5.0}%  {outcome}",
                 s.name,
                 s.plugin,
                 s.domain,
@@ -170,7 +172,8 @@ impl RunReport {
                 s.dropped,
                 s.lost,
                 s.restarts,
-                s.busy * 100.0
+                s.busy * 100.0,
+                s.cpu * 100.0
             );
         }
         for warning in &self.warnings {
@@ -213,6 +216,7 @@ impl StageReport {
             lost: snap.lost,
             restarts: snap.restarts,
             busy: if active == 0 { 0.0 } else { (snap.busy_ns as f64 / active as f64).min(1.0) },
+            cpu: snap.cpu_share(),
             outcome,
         }
     }

@@ -1,0 +1,104 @@
+//! What a stage measures of itself besides its counters: the CPU time it uses, and for
+//! `gpuipc-host bench`, how long after its source stamped a frame the stage's work on it was
+//! done.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use rustix::time::{ClockId, clock_gettime};
+
+use crate::gpu::{Gpu, TimingEvent};
+use crate::link::StatsMap;
+
+use super::StageError;
+use super::frame_loop::now_ns;
+
+/// The CPU time of a stage since its first frame, stored in its statistics block every
+/// `EVERY` frames and at the end (a clock read is a system call: not every frame).
+pub struct CpuClock {
+    clock: ClockId,
+    base: Option<u64>,
+    frames: u64,
+}
+
+const EVERY: u64 = 64;
+
+impl CpuClock {
+    /// The whole process's CPU time (a stage process: the driver's threads count too).
+    pub fn process() -> CpuClock {
+        CpuClock { clock: ClockId::ProcessCPUTime, base: None, frames: 0 }
+    }
+
+    /// This thread's (a stage of `run --in-process`, one thread among the others).
+    pub fn thread() -> CpuClock {
+        CpuClock { clock: ClockId::ThreadCPUTime, base: None, frames: 0 }
+    }
+
+    fn now(&self) -> u64 {
+        let t = clock_gettime(self.clock);
+        t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    }
+
+    /// A frame is about to start.
+    pub fn frame(&mut self, stats: &StatsMap) {
+        if self.base.is_none() {
+            self.base = Some(self.now());
+        }
+        self.frames += 1;
+        if self.frames % EVERY == 0 {
+            self.store(stats);
+        }
+    }
+
+    pub fn store(&self, stats: &StatsMap) {
+        if let Some(base) = self.base {
+            stats.get().cpu_ns.store(self.now().saturating_sub(base), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Per-frame latencies of a stage whose output nobody reads, written at the end as one
+/// number of nanoseconds a line to `<dir>/<stage>.latency`.
+pub struct LatencyLog {
+    path: PathBuf,
+    samples: Vec<u64>,
+    /// A cuda stage's work is done when the GPU has run it: an event after it, waited for.
+    done: Option<(Arc<Gpu>, TimingEvent)>,
+}
+
+pub fn latency_path(dir: &Path, stage: &str) -> PathBuf {
+    dir.join(format!("{stage}.latency"))
+}
+
+impl LatencyLog {
+    pub fn new(dir: &Path, stage: &str, gpu: Option<&Arc<Gpu>>) -> Result<LatencyLog, StageError> {
+        let done = match gpu {
+            Some(g) => Some((g.clone(), TimingEvent::create(g)?)),
+            None => None,
+        };
+        Ok(LatencyLog { path: latency_path(dir, stage), samples: Vec::new(), done })
+    }
+
+    /// The frame stamped `timestamp_ns` by its source is enqueued (or, cpu, done).
+    pub fn frame_done(&mut self, timestamp_ns: u64) -> Result<(), StageError> {
+        if let Some((gpu, event)) = &self.done {
+            event.record(gpu.stream())?;
+            event.synchronize()?;
+        }
+        self.samples.push(now_ns().saturating_sub(timestamp_ns));
+        Ok(())
+    }
+
+    pub fn finish(&self) -> Result<(), StageError> {
+        let text: String = self.samples.iter().map(|ns| format!("{ns}\n")).collect();
+        std::fs::write(&self.path, text).map_err(|e| StageError::Setup(format!("cannot write {}: {e}", self.path.display())))
+    }
+}
+
+/// The samples a [`LatencyLog`] wrote.
+pub fn read_latencies(dir: &Path, stage: &str) -> Vec<u64> {
+    std::fs::read_to_string(latency_path(dir, stage))
+        .map(|text| text.lines().filter_map(|l| l.parse().ok()).collect())
+        .unwrap_or_default()
+}
