@@ -3,7 +3,8 @@
 # GPU. Every step prints what it found; the script exits non-zero if any check failed.
 #  1. doctor: driver, devices, capabilities, a two-process IPC self-test; the CUDA crate's
 #     GPU test and the GPU plugins' tests against the CPU reference; the plan (transport chosen, a missing GPU refused)
-#  2. every pipeline in pipelines/ on cuda and on cpu: every stage's output checksums equal;
+#  2. every pipeline in pipelines/ on cuda and on cpu, and on cuda in one process (one context,
+#     `run --in-process`): every stage's output checksums equal;
 #     with two GPUs, pipelines/multi-gpu/two-gpus.toml (links across GPUs) against cpu
 #  3. a 4K generator -> rgb-process -> yuv420 pipeline for 10,000 frames on the GPU
 #  4. SIGKILL of a GPU stage mid-run: the run ends, and GPU memory is returned
@@ -68,11 +69,13 @@ for file in pipelines/*.toml; do
     for device in cpu cuda; do
         run_into "$here/work/$name-$device" "$here/$file" --device "$device" --frames "$frames"
     done
-    if diff -r "$here/work/$name-cpu" "$here/work/$name-cuda" -x report.json -x run.txt -x err.txt > "$here/work/$name.diff"; then
+    run_into "$here/work/$name-one-context" "$here/$file" --device cuda --frames "$frames" --in-process
+    if diff -r "$here/work/$name-cpu" "$here/work/$name-cuda" -x report.json -x run.txt -x err.txt > "$here/work/$name.diff" &&
+        diff -r "$here/work/$name-cuda" "$here/work/$name-one-context" -x report.json -x run.txt -x err.txt >> "$here/work/$name.diff"; then
         lines=$(cat "$here/work/$name-cuda"/sums/*.sum | wc -l)
-        echo "match  $name: $frames frames, $lines stage outputs compared, cuda = cpu byte for byte"
+        echo "match  $name: $frames frames, $lines stage outputs compared, cuda = cpu = cuda in one process, byte for byte"
     else
-        fail "$name: cuda output differs from cpu"
+        fail "$name: cuda output differs from cpu or from cuda in one process"
         head -20 "$here/work/$name.diff"
     fi
     grep -E "^(stage|[a-z])" "$here/work/$name-cuda/run.txt" | sed 's/^/    /'

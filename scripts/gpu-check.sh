@@ -5,6 +5,7 @@
 #   scripts/gpu-check.sh [BUNDLE_DIR]     (default: gpu-bundle, ignored by git)
 #   # copy BUNDLE_DIR to the GPU machine, then there:
 #   BUNDLE_DIR/check.sh                   (writes its results under $OUT or BUNDLE_DIR/results)
+#   BUNDLE_DIR/bench.sh                   (the benchmark table of docs/benchmarks.md, likewise)
 #
 # The bundle holds gpuipc-host, every plugin library next to it, pipelines/ and check.sh
 # (scripts/gpu-check-run.sh). Kernels are compiled into the plugins' sources and built with
@@ -32,7 +33,9 @@ test_exe gpuipc-host --bin gpuipc-host | while read -r exe; do cp "$exe" "$bundl
 cp target/release/gpuipc-host "$bundle/bin/"
 cp target/release/libgpuipc_*.so "$bundle/bin/"
 cp -r pipelines "$bundle/"
+git rev-parse --short HEAD > "$bundle/COMMIT"
 cp scripts/gpu-check-run.sh "$bundle/check.sh"
-chmod +x "$bundle/check.sh"
+cp scripts/bench-run.sh "$bundle/bench.sh"
+chmod +x "$bundle/check.sh" "$bundle/bench.sh"
 strip --strip-debug "$bundle"/bin/* "$bundle"/tests/*
 du -sh "$bundle"

@@ -3,6 +3,7 @@
 //! config → plan → supervisor → stage → link → plugin.
 #![deny(unsafe_code)]
 
+mod bench;
 mod config;
 mod control;
 mod doctor;
@@ -72,6 +73,38 @@ enum Command {
         #[arg(long)]
         no_budget_check: bool,
     },
+    /// Measure a pipeline: in one process on one CUDA context (its ideal) and as separate
+    /// processes, back to back on the same frames; frames/s, GPU time and bandwidth per stage,
+    /// host CPU, GPU memory, latency with paced sources.
+    ///
+    /// Example: gpuipc-host bench pipelines/4k-yuv.toml --isolation process --json 4k.json
+    Bench {
+        file: PathBuf,
+        /// Frames of each measured run.
+        #[arg(long, default_value_t = 3000)]
+        frames: u64,
+        /// Frames of the warm-up run before each measured one.
+        #[arg(long, default_value_t = 300)]
+        warmup: u64,
+        /// Frames of the run that compares both ways' outputs.
+        #[arg(long, default_value_t = 30)]
+        check_frames: u64,
+        /// Frames per second of the sources in the latency runs.
+        #[arg(long, default_value_t = 1000.0)]
+        fps: f64,
+        /// Frames of each latency run.
+        #[arg(long, default_value_t = 1000)]
+        latency_frames: u64,
+        /// Also write everything measured as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Default device of stages, replacing the file's (`cpu`, `cuda`, `cuda:N`, `auto`).
+        #[arg(long, value_parser = parse_device)]
+        device: Option<config::DeviceSpec>,
+        /// How stages share a GPU, replacing the file's (`auto`, `mps`, `process`).
+        #[arg(long, value_parser = parse_isolation)]
+        isolation: Option<config::Isolation>,
+    },
     /// Print a pipeline's graph in Graphviz dot.
     Graph { file: PathBuf },
     /// A stage process; started by `run`, not by hand.
@@ -90,6 +123,15 @@ enum Command {
 
 fn parse_device(text: &str) -> Result<config::DeviceSpec, String> {
     config::DeviceSpec::parse(text).ok_or_else(|| format!("`{text}` is not \"cpu\", \"cuda\", \"cuda:N\" or \"auto\""))
+}
+
+fn parse_isolation(text: &str) -> Result<config::Isolation, String> {
+    match text {
+        "auto" => Ok(config::Isolation::Auto),
+        "mps" => Ok(config::Isolation::Mps),
+        "process" => Ok(config::Isolation::Process),
+        _ => Err(format!("`{text}` is not \"auto\", \"mps\" or \"process\"")),
+    }
 }
 
 fn init_logging() {
@@ -116,9 +158,17 @@ fn budget_check(file: &Path, needs: &plan::budget::Needs, has: &plan::budget::Ha
 /// Parse and plan a file, printing every error on failure. `device` replaces the file's
 /// `[pipeline] device` (stages that name their own keep it).
 fn load_plan(file: &Path, device: Option<config::DeviceSpec>) -> Result<plan::Plan, ExitCode> {
+    load_plan_with(file, device, None)
+}
+
+/// As [`load_plan`], `isolation` replacing the file's too.
+fn load_plan_with(file: &Path, device: Option<config::DeviceSpec>, isolation: Option<config::Isolation>) -> Result<plan::Plan, ExitCode> {
     let result = config::load(file).and_then(|(source, mut parsed)| {
         if let Some(device) = device {
             parsed.pipeline.device = Some(toml::Spanned::new(0..0, device));
+        }
+        if let Some(isolation) = isolation {
+            parsed.pipeline.isolation = Some(toml::Spanned::new(0..0, isolation));
         }
         plan::build(&source, parsed)
     });
@@ -153,6 +203,17 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
+        Command::Bench { file, frames, warmup, check_frames, fps, latency_frames, json, device, isolation } => {
+            let plan = match load_plan_with(&file, device, isolation) {
+                Ok(p) => p,
+                Err(code) => return code,
+            };
+            if let Err(code) = budget_check(&file, &plan::budget::needs(&plan), &plan::budget::has(), false) {
+                return code;
+            }
+            let args = bench::BenchArgs { frames, warmup, check_frames, fps, latency_frames, json };
+            bench::main(&plan, &args)
+        }
         Command::Run { file, frames, in_process, report, quiet, spin_us, checksums, device, no_budget_check } => {
             let plan = match load_plan(&file, device) {
                 Ok(p) => p,
@@ -210,6 +271,7 @@ fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
             live: args.live,
             spin_us: args.spin_us,
             checksums: args.checksums.clone(),
+            latency: None,
         };
         supervisor::run(plan, &options, &shutdown).map_err(|e| e.to_string())
     };

@@ -12,7 +12,7 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use toml::Spanned;
 
 use super::{
-    DEFAULT_DEPTH, DEFAULT_SPIN_US, InputPlan, LinkMemory, LinkPlan, MAX_CONSUMERS, MAX_DEPTH, OutputPlan, Plan,
+    DEFAULT_DEPTH, DEFAULT_SPIN_US, TIME_SLICED_DEPTH, InputPlan, LinkMemory, LinkPlan, MAX_CONSUMERS, MAX_DEPTH, OutputPlan, Plan,
     PluginRef, StagePlan, Supervision,
 };
 use crate::config::{
@@ -57,7 +57,8 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
     let position: HashMap<usize, usize> = order.iter().enumerate().map(|(pos, &i)| (i, pos)).collect();
     let mut stages_out: Vec<StagePlan> =
         order.iter().map(|&i| planned[i].take().expect("every stage planned when no error was found")).collect();
-    let links = wire_links(&mut stages_out, &edges, &order, &position);
+    let mut links = wire_links(&mut stages_out, &edges, &order, &position);
+    deepen_time_sliced_links(&mut links, &mut stages_out, |producer| stages[order[producer]].get_ref().depth.is_none(), settings.isolation);
     let mut diags = Diagnostics::default();
     for link in &links {
         if link.consumers.len() > MAX_CONSUMERS {
@@ -500,6 +501,32 @@ fn checked_output(meta: &crate::plugin::PluginMeta, format: FrameFormat) -> Resu
         return Err(format!("negotiated a frame of {} bytes; the limit is 4 GiB", layout.total_bytes));
     }
     Ok((format, layout))
+}
+
+/// GPU rings whose depth the file leaves to the plan get [`TIME_SLICED_DEPTH`] slots when the
+/// stages will run as separate contexts time-slicing the GPU: isolation `process`, or `auto`
+/// where MPS is not installed.
+fn deepen_time_sliced_links(
+    links: &mut [LinkPlan],
+    stages: &mut [StagePlan],
+    depth_left_to_plan: impl Fn(usize) -> bool,
+    isolation: crate::config::Isolation,
+) {
+    use crate::config::Isolation;
+    let time_sliced = match isolation {
+        Isolation::Process => true,
+        Isolation::Mps => false,
+        Isolation::Auto => !crate::supervisor::mps_installed(),
+    };
+    if !time_sliced {
+        return;
+    }
+    for link in links.iter_mut() {
+        if matches!(link.memory, LinkMemory::Device { .. }) && depth_left_to_plan(link.producer) {
+            link.depth = TIME_SLICED_DEPTH;
+            stages[link.producer].depth = TIME_SLICED_DEPTH;
+        }
+    }
 }
 
 /// Make one link per stage whose output somebody reads, and point inputs at it. Stage indices

@@ -1,0 +1,462 @@
+//! `gpuipc-host bench FILE`: the pipeline in one process on one CUDA context (its measured
+//! ideal, [`supervisor::one_context`]) and as separate stage processes, back to back in one
+//! call on the same frames, after a warm-up; what each achieves and where the difference goes.
+//!
+//! Measured, in order: that both give the same output frames (checksums of a short run);
+//! frames/s of each (warm-up run, then the measured run); each cuda stage's GPU time per frame
+//! (events around its work, in one process) with the bytes its frames move and the bandwidth
+//! that makes against a device-to-device copy measured here; host CPU per stage; GPU memory;
+//! end-to-end latency with the sources paced (`--fps`), from a frame's stamp at its source
+//! to the completion of the last stage's GPU work on it, and the latency each hop adds.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use gpuipc_plugin_api::Domain;
+use serde::Serialize;
+
+use crate::gpu::{DeviceMemory, Gpu, GpuError, TimingEvent, memory_in_use};
+use crate::plan::Plan;
+use crate::stage::measure::read_latencies;
+use crate::supervisor::one_context::{self, Measured, Probe};
+use crate::supervisor::report::RunReport;
+use crate::supervisor::{self, RunOptions, Shutdown};
+
+/// What `bench` was asked.
+pub struct BenchArgs {
+    /// Frames of each measured run.
+    pub frames: u64,
+    /// Frames of the warm-up run before each.
+    pub warmup: u64,
+    /// Frames of the checksum comparison.
+    pub check_frames: u64,
+    /// Source rate of the latency runs (sources with an `fps` param), and their length.
+    pub fps: f64,
+    pub latency_frames: u64,
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct BenchReport {
+    pub pipeline: String,
+    pub file: String,
+    pub device: String,
+    pub isolation: String,
+    pub frames: u64,
+    pub warmup: u64,
+    /// Stages whose output frames differ between the two ways of running (empty: none).
+    pub outputs_differ: Vec<String>,
+    pub outputs_compared: u64,
+    pub in_process: Mode,
+    pub separate: Mode,
+    /// separate / in-process frames/s.
+    pub ratio: f64,
+    pub stages: Vec<StageBench>,
+    /// A device-to-device copy on this GPU: bytes read plus bytes written per second.
+    pub copy_gb_per_s: Option<f64>,
+    /// Links on the longest path from a source to a sink.
+    pub hops: usize,
+    /// (separate − in-process) / hops, in microseconds, for p50 and p99.
+    pub added_latency_per_hop_us: Option<(f64, f64)>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Mode {
+    pub frames_per_s: f64,
+    pub seconds: f64,
+    /// Microseconds: p50, p99, max; `None` where no source could be paced.
+    pub latency_us: Option<(f64, f64, f64)>,
+    /// Device memory in use during the run less before it (device-wide: separate processes
+    /// count a context each).
+    pub gpu_memory_mib: Option<f64>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct StageBench {
+    pub name: String,
+    pub domain: String,
+    /// GPU time of its work per frame, in one process.
+    pub gpu_us_per_frame: Option<f64>,
+    /// Bytes its frames move per frame (inputs read, output written).
+    pub bytes_per_frame: u64,
+    pub gb_per_s: Option<f64>,
+    /// Host CPU per unit of wall time (1.0: a core), in one process (time inside the plugin)
+    /// and as a separate process (the whole process).
+    pub cpu_in_process: f64,
+    pub cpu_separate: f64,
+}
+
+/// Run the benchmark and print it; the exit code says whether it ran through.
+pub fn main(plan: &Plan, args: &BenchArgs) -> std::process::ExitCode {
+    match bench(plan, args) {
+        Ok(report) => {
+            println!("{}", render(&report));
+            if let Some(path) = &args.json {
+                let json = serde_json::to_string_pretty(&report).expect("the report serialises");
+                if let Err(e) = std::fs::write(path, json) {
+                    eprintln!("error: cannot write {}: {e}", path.display());
+                    return std::process::ExitCode::from(1);
+                }
+            }
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+fn bench(plan: &Plan, args: &BenchArgs) -> Result<BenchReport, String> {
+    let gpu = bench_gpu(plan)?;
+    let scratch = Scratch::new()?;
+    let shutdown = Shutdown::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let mut report = BenchReport {
+        pipeline: plan.name.clone(),
+        file: plan.file.display().to_string(),
+        device: gpu.as_ref().map_or("cpu".into(), |g| format!("cuda:{}", g.ordinal())),
+        isolation: format!("{:?}", plan.isolation).to_lowercase(),
+        frames: args.frames,
+        warmup: args.warmup,
+        hops: hops(plan),
+        ..BenchReport::default()
+    };
+    if let Some(gpu) = &gpu {
+        report.device = describe(gpu);
+    }
+
+    eprintln!("bench: comparing outputs ({} frames each way)", args.check_frames);
+    compare_outputs(plan, args.check_frames, &scratch, &shutdown, &mut report)?;
+
+    eprintln!("bench: in one process ({} + {} frames)", args.warmup, args.frames);
+    in_process(plan, args.warmup, Probe::default())?;
+    let before = gpu.as_ref().map(|g| memory_in_use(g)).transpose().map_err(|e| e.to_string())?;
+    let (inproc, measured) = in_process(plan, args.frames, Probe::default())?;
+    report.in_process = Mode {
+        frames_per_s: args.frames as f64 / measured.seconds,
+        seconds: measured.seconds,
+        latency_us: None,
+        gpu_memory_mib: before.zip(measured.memory_in_use).map(|(b, d)| d.saturating_sub(b) as f64 / MIB),
+    };
+
+    eprintln!("bench: separate processes ({} + {} frames)", args.warmup, args.frames);
+    separate(plan, args.warmup, None, &shutdown, None)?;
+    let sampler = gpu.as_ref().map(|g| MemorySampler::start(g.clone()));
+    let sep = separate(plan, args.frames, None, &shutdown, None)?;
+    let peak = sampler.map(MemorySampler::stop);
+    let slowest = sep.stages.iter().map(|s| s.fps).fold(f64::INFINITY, f64::min);
+    report.separate = Mode {
+        frames_per_s: if slowest.is_finite() { slowest } else { 0.0 },
+        seconds: sep.seconds,
+        latency_us: None,
+        gpu_memory_mib: before.zip(peak).map(|(b, p)| p.saturating_sub(b) as f64 / MIB),
+    };
+    report.ratio = report.separate.frames_per_s / report.in_process.frames_per_s;
+
+    eprintln!("bench: GPU time per stage ({} frames, waiting for each)", args.frames.min(1000));
+    let (_, timed) = in_process(plan, args.frames.min(1000), Probe { gpu_time: true, latency: false })?;
+    report.copy_gb_per_s = gpu.as_ref().map(|g| copy_bandwidth(g, largest_frame(plan))).transpose().map_err(|e| e.to_string())?;
+    report.stages = stage_table(plan, &timed, &inproc, &sep, report.copy_gb_per_s);
+
+    latency(plan, args, &scratch, &shutdown, &mut report)?;
+    Ok(report)
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The GPU of the plan's cuda stages, opened here for the copy and memory measurements (the
+/// one-process run shares its primary context).
+fn bench_gpu(plan: &Plan) -> Result<Option<Arc<Gpu>>, String> {
+    let Some(stage) = plan.stages.iter().find(|s| s.domain == Domain::Cuda) else { return Ok(None) };
+    let ordinal = stage.device.unwrap_or(0);
+    Gpu::open(ordinal).map(|g| Some(Arc::new(g))).map_err(|e| format!("cuda:{ordinal}: {e}"))
+}
+
+fn describe(gpu: &Gpu) -> String {
+    let name = crate::gpu::devices()
+        .ok()
+        .and_then(|d| d.into_iter().find(|d| d.ordinal == gpu.ordinal()))
+        .map_or_else(String::new, |d| format!(" ({})", d.name));
+    format!("cuda:{}{name}", gpu.ordinal())
+}
+
+fn in_process(plan: &Plan, frames: u64, probe: Probe) -> Result<(RunReport, Measured), String> {
+    let stop = AtomicBool::new(false);
+    let (report, measured) = one_context::run(plan, Some(frames), None, &stop, probe)?;
+    succeeded(&report, "in one process")?;
+    Ok((report, measured))
+}
+
+fn separate(
+    plan: &Plan,
+    frames: u64,
+    checksums: Option<&Path>,
+    shutdown: &Shutdown,
+    latency: Option<&Path>,
+) -> Result<RunReport, String> {
+    let options = RunOptions {
+        frames: Some(frames),
+        stage_exe: std::env::current_exe().map_err(|e| format!("cannot find the gpuipc-host executable: {e}"))?,
+        live: false,
+        spin_us: None,
+        checksums: checksums.map(Path::to_owned),
+        latency: latency.map(Path::to_owned),
+    };
+    let report = supervisor::run(plan, &options, shutdown).map_err(|e| e.to_string())?;
+    succeeded(&report, "as separate processes")?;
+    Ok(report)
+}
+
+fn succeeded(report: &RunReport, how: &str) -> Result<(), String> {
+    if report.succeeded() {
+        Ok(())
+    } else {
+        Err(format!("the run {how} did not finish:\n{}", report.render()))
+    }
+}
+
+/// Both ways, with checksums: every stage's output hashes must be equal.
+fn compare_outputs(plan: &Plan, frames: u64, scratch: &Scratch, shutdown: &Shutdown, report: &mut BenchReport) -> Result<(), String> {
+    let one = scratch.folder("sums-in-process")?;
+    let sep = scratch.folder("sums-separate")?;
+    let stop = AtomicBool::new(false);
+    let (r, _) = one_context::run(plan, Some(frames), Some(&one), &stop, Probe::default())?;
+    succeeded(&r, "in one process")?;
+    separate(plan, frames, Some(&sep), shutdown, None)?;
+    for stage in &plan.stages {
+        let name = format!("{}.sum", stage.name);
+        let (a, b) = (std::fs::read(one.join(&name)), std::fs::read(sep.join(&name)));
+        match (a, b) {
+            (Ok(a), Ok(b)) if a == b => report.outputs_compared += a.iter().filter(|&&c| c == b'\n').count() as u64,
+            _ => report.outputs_differ.push(stage.name.to_string()),
+        }
+    }
+    Ok(())
+}
+
+/// Paced sources, both ways: latency percentiles and the added latency per hop.
+fn latency(plan: &Plan, args: &BenchArgs, scratch: &Scratch, shutdown: &Shutdown, report: &mut BenchReport) -> Result<(), String> {
+    let Some(paced) = paced(plan, args.fps, &mut report.notes) else { return Ok(()) };
+    eprintln!("bench: latency at {} frames/s ({} frames each way)", args.fps, args.latency_frames);
+    let (_, measured) = in_process(&paced, args.latency_frames, Probe { gpu_time: false, latency: true })?;
+    let dir = scratch.folder("latency")?;
+    separate(&paced, args.latency_frames, None, shutdown, Some(&dir))?;
+    let mut samples = Vec::new();
+    for stage in paced.stages.iter().filter(|s| s.output.as_ref().is_none_or(|o| o.link.is_none())) {
+        samples.extend(read_latencies(&dir, stage.name.as_str()));
+    }
+    let one = percentiles(measured.latencies_ns);
+    report.in_process.latency_us = one;
+    report.separate.latency_us = percentiles(samples);
+    if let (Some(a), Some(b)) = (one, report.separate.latency_us)
+        && report.hops > 0
+    {
+        let hops = report.hops as f64;
+        report.added_latency_per_hop_us = Some(((b.0 - a.0) / hops, (b.1 - a.1) / hops));
+    }
+    Ok(())
+}
+
+/// The plan with every source that has an `fps` param paced at `fps`; `None` (with a note)
+/// when a source cannot be paced.
+fn paced(plan: &Plan, fps: f64, notes: &mut Vec<String>) -> Option<Plan> {
+    let mut paced = plan.clone();
+    for stage in paced.stages.iter_mut().filter(|s| s.is_source()) {
+        if stage.plugin.name != "generator" {
+            notes.push(format!(
+                "latency not measured: source '{}' ({}) has no `fps` param to pace it with",
+                stage.name, stage.plugin.name
+            ));
+            return None;
+        }
+        let mut params: toml::Table = toml::from_str(&stage.params).unwrap_or_default();
+        params.insert("fps".into(), toml::Value::Float(fps));
+        stage.params = toml::to_string(&params).expect("a table serialises");
+    }
+    Some(paced)
+}
+
+/// p50, p99 and max in microseconds.
+fn percentiles(mut ns: Vec<u64>) -> Option<(f64, f64, f64)> {
+    if ns.is_empty() {
+        return None;
+    }
+    ns.sort_unstable();
+    let at = |q: f64| ns[((ns.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0;
+    Some((at(0.50), at(0.99), at(1.0)))
+}
+
+/// Links on the longest path (stages are in topological order).
+fn hops(plan: &Plan) -> usize {
+    let mut depth = vec![0usize; plan.stages.len()];
+    for (i, stage) in plan.stages.iter().enumerate() {
+        depth[i] = stage.inputs.iter().map(|input| depth[input.from] + 1).max().unwrap_or(0);
+    }
+    depth.into_iter().max().unwrap_or(0)
+}
+
+fn largest_frame(plan: &Plan) -> u64 {
+    plan.stages.iter().filter_map(|s| s.output.as_ref()).map(|o| o.layout.total_bytes).max().unwrap_or(0)
+}
+
+fn stage_table(plan: &Plan, timed: &Measured, inproc: &RunReport, sep: &RunReport, copy: Option<f64>) -> Vec<StageBench> {
+    plan.stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let input_bytes: u64 = s.inputs.iter().map(|input| plan.links[input.link].layout.total_bytes).sum();
+            let bytes = input_bytes + s.output.as_ref().map_or(0, |o| o.layout.total_bytes);
+            let gpu_us = timed.gpu_ns[i].map(|ns| ns as f64 / 1000.0 / timed.timed_frames.max(1) as f64);
+            let gb_per_s = gpu_us.filter(|&us| us > 0.0).map(|us| bytes as f64 / (us * 1000.0));
+            let _ = copy;
+            StageBench {
+                name: s.name.to_string(),
+                domain: s.domain.name().to_owned(),
+                gpu_us_per_frame: gpu_us,
+                bytes_per_frame: bytes,
+                gb_per_s,
+                cpu_in_process: inproc.stages[i].cpu,
+                cpu_separate: sep.stages[i].cpu,
+            }
+        })
+        .collect()
+}
+
+/// Bytes read plus written per second by device-to-device copies of `bytes` (at least
+/// 64 MiB), timed with events after a warm-up.
+fn copy_bandwidth(gpu: &Arc<Gpu>, bytes: u64) -> Result<f64, GpuError> {
+    const COPIES: u32 = 50;
+    let bytes = bytes.max(64 << 20) as usize;
+    let (a, b) = (DeviceMemory::private(gpu, bytes)?, DeviceMemory::private(gpu, bytes)?);
+    gpu.memset_d8_async(a.addr(), 0x5a, bytes)?;
+    for _ in 0..5 {
+        gpu.copy_dtod_async(b.addr(), a.addr(), bytes)?;
+    }
+    let (start, end) = (TimingEvent::create(gpu)?, TimingEvent::create(gpu)?);
+    start.record(gpu.stream())?;
+    for _ in 0..COPIES {
+        gpu.copy_dtod_async(b.addr(), a.addr(), bytes)?;
+    }
+    end.record(gpu.stream())?;
+    end.synchronize()?;
+    let seconds = start.elapsed_ms(&end)? as f64 / 1000.0;
+    Ok(2.0 * bytes as f64 * COPIES as f64 / seconds / 1e9)
+}
+
+/// Samples the device's memory in use while separate processes run, keeping the peak.
+struct MemorySampler {
+    stop: Arc<AtomicBool>,
+    peak: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl MemorySampler {
+    fn start(gpu: Arc<Gpu>) -> MemorySampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let peak = Arc::new(AtomicU64::new(0));
+        let (s, p) = (stop.clone(), peak.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                if let Ok(used) = memory_in_use(&gpu) {
+                    p.fetch_max(used, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        MemorySampler { stop, peak, thread }
+    }
+
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+/// A private folder for the bench's checksum and latency files, removed at the end.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Scratch, String> {
+        let dir = std::env::temp_dir().join(format!("gpuipc-bench-{}-{}", std::process::id(), Instant::now().elapsed().as_nanos()));
+        std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+
+    fn folder(&self, name: &str) -> Result<PathBuf, String> {
+        let dir = self.0.join(name);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        Ok(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn render(r: &BenchReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "bench '{}' on {}, isolation {}: {} frames after {} of warm-up", r.pipeline, r.device, r.isolation, r.frames, r.warmup);
+    if r.outputs_differ.is_empty() {
+        let _ = writeln!(out, "outputs: equal both ways ({} frames of {} stages compared)", r.outputs_compared, r.stages.len());
+    } else {
+        let _ = writeln!(out, "outputs: DIFFER between the two ways in stage(s) {}", r.outputs_differ.join(", "));
+    }
+    let _ = writeln!(out, "{:24} {:>14} {:>14} {:>8}", "", "one process", "separate", "ratio");
+    let _ = writeln!(
+        out,
+        "{:24} {:>14.0} {:>14.0} {:>7.1}%",
+        "frames/s",
+        r.in_process.frames_per_s,
+        r.separate.frames_per_s,
+        r.ratio * 100.0
+    );
+    if let (Some(a), Some(b)) = (r.in_process.latency_us, r.separate.latency_us) {
+        for (label, x, y) in [("latency p50 (µs)", a.0, b.0), ("latency p99 (µs)", a.1, b.1), ("latency max (µs)", a.2, b.2)] {
+            let _ = writeln!(out, "{label:24} {x:>14.1} {y:>14.1}");
+        }
+    }
+    if let (Some(a), Some(b)) = (r.in_process.gpu_memory_mib, r.separate.gpu_memory_mib) {
+        let _ = writeln!(out, "{:24} {:>14.0} {:>14.0}", "GPU memory (MiB)", a, b);
+    }
+    let _ = writeln!(
+        out,
+        "\n{:12} {:6} {:>12} {:>12} {:>9} {:>9} {:>11} {:>9}",
+        "stage", "domain", "GPU µs/frame", "MB/frame", "GB/s", "of copy", "cpu 1-proc", "cpu sep."
+    );
+    for s in &r.stages {
+        let gpu = s.gpu_us_per_frame.map_or("-".into(), |us| format!("{us:.1}"));
+        let gbs = s.gb_per_s.map_or("-".into(), |g| format!("{g:.0}"));
+        let share = s.gb_per_s.zip(r.copy_gb_per_s).map_or("-".into(), |(g, c)| format!("{:.0}%", g / c * 100.0));
+        let _ = writeln!(
+            out,
+            "{:12} {:6} {:>12} {:>12.2} {:>9} {:>9} {:>10.0}% {:>8.0}%",
+            s.name,
+            s.domain,
+            gpu,
+            s.bytes_per_frame as f64 / 1e6,
+            gbs,
+            share,
+            s.cpu_in_process * 100.0,
+            s.cpu_separate * 100.0
+        );
+    }
+    let cpu: f64 = r.stages.iter().map(|s| s.cpu_separate).sum();
+    let _ = writeln!(out, "host CPU of the separate stages together: {:.0}% of a core", cpu * 100.0);
+    if let Some(c) = r.copy_gb_per_s {
+        let _ = writeln!(out, "device-to-device copy on this GPU: {c:.0} GB/s (bytes read + written)");
+    }
+    if let Some((p50, p99)) = r.added_latency_per_hop_us {
+        let _ = writeln!(out, "added latency per hop ({} hops): p50 {p50:.1} µs, p99 {p99:.1} µs", r.hops);
+    }
+    for note in &r.notes {
+        let _ = writeln!(out, "note: {note}");
+    }
+    out.trim_end().to_owned()
+}

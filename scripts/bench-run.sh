@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The benchmark table of docs/benchmarks.md, run from a bundle made by scripts/gpu-check.sh on a
+# machine with an NVIDIA GPU (copy the bundle there, run BUNDLE_DIR/bench.sh). Each row is one
+# `gpuipc-host bench` call (one process on one context against separate processes, back to
+# back on the same frames) or N runs started at once; JSON of each lands under $OUT (or
+# BUNDLE_DIR/results), and a summary table is printed at the end.
+#
+#   bench.sh [FRAMES]        (default 3000 frames per measured run)
+set -uo pipefail
+cd "$(dirname "$0")"
+here=$PWD
+host=$here/bin/gpuipc-host
+results=${OUT:-$here/results}/bench
+mkdir -p "$results" "$here/work/bench"
+frames=${1:-3000}
+export GPUIPC_KERNEL_CACHE=$here/kernel-cache
+for dir in $(ldconfig -p | awk '/libnvrtc.so/ {print $NF}' | xargs -r -n1 dirname) /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    if [ -e "$dir/libnvrtc.so.13" ] || [ -e "$dir/libnvrtc.so" ]; then export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
+done
+work=$here/work/bench
+echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(nproc) cores"
+echo "commit: $(cat "$here/COMMIT" 2>/dev/null || echo unknown)"
+
+# sized W H: generator -> rgb-process -> yuv420 at W x H (pipelines/4k-yuv.toml resized).
+sized() {
+    sed -e "s/width = 3840, height = 2160/width = $1, height = $2/" -e "s/^name = \"4k-yuv\"/name = \"yuv-$1x$2\"/" \
+        "$here/pipelines/4k-yuv.toml" > "$work/yuv-$1x$2.toml"
+    echo "$work/yuv-$1x$2.toml"
+}
+# chain N: generator, N-2 rgb-process stages, yuv420, at 1920 x 1080.
+chain() {
+    {
+        printf '[pipeline]\nname = "chain-%s"\n\n[[stage]]\nname = "s1"\nplugin = "generator"\nparams = { width = 1920, height = 1080, pattern = "bars" }\n' "$1"
+        for i in $(seq 2 $(( $1 - 1 ))); do
+            printf '\n[[stage]]\nname = "s%s"\nplugin = "rgb-process"\ninputs = ["s%s"]\nparams = { brightness = 0.01, contrast = 1.01 }\n' "$i" $(( i - 1 ))
+        done
+        printf '\n[[stage]]\nname = "s%s"\nplugin = "yuv420"\ninputs = ["s%s"]\n' "$1" $(( $1 - 1 ))
+    } > "$work/chain-$1.toml"
+    echo "$work/chain-$1.toml"
+}
+# fanout N: one 1080p generator read by N rgb-process stages.
+fanout() {
+    {
+        printf '[pipeline]\nname = "fanout-%s"\n\n[[stage]]\nname = "gen"\nplugin = "generator"\nparams = { width = 1920, height = 1080, pattern = "bars" }\n' "$1"
+        for i in $(seq 1 "$1"); do
+            printf '\n[[stage]]\nname = "c%s"\nplugin = "rgb-process"\ninputs = ["gen"]\n' "$i"
+        done
+    } > "$work/fanout-$1.toml"
+    echo "$work/fanout-$1.toml"
+}
+
+bench() {  # LABEL FILE ARGS...
+    local label=$1 file=$2
+    shift 2
+    echo; echo "== $label"
+    (cd "$work" && "$host" bench "$file" --device cuda --frames "$frames" --json "$results/$label.json" "$@" 2> "$work/$label.err") ||
+        { echo "FAILED: $label"; tail -20 "$work/$label.err"; }
+}
+
+bench 4k-mps "$(sized 3840 2160)" --isolation mps
+bench 4k-process "$(sized 3840 2160)" --isolation process
+bench 1080p-mps "$(sized 1920 1080)" --isolation mps
+bench 1080p-process "$(sized 1920 1080)" --isolation process
+bench 720p-mps "$(sized 1280 720)" --isolation mps
+bench 256-mps "$(sized 256 256)" --isolation mps
+bench 8k-mps "$(sized 7680 4320)" --isolation mps --frames 1000
+bench chain8-mps "$(chain 8)" --isolation mps
+bench fanout4-mps "$(fanout 4)" --isolation mps
+
+# N runs started at once, each with the file's defaults (isolation auto): summed frames/s.
+for size in "3840 2160" "1920 1080"; do
+    set -- $size
+    file=$(sized "$1" "$2")
+    for n in 2 4 8; do
+        label="concurrent-$n-$1x$2"
+        pids=()
+        for i in $(seq 1 "$n"); do
+            (cd "$work" && "$host" run "$file" --device cuda --frames "$frames" --quiet --report "$results/$label-$i.json" > /dev/null 2> "$work/$label-$i.err") &
+            pids+=($!)
+        done
+        for p in "${pids[@]}"; do wait "$p" || echo "FAILED: $label (see $work/$label-*.err)"; done
+        echo; echo "== $label"
+        python3 - "$results" "$label" "$n" <<'PY'
+import json, sys
+results, label, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rates = []
+for i in range(1, n + 1):
+    report = json.load(open(f"{results}/{label}-{i}.json"))
+    rates.append(min(s["fps"] for s in report["stages"]))
+print(f"{n} runs at once: " + " + ".join(f"{r:,.0f}" for r in rates) + f" = {sum(rates):,.0f} frames/s")
+json.dump({"runs": n, "frames_per_s": rates, "sum": sum(rates)}, open(f"{results}/{label}.json", "w"))
+PY
+    done
+done
+
+echo; echo "== summary"
+python3 - "$results" <<'PY'
+import glob, json, os, sys
+results = sys.argv[1]
+one = {}
+print(f"{'case':24} {'one process':>12} {'separate':>12} {'ratio':>7} {'lat p50/p99 µs (1-proc | sep)':>34} {'hop p99 µs':>10} {'cpu sum':>8}")
+for path in sorted(glob.glob(f"{results}/*.json")):
+    name = os.path.basename(path)[:-5]
+    r = json.load(open(path))
+    if "in_process" not in r:
+        continue
+    one[name] = r["in_process"]["frames_per_s"]
+    a, b = r["in_process"].get("latency_us"), r["separate"].get("latency_us")
+    lat = f"{a[0]:.0f}/{a[1]:.0f} | {b[0]:.0f}/{b[1]:.0f}" if a and b else "-"
+    hop = r.get("added_latency_per_hop_us")
+    cpu = sum(s["cpu_separate"] for s in r["stages"])
+    same = "" if not r["outputs_differ"] else "  OUTPUTS DIFFER"
+    print(f"{name:24} {r['in_process']['frames_per_s']:>12,.0f} {r['separate']['frames_per_s']:>12,.0f} {r['ratio']*100:>6.1f}% {lat:>34} {hop[1] if hop else float('nan'):>10.1f} {cpu*100:>7.0f}%{same}")
+for path in sorted(glob.glob(f"{results}/concurrent-*.json")):
+    name = os.path.basename(path)[:-5]
+    if name.count("-") != 2:
+        continue
+    r = json.load(open(path))
+    size = name.split("-")[2]
+    ref = one.get("4k-mps" if size == "3840x2160" else "1080p-mps")
+    share = f"{r['sum'] / ref * 100:.0f}% of one process" if ref else ""
+    print(f"{name:24} {r['sum']:>12,.0f} summed over {r['runs']} runs  {share}")
+PY
