@@ -30,8 +30,8 @@ for crate in gpuipc-cuda gpuipc-plugin-api gpuipc-generator gpuipc-rgb-process g
     test_exe "$crate" --lib | while read -r exe; do cp "$exe" "$bundle/tests/$crate"; done
 done
 test_exe gpuipc-host --bin gpuipc-host | while read -r exe; do cp "$exe" "$bundle/tests/gpuipc-host"; done
-cp target/release/gpuipc-host "$bundle/bin/"
-cp target/release/libgpuipc_*.so "$bundle/bin/"
+cp "${CARGO_TARGET_DIR:-target}"/release/gpuipc-host "$bundle/bin/"
+cp "${CARGO_TARGET_DIR:-target}"/release/libgpuipc_*.so "$bundle/bin/"
 cp -r pipelines "$bundle/"
 git rev-parse --short HEAD > "$bundle/COMMIT"
 cp scripts/gpu-check-run.sh "$bundle/check.sh"
