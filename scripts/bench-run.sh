@@ -49,23 +49,26 @@ fanout() {
     echo "$work/fanout-$1.toml"
 }
 
-bench() {  # LABEL FILE ARGS...
-    local label=$1 file=$2
-    shift 2
+bench() {  # LABEL FRAMES FILE ARGS...
+    local label=$1 n=$2 file=$3
+    shift 3
     echo; echo "== $label"
-    (cd "$work" && "$host" bench "$file" --device cuda --frames "$frames" --json "$results/$label.json" "$@" 2> "$work/$label.err") ||
+    (cd "$work" && "$host" bench "$file" --device cuda --frames "$n" --json "$results/$label.json" "$@" 2> "$work/$label.err") ||
         { echo "FAILED: $label"; tail -20 "$work/$label.err"; }
 }
 
-bench 4k-mps "$(sized 3840 2160)" --isolation mps
-bench 4k-process "$(sized 3840 2160)" --isolation process
-bench 1080p-mps "$(sized 1920 1080)" --isolation mps
-bench 1080p-process "$(sized 1920 1080)" --isolation process
-bench 720p-mps "$(sized 1280 720)" --isolation mps
-bench 256-mps "$(sized 256 256)" --isolation mps
-bench 8k-mps "$(sized 7680 4320)" --isolation mps --frames 1000
-bench chain8-mps "$(chain 8)" --isolation mps
-bench fanout4-mps "$(fanout 4)" --isolation mps
+bench 4k-mps $(( frames * 3 )) "$(sized 3840 2160)" --isolation mps
+bench 4k-mps-spin0 $(( frames * 3 )) "$(sized 3840 2160)" --isolation mps --spin-us 0
+bench 4k-process "$frames" "$(sized 3840 2160)" --isolation process
+bench 4k-process-spin0 "$frames" "$(sized 3840 2160)" --isolation process --spin-us 0
+bench 1080p-mps $(( frames * 3 )) "$(sized 1920 1080)" --isolation mps
+bench 1080p-mps-spin0 $(( frames * 3 )) "$(sized 1920 1080)" --isolation mps --spin-us 0
+bench 1080p-process "$frames" "$(sized 1920 1080)" --isolation process
+bench 720p-mps $(( frames * 3 )) "$(sized 1280 720)" --isolation mps
+bench 256-mps $(( frames * 3 )) "$(sized 256 256)" --isolation mps
+bench 8k-mps "$frames" "$(sized 7680 4320)" --isolation mps
+bench chain8-mps $(( frames * 3 )) "$(chain 8)" --isolation mps
+bench fanout4-mps $(( frames * 3 )) "$(fanout 4)" --isolation mps
 
 # N runs started at once, each with the file's defaults (isolation auto): summed frames/s.
 for size in "3840 2160" "1920 1080"; do

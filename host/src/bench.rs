@@ -35,6 +35,8 @@ pub struct BenchArgs {
     /// Source rate of the latency runs (sources with an `fps` param), and their length.
     pub fps: f64,
     pub latency_frames: u64,
+    /// Overrides the file's `spin_us` in the separate processes.
+    pub spin_us: Option<u32>,
     pub json: Option<PathBuf>,
 }
 
@@ -129,7 +131,7 @@ fn bench(plan: &Plan, args: &BenchArgs) -> Result<BenchReport, String> {
     }
 
     eprintln!("bench: comparing outputs ({} frames each way)", args.check_frames);
-    compare_outputs(plan, args.check_frames, &scratch, &shutdown, &mut report)?;
+    compare_outputs(plan, args, &scratch, &shutdown, &mut report)?;
 
     eprintln!("bench: in one process ({} + {} frames)", args.warmup, args.frames);
     in_process(plan, args.warmup, Probe::default())?;
@@ -143,9 +145,9 @@ fn bench(plan: &Plan, args: &BenchArgs) -> Result<BenchReport, String> {
     };
 
     eprintln!("bench: separate processes ({} + {} frames)", args.warmup, args.frames);
-    separate(plan, args.warmup, None, &shutdown, None)?;
+    separate(plan, args.warmup, args, &shutdown, Separate::default())?;
     let sampler = gpu.as_ref().map(|g| MemorySampler::start(g.clone()));
-    let sep = separate(plan, args.frames, None, &shutdown, None)?;
+    let sep = separate(plan, args.frames, args, &shutdown, Separate::default())?;
     let peak = sampler.map(MemorySampler::stop);
     let slowest = sep.stages.iter().map(|s| s.fps).fold(f64::INFINITY, f64::min);
     report.separate = Mode {
@@ -157,7 +159,7 @@ fn bench(plan: &Plan, args: &BenchArgs) -> Result<BenchReport, String> {
     report.ratio = report.separate.frames_per_s / report.in_process.frames_per_s;
 
     eprintln!("bench: GPU time per stage ({} frames, waiting for each)", args.frames.min(1000));
-    let (_, timed) = in_process(plan, args.frames.min(1000), Probe { gpu_time: true, latency: false })?;
+    let (_, timed) = in_process(plan, args.frames.min(1000), Probe { gpu_time: true, ..Probe::default() })?;
     report.copy_gb_per_s = gpu.as_ref().map(|g| copy_bandwidth(g, largest_frame(plan))).transpose().map_err(|e| e.to_string())?;
     report.stages = stage_table(plan, &timed, &inproc, &sep, report.copy_gb_per_s);
 
@@ -190,20 +192,23 @@ fn in_process(plan: &Plan, frames: u64, probe: Probe) -> Result<(RunReport, Meas
     Ok((report, measured))
 }
 
-fn separate(
-    plan: &Plan,
-    frames: u64,
-    checksums: Option<&Path>,
-    shutdown: &Shutdown,
-    latency: Option<&Path>,
-) -> Result<RunReport, String> {
+/// One run as separate processes: what differs from the measured run.
+#[derive(Default)]
+struct Separate<'a> {
+    checksums: Option<&'a Path>,
+    latency: Option<&'a Path>,
+    pace_fps: Option<f64>,
+}
+
+fn separate(plan: &Plan, frames: u64, args: &BenchArgs, shutdown: &Shutdown, how: Separate<'_>) -> Result<RunReport, String> {
     let options = RunOptions {
         frames: Some(frames),
         stage_exe: std::env::current_exe().map_err(|e| format!("cannot find the gpuipc-host executable: {e}"))?,
         live: false,
-        spin_us: None,
-        checksums: checksums.map(Path::to_owned),
-        latency: latency.map(Path::to_owned),
+        spin_us: args.spin_us,
+        checksums: how.checksums.map(Path::to_owned),
+        latency: how.latency.map(Path::to_owned),
+        pace_fps: how.pace_fps,
     };
     let report = supervisor::run(plan, &options, shutdown).map_err(|e| e.to_string())?;
     succeeded(&report, "as separate processes")?;
@@ -219,13 +224,14 @@ fn succeeded(report: &RunReport, how: &str) -> Result<(), String> {
 }
 
 /// Both ways, with checksums: every stage's output hashes must be equal.
-fn compare_outputs(plan: &Plan, frames: u64, scratch: &Scratch, shutdown: &Shutdown, report: &mut BenchReport) -> Result<(), String> {
+fn compare_outputs(plan: &Plan, args: &BenchArgs, scratch: &Scratch, shutdown: &Shutdown, report: &mut BenchReport) -> Result<(), String> {
+    let frames = args.check_frames;
     let one = scratch.folder("sums-in-process")?;
     let sep = scratch.folder("sums-separate")?;
     let stop = AtomicBool::new(false);
     let (r, _) = one_context::run(plan, Some(frames), Some(&one), &stop, Probe::default())?;
     succeeded(&r, "in one process")?;
-    separate(plan, frames, Some(&sep), shutdown, None)?;
+    separate(plan, args.check_frames, args, shutdown, Separate { checksums: Some(&sep), ..Separate::default() })?;
     for stage in &plan.stages {
         let name = format!("{}.sum", stage.name);
         let (a, b) = (std::fs::read(one.join(&name)), std::fs::read(sep.join(&name)));
@@ -239,13 +245,13 @@ fn compare_outputs(plan: &Plan, frames: u64, scratch: &Scratch, shutdown: &Shutd
 
 /// Paced sources, both ways: latency percentiles and the added latency per hop.
 fn latency(plan: &Plan, args: &BenchArgs, scratch: &Scratch, shutdown: &Shutdown, report: &mut BenchReport) -> Result<(), String> {
-    let Some(paced) = paced(plan, args.fps, &mut report.notes) else { return Ok(()) };
     eprintln!("bench: latency at {} frames/s ({} frames each way)", args.fps, args.latency_frames);
-    let (_, measured) = in_process(&paced, args.latency_frames, Probe { gpu_time: false, latency: true })?;
+    let probe = Probe { latency: true, pace_fps: Some(args.fps), ..Probe::default() };
+    let (_, measured) = in_process(plan, args.latency_frames, probe)?;
     let dir = scratch.folder("latency")?;
-    separate(&paced, args.latency_frames, None, shutdown, Some(&dir))?;
+    separate(plan, args.latency_frames, args, shutdown, Separate { latency: Some(&dir), pace_fps: Some(args.fps), ..Separate::default() })?;
     let mut samples = Vec::new();
-    for stage in paced.stages.iter().filter(|s| s.output.as_ref().is_none_or(|o| o.link.is_none())) {
+    for stage in plan.stages.iter().filter(|s| s.output.as_ref().is_none_or(|o| o.link.is_none())) {
         samples.extend(read_latencies(&dir, stage.name.as_str()));
     }
     let one = percentiles(measured.latencies_ns);
@@ -258,25 +264,6 @@ fn latency(plan: &Plan, args: &BenchArgs, scratch: &Scratch, shutdown: &Shutdown
         report.added_latency_per_hop_us = Some(((b.0 - a.0) / hops, (b.1 - a.1) / hops));
     }
     Ok(())
-}
-
-/// The plan with every source that has an `fps` param paced at `fps`; `None` (with a note)
-/// when a source cannot be paced.
-fn paced(plan: &Plan, fps: f64, notes: &mut Vec<String>) -> Option<Plan> {
-    let mut paced = plan.clone();
-    for stage in paced.stages.iter_mut().filter(|s| s.is_source()) {
-        if stage.plugin.name != "generator" {
-            notes.push(format!(
-                "latency not measured: source '{}' ({}) has no `fps` param to pace it with",
-                stage.name, stage.plugin.name
-            ));
-            return None;
-        }
-        let mut params: toml::Table = toml::from_str(&stage.params).unwrap_or_default();
-        params.insert("fps".into(), toml::Value::Float(fps));
-        stage.params = toml::to_string(&params).expect("a table serialises");
-    }
-    Some(paced)
 }
 
 /// p50, p99 and max in microseconds.

@@ -98,6 +98,9 @@ enum Command {
         /// Also write everything measured as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Microseconds a waiting stage spins before it sleeps (overrides the file's `spin_us`).
+        #[arg(long)]
+        spin_us: Option<u32>,
         /// Default device of stages, replacing the file's (`cpu`, `cuda`, `cuda:N`, `auto`).
         #[arg(long, value_parser = parse_device)]
         device: Option<config::DeviceSpec>,
@@ -203,7 +206,7 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::Bench { file, frames, warmup, check_frames, fps, latency_frames, json, device, isolation } => {
+        Command::Bench { file, frames, warmup, check_frames, fps, latency_frames, json, spin_us, device, isolation } => {
             let plan = match load_plan_with(&file, device, isolation) {
                 Ok(p) => p,
                 Err(code) => return code,
@@ -211,7 +214,7 @@ fn main() -> ExitCode {
             if let Err(code) = budget_check(&file, &plan::budget::needs(&plan), &plan::budget::has(), false) {
                 return code;
             }
-            let args = bench::BenchArgs { frames, warmup, check_frames, fps, latency_frames, json };
+            let args = bench::BenchArgs { frames, warmup, check_frames, fps, latency_frames, spin_us, json };
             bench::main(&plan, &args)
         }
         Command::Run { file, frames, in_process, report, quiet, spin_us, checksums, device, no_budget_check } => {
@@ -272,6 +275,7 @@ fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
             spin_us: args.spin_us,
             checksums: args.checksums.clone(),
             latency: None,
+            pace_fps: None,
         };
         supervisor::run(plan, &options, &shutdown).map_err(|e| e.to_string())
     };

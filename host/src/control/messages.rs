@@ -131,6 +131,10 @@ pub struct StageSetup {
     /// (`gpuipc-host bench`). A cuda stage waits for its GPU each frame to know.
     #[serde(default)]
     pub latency: Option<PathBuf>,
+    /// A source starts frame k no sooner than k / `pace_fps` seconds after its first, and
+    /// stamps it then (`gpuipc-host bench`, so latency counts no wait for a frame's turn).
+    #[serde(default)]
+    pub pace_fps: Option<f64>,
     /// 0 for the stage's first process, then one more for each restart.
     pub incarnation: u32,
 }

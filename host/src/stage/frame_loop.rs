@@ -90,6 +90,8 @@ pub struct FrameLoop<'a, 'p> {
     pub cpu: super::measure::CpuClock,
     /// `gpuipc-host bench`: when each frame's work was done, for a stage nobody reads.
     pub latency: Option<super::measure::LatencyLog>,
+    /// A source's pace (`gpuipc-host bench`).
+    pub pace: Option<super::measure::Pace>,
 }
 
 pub fn now_ns() -> u64 {
@@ -125,6 +127,9 @@ impl FrameLoop<'_, '_> {
                 }
                 if self.stats.get().stop.load(Ordering::Relaxed) != stats::RUN {
                     return Ok(LoopEnd::Stopped);
+                }
+                if let Some(pace) = &mut self.pace {
+                    pace.wait_for_turn();
                 }
                 next_source_seq += 1;
                 (next_source_seq - 1, None, Vec::new())

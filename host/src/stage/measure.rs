@@ -96,6 +96,35 @@ impl LatencyLog {
     }
 }
 
+/// A source's frames at most `fps` a second: frame k starts no sooner than k / fps after the
+/// first. Sleeps, then spins the last stretch (a sleep overshoots by tens of microseconds).
+pub struct Pace {
+    fps: f64,
+    start: Option<std::time::Instant>,
+    frames: u64,
+}
+
+impl Pace {
+    pub fn new(fps: f64) -> Pace {
+        Pace { fps, start: None, frames: 0 }
+    }
+
+    pub fn wait_for_turn(&mut self) {
+        use std::time::{Duration, Instant};
+        const SPIN: Duration = Duration::from_micros(100);
+        let start = *self.start.get_or_insert_with(Instant::now);
+        let due = start + Duration::from_secs_f64(self.frames as f64 / self.fps);
+        self.frames += 1;
+        let now = Instant::now();
+        if due > now + SPIN {
+            std::thread::sleep(due - now - SPIN);
+        }
+        while Instant::now() < due {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 /// The samples a [`LatencyLog`] wrote.
 pub fn read_latencies(dir: &Path, stage: &str) -> Vec<u64> {
     std::fs::read_to_string(latency_path(dir, stage))

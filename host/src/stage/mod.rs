@@ -248,6 +248,7 @@ fn run_frames(
         _ => None,
     };
     let cpu = if socket.is_some() { measure::CpuClock::process() } else { measure::CpuClock::thread() };
+    let pace = setup.pace_fps.filter(|_| setup.inputs.is_empty()).map(measure::Pace::new);
     let mut frame_loop = FrameLoop {
         follow,
         instance,
@@ -262,6 +263,7 @@ fn run_frames(
         tap,
         cpu,
         latency,
+        pace,
     };
     let end = frame_loop.run();
     // Let the GPU finish what was enqueued before the context goes (consumers hold their own

@@ -37,6 +37,7 @@ pub fn run(plan: &Plan, frames: Option<u64>, checksums: Option<&Path>, stop: &At
         spin_us: None,
         checksums: checksums.map(Path::to_owned),
         latency: None,
+        pace_fps: None,
     };
     let launch = Launch { plan, options: &options, frames, stats: &stats, rings: &rings, env: &[] };
     let started = Instant::now();

@@ -43,6 +43,8 @@ pub struct RunOptions {
     pub checksums: Option<PathBuf>,
     /// Sinks write per-frame latencies into this folder (`gpuipc-host bench`).
     pub latency: Option<PathBuf>,
+    /// Sources make this many frames a second at most (`gpuipc-host bench`).
+    pub pace_fps: Option<f64>,
 }
 
 #[derive(Debug, thiserror::Error)]

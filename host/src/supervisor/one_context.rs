@@ -34,6 +34,8 @@ pub struct Probe {
     /// Time each cuda stage's GPU work with events around it; the host waits for each frame's
     /// work before the next, so frames/s of such a run mean nothing.
     pub gpu_time: bool,
+    /// Sources make this many frames a second at most; a frame is stamped when its turn comes.
+    pub pace_fps: Option<f64>,
     /// Wait for each frame's GPU work and note how long after its stamp it completed.
     pub latency: bool,
 }
@@ -122,11 +124,15 @@ pub fn run(
     let mut failure = None;
     let mut interrupted = None;
     let mut seq = 0;
+    let mut pace = probe.pace_fps.map(crate::stage::measure::Pace::new);
     let mut outputs: Vec<Option<RawFrame>> = vec![None; stages.len()];
     while frames.is_none_or(|n| seq < n) {
         if stop.load(Ordering::Relaxed) {
             interrupted = Some("a stop signal");
             break;
+        }
+        if let Some(pace) = &mut pace {
+            pace.wait_for_turn();
         }
         let stamp = now_ns();
         for (i, stage) in stages.iter_mut().enumerate() {

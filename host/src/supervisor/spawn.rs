@@ -129,6 +129,7 @@ impl Launch<'_> {
             spin_us: self.options.spin_us.unwrap_or(plan.spin_us),
             checksums: self.options.checksums.clone(),
             latency: self.options.latency.clone(),
+            pace_fps: self.options.pace_fps,
             incarnation,
         }
     }
