@@ -11,13 +11,18 @@
 //! cached, see [`gpuipc_plugin_api::cuda`]) converts on the stage's stream with the same
 //! fixed-point [`yuv420::Coefficients`], byte for byte what the cpu code does.
 //!
+//! In the cpu domain ([`cpu`]) the frame is cut into bands of whole row pairs (a chroma row
+//! and its two luma rows), converted at once by `threads` threads: the same bytes whatever
+//! the count, and the same as the per-pixel reference [`yuv420::convert`].
+//!
 //! # Params
 //!
-//! | key      | type                       | default     | meaning |
-//! |----------|----------------------------|-------------|---------|
-//! | `matrix` | `"bt709"` \| `"bt601"`     | `"bt709"`   | luma weights: BT.709 Kr = 0.2126, Kb = 0.0722; BT.601 Kr = 0.299, Kb = 0.114 |
-//! | `range`  | `"limited"` \| `"full"`    | `"limited"` | limited: Y 16..=235, U, V 16..=240; full: 0..=255 |
-//! | `layout` | `"i420"` \| `"nv12"`       | `"i420"`    | i420: Y, U, V planes; nv12: Y plane, then U, V pairs interleaved (U first) |
+//! | key       | type                       | default     | meaning |
+//! |-----------|----------------------------|-------------|---------|
+//! | `matrix`  | `"bt709"` \| `"bt601"`     | `"bt709"`   | luma weights: BT.709 Kr = 0.2126, Kb = 0.0722; BT.601 Kr = 0.299, Kb = 0.114 |
+//! | `range`   | `"limited"` \| `"full"`    | `"limited"` | limited: Y 16..=235, U, V 16..=240; full: 0..=255 |
+//! | `layout`  | `"i420"` \| `"nv12"`       | `"i420"`    | i420: Y, U, V planes; nv12: Y plane, then U, V pairs interleaved (U first) |
+//! | `threads` | integer, 0..=256           | `0`         | cpu domain: threads converting each frame, each a band of row pairs; 0: one per core this process may use, at most 8 and at most one per 2^17 pixels (so 1 below 2^18 pixels, 512x512); ignored in the cuda domain |
 //!
 //! ```toml
 //! [[stage]]
@@ -31,6 +36,12 @@
 //! plugin = "yuv420"
 //! inputs = ["gen"]
 //! params = { matrix = "bt601", range = "full", layout = "nv12" }
+//!
+//! [[stage]]
+//! name = "one-core"
+//! plugin = "yuv420"
+//! inputs = ["gen"]
+//! params = { threads = 1 }
 //! ```
 //!
 //! # Arithmetic
@@ -61,6 +72,8 @@
 //! an i32 (|numerator| < 2^27); the code uses i64 for margin.
 #![deny(unsafe_code)]
 
+pub mod bands;
+pub mod cpu;
 pub mod cuda;
 pub mod yuv420;
 

@@ -1,4 +1,5 @@
-//! The yuv420 stage: its params, the fixed-point coefficients and the conversion loop.
+//! The yuv420 stage: its params, the fixed-point coefficients and the reference conversion
+//! loop (the stage runs the faster loops of [`crate::cpu`]).
 
 use gpuipc_plugin_api::{
     CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, PixelFormat, Plugin,
@@ -6,12 +7,14 @@ use gpuipc_plugin_api::{
 };
 use serde::Deserialize;
 
+use crate::bands;
+use crate::cpu::RowCoefficients;
 use crate::cuda::GpuConverter;
 
 /// Fractional bits of the fixed-point coefficients.
 pub const FRAC_BITS: u32 = 16;
 
-/// The `params` table of a yuv420 stage. Every value is valid, so there is no `validate`.
+/// The `params` table of a yuv420 stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Params {
@@ -21,6 +24,18 @@ pub struct Params {
     pub range: ColorRange,
     /// How the chroma planes are stored. Default `i420`.
     pub layout: ChromaLayout,
+    /// Threads converting a frame in the cpu domain, 0..=[`bands::MAX_THREADS`]; 0 is a share
+    /// of the cores ([`bands::thread_count`]). Default 0.
+    pub threads: u32,
+}
+
+impl Params {
+    /// Check the values serde cannot, reporting every problem at once.
+    pub fn validate(&self) -> Result<()> {
+        let mut problems = Vec::new();
+        bands::check_threads_param(self.threads, &mut problems);
+        if problems.is_empty() { Ok(()) } else { Err(Error::new(problems.join("; "))) }
+    }
 }
 
 /// The `matrix` param.
@@ -144,7 +159,9 @@ impl Coefficients {
 }
 
 /// Convert one RGB frame (`rgb8` or `rgba8`, host memory) into `output` (`i420` or `nv12` of
-/// the same size, host memory).
+/// the same size, host memory): the reference, pixel by pixel and block by block on one
+/// thread, that `kernels/yuv420.cu` mirrors. The stage runs [`crate::cpu::convert`], which
+/// writes the same bytes faster (its tests compare the two).
 pub fn convert(
     coeffs: &Coefficients,
     input: &InputFrame<'_>,
@@ -210,6 +227,10 @@ pub fn convert(
 #[derive(Debug)]
 pub struct Yuv420 {
     coeffs: Coefficients,
+    /// `coeffs` for the cpu loops.
+    rows: RowCoefficients,
+    /// The `threads` param.
+    threads: u32,
     input: FrameFormat,
     output: FrameFormat,
     /// The loaded kernel, in the cuda domain.
@@ -241,6 +262,7 @@ impl Plugin for Yuv420 {
     };
 
     fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
+        params.validate()?;
         output_format(params, inputs).map(Some)
     }
 
@@ -250,6 +272,7 @@ impl Plugin for Yuv420 {
         output: Option<FrameFormat>,
         ctx: &CreateContext<'_>,
     ) -> Result<Yuv420> {
+        params.validate()?;
         let expected = output_format(&params, inputs)?;
         if output != Some(expected) {
             bail!("yuv420 makes {expected} frames here, but the output was set to {output:?}");
@@ -258,8 +281,11 @@ impl Plugin for Yuv420 {
             Domain::Cuda => Some(GpuConverter::new(ctx)?),
             Domain::Cpu => None,
         };
+        let coeffs = Coefficients::new(params.matrix, params.range);
         Ok(Yuv420 {
-            coeffs: Coefficients::new(params.matrix, params.range),
+            coeffs,
+            rows: RowCoefficients::new(&coeffs)?,
+            threads: params.threads,
             input: inputs[0],
             output: expected,
             gpu,
@@ -291,7 +317,7 @@ impl Plugin for Yuv420 {
             let (input, output) = ((&input.info, src), (&output.info, dst));
             return gpu.convert(&self.coeffs, input, output, ctx.cuda_stream);
         }
-        convert(&self.coeffs, input, output)
+        crate::cpu::convert(&self.rows, self.threads, input, output)
     }
 }
 
@@ -657,7 +683,8 @@ mod tests {
             Params {
                 matrix: Matrix::Bt709,
                 range: ColorRange::Limited,
-                layout: ChromaLayout::I420
+                layout: ChromaLayout::I420,
+                threads: 0,
             }
         );
         let e = Yuv420::negotiate(&p, &[FrameFormat::new(PixelFormat::Gray8, 4, 4)]).unwrap_err();
@@ -665,6 +692,26 @@ mod tests {
         let nv12 = Params { layout: ChromaLayout::Nv12, ..p };
         let out = Yuv420::negotiate(&nv12, &[FrameFormat::new(PixelFormat::Rgba8, 7, 5)]).unwrap();
         assert_eq!(out, Some(FrameFormat::new(PixelFormat::Nv12, 7, 5)));
+    }
+
+    #[test]
+    fn threads_are_checked_and_change_no_byte() {
+        let p = parse_params::<Yuv420>("threads = 257").unwrap();
+        let e = Yuv420::negotiate(&p, &[FrameFormat::new(PixelFormat::Rgb8, 4, 4)]).unwrap_err();
+        let want = "param `threads` must be 0 (a share of the cores) or 1..=256, got 257";
+        assert_eq!(e.message(), want);
+        assert!(parse_params::<Yuv420>("threads = -1").is_err());
+        let px: Vec<u8> = (0..37 * 23 * 4).map(|i| (i * 97 % 251) as u8).collect();
+        for layout in ["i420", "nv12"] {
+            let frame = |threads| {
+                let text = format!("layout = \"{layout}\"\nthreads = {threads}");
+                run(&text, PixelFormat::Rgba8, 37, 23, &px)
+            };
+            let want = frame(1);
+            for threads in [0, 2, 3, 5, 12, 256] {
+                assert_eq!(frame(threads), want, "{layout}, {threads} threads");
+            }
+        }
     }
 
     #[test]
