@@ -6,7 +6,8 @@
 //! ([`rgb_process::lut`]); the alpha of `rgba8` is copied unchanged. In the cuda domain the
 //! same table is uploaded once when the stage starts and `kernels/rgb_process.cu` (compiled
 //! with NVRTC and cached, see [`gpuipc_plugin_api::cuda`]) applies it on the stage's stream,
-//! byte for byte what the cpu code does.
+//! byte for byte what the cpu code does. In the cpu domain the frame is cut into bands of
+//! rows, mapped at once by `threads` threads.
 //!
 //! # Params
 //!
@@ -16,6 +17,7 @@
 //! | `contrast`   | float, >= 0      | `1.0`   | slope around mid-gray (0.5); 0 makes every value mid-gray |
 //! | `gamma`      | float, > 0       | `1.0`   | output = value^(1/gamma); > 1 brightens mid-tones |
 //! | `invert`     | bool             | `false` | output = 1 - value, last |
+//! | `threads`    | integer, 0..=256 | `0`     | cpu domain: threads mapping each frame, each a band of rows; 0: one per core this process may use, at most 8 and at most one per 2^17 pixels (so 1 below 2^18 pixels, 512x512); ignored in the cuda domain |
 //!
 //! Integers are accepted for the float params (`contrast = 2`).
 //!
@@ -30,7 +32,7 @@
 //! name = "negative"
 //! plugin = "rgb-process"
 //! inputs = ["grade"]
-//! params = { invert = true }
+//! params = { invert = true, threads = 2 }
 //! ```
 //!
 //! # Table
@@ -40,6 +42,7 @@
 //! `out = round(v * 255)` (halves away from zero).
 #![deny(unsafe_code)]
 
+pub mod bands;
 pub mod cuda;
 pub mod rgb_process;
 

