@@ -6,7 +6,7 @@
 
 use std::num::NonZeroUsize;
 use std::panic;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::thread;
 
 use gpuipc_plugin_api::{Error, FrameDataMut, OutputFrame, Result};
@@ -32,13 +32,17 @@ pub fn check_threads_param(threads: u32, problems: &mut Vec<String>) {
 /// never less than 1.
 pub fn thread_count(requested: u32, worth: usize, bands: usize) -> usize {
     let wanted = match requested {
-        0 => thread::available_parallelism()
-            .map_or(1, NonZeroUsize::get)
-            .min(DEFAULT_MAX_THREADS)
-            .min(worth),
+        0 => cores().min(DEFAULT_MAX_THREADS).min(worth),
         n => n as usize,
     };
     wanted.min(bands).max(1)
+}
+
+/// The cores this process may use, asked once: the answer takes system calls and reads of
+/// cgroup files (40 us, measured), as long as drawing a small frame.
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| thread::available_parallelism().map_or(1, NonZeroUsize::get))
 }
 
 /// `total` cut into `parts` counts that add up to it, as even as can be (the first ones one
@@ -61,6 +65,11 @@ pub struct RowsMut<'a> {
 impl<'a> RowsMut<'a> {
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// Bytes of pixels in a row.
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
     }
 
     /// Row `y`, pixels only.
