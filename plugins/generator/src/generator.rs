@@ -12,6 +12,7 @@ use gpuipc_plugin_api::{
 };
 use serde::Deserialize;
 
+use crate::bands;
 use crate::cuda::GpuGenerator;
 
 /// Largest accepted width and height. Keeps every intermediate of the formulas (`x * 255`,
@@ -34,6 +35,9 @@ pub struct Params {
     pub fps: Option<f64>,
     /// Seed of the `noise` pattern. Default 0.
     pub seed: u64,
+    /// Threads drawing a frame in the cpu domain, 0..=[`bands::MAX_THREADS`]; 0 is a share of
+    /// the cores ([`bands::thread_count`]). Default 0.
+    pub threads: u32,
 }
 
 impl Default for Params {
@@ -45,6 +49,7 @@ impl Default for Params {
             format: Format::Rgb8,
             fps: None,
             seed: 0,
+            threads: 0,
         }
     }
 }
@@ -61,6 +66,7 @@ impl Params {
         if let Some(fps) = self.fps.filter(|fps| !(fps.is_finite() && *fps > 0.0)) {
             problems.push(format!("param `fps` must be a finite number > 0, got {fps}"));
         }
+        bands::check_threads_param(self.threads, &mut problems);
         if problems.is_empty() { Ok(()) } else { Err(Error::new(problems.join("; "))) }
     }
 
@@ -299,7 +305,9 @@ impl PatternFrame {
     }
 }
 
-/// Draw `frame` into `output` (host memory), row by row through the layout's pitch.
+/// Draw `frame` into `output` (host memory), row by row through the layout's pitch: the
+/// reference, pixel by pixel on one thread. The stage runs [`crate::cpu::render`], which
+/// draws the same bytes faster (its tests compare the two).
 pub fn render(frame: &PatternFrame, output: &mut OutputFrame<'_>) -> Result<()> {
     let pixel = output.info.pixel();
     let mut plane = output
@@ -398,7 +406,7 @@ impl Plugin for Generator {
             (Some(_), None) => {
                 bail!("the output frame is in device memory, but this stage runs in the cpu domain")
             }
-            (None, _) => render(&frame, output)?,
+            (None, _) => crate::cpu::render(&frame, p.threads, output)?,
         }
         if let Some(fps) = p.fps {
             let start = *self.start.get_or_insert_with(Instant::now);
@@ -444,7 +452,7 @@ mod tests {
             (p.width, p.height, p.pattern, p.format),
             (1280, 720, Pattern::Bars, Format::Rgb8)
         );
-        assert_eq!((p.fps, p.seed), (None, 0));
+        assert_eq!((p.fps, p.seed, p.threads), (None, 0, 0));
         let format = Generator::negotiate(&p, &[]).unwrap();
         assert_eq!(format, Some(FrameFormat::new(PixelFormat::Rgb8, 1280, 720)));
     }
@@ -457,6 +465,7 @@ mod tests {
             ("fps = 0.0", "fps"),
             ("fps = -5.0", "fps"),
             ("fps = nan", "fps"),
+            ("threads = 257", "threads"),
         ];
         for (text, key) in cases {
             let params = parse_params::<Generator>(text).unwrap();
@@ -628,6 +637,18 @@ mod tests {
             frames.push(bytes);
         }
         assert!(frames.iter().all(|f| *f == frames[0]));
+    }
+
+    #[test]
+    fn the_threads_param_changes_no_byte() {
+        for pattern in ["bars", "gradient", "noise", "box"] {
+            let base = format!("width = 301\nheight = 37\npattern = \"{pattern}\"\nseed = 4");
+            let want = generate(&format!("{base}\nthreads = 1"), 9, 3);
+            for threads in [0, 2, 5, 256] {
+                let got = generate(&format!("{base}\nthreads = {threads}"), 9, 3);
+                assert!(got == want, "{pattern}, {threads} threads");
+            }
+        }
     }
 
     #[test]

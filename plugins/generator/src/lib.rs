@@ -21,6 +21,12 @@
 //! | `format`  | `"rgb8"` \| `"rgba8"` \| `"gray8"`             | `"rgb8"` | output pixel format |
 //! | `fps`     | float > 0, optional                            | none     | pace output to this rate; none: as fast as the pipeline takes frames |
 //! | `seed`    | integer, 0..=2^63-1                            | `0`      | seed of the `noise` pattern |
+//! | `threads` | integer, 0..=256                               | `0`      | cpu domain: threads drawing each frame, each a band of rows; 0: one per core this process may use, at most 8 and at most one per 2^16 pixels for `noise`, per 2^20 for the others (whose rows are copies or nearly); ignored in the cuda domain |
+//!
+//! In the cpu domain the frame is cut into bands of rows, drawn at once by `threads` threads,
+//! from what every row shares, made once a frame (the bars row, the box pattern's two rows,
+//! the gradient's red of each column, the noise hash state after each column): the bytes of
+//! the per-pixel formulas below, whatever the count.
 //!
 //! Pacing only delays: frame `i` of this instance (counted from its first `process` call, which
 //! takes the start instant) is handed on no earlier than `start + i / fps`. What a frame shows
@@ -36,6 +42,11 @@
 //! name = "noise"
 //! plugin = "generator"
 //! params = { width = 641, height = 479, pattern = "noise", format = "gray8", seed = 7 }
+//!
+//! [[stage]]
+//! name = "one-core"
+//! plugin = "generator"
+//! params = { width = 3840, height = 2160, pattern = "noise", threads = 1 }
 //! ```
 //!
 //! # Patterns
@@ -61,6 +72,8 @@
 //! `(77 R + 150 G + 29 B + 128) >> 8` of the same triple ([`generator::luma`]).
 #![deny(unsafe_code)]
 
+pub mod bands;
+pub mod cpu;
 pub mod cuda;
 pub mod generator;
 

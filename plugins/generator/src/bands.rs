@@ -1,0 +1,271 @@
+//! A host frame's rows cut into bands of whole rows, and the bands worked on by threads.
+//!
+//! The same file is in `plugins/generator`, `plugins/rgb-process` and `plugins/yuv420`: the
+//! three cpu stages with a `threads` param. (It belongs in the plugin API, as a way to split a
+//! `PlaneMut`; until then each crate carries a copy.)
+
+use std::num::NonZeroUsize;
+use std::panic;
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::thread;
+
+use gpuipc_plugin_api::{Error, FrameDataMut, OutputFrame, Result};
+
+/// Most threads the default (`threads = 0`) gives a stage.
+pub const DEFAULT_MAX_THREADS: usize = 8;
+
+/// Largest `threads` param accepted.
+pub const MAX_THREADS: u32 = 256;
+
+/// The check of a `threads` param, as the stages' `validate` words it.
+pub fn check_threads_param(threads: u32, problems: &mut Vec<String>) {
+    if threads > MAX_THREADS {
+        problems.push(format!(
+            "param `threads` must be 0 (a share of the cores) or 1..={MAX_THREADS}, got {threads}"
+        ));
+    }
+}
+
+/// How many threads work on a frame: `requested` (the `threads` param), or for 0 the cores
+/// this process may use, at most [`DEFAULT_MAX_THREADS`] and at most `worth` (bands big enough
+/// to pay for a thread); never more than `bands` (the most bands the frame can be cut into),
+/// never less than 1.
+pub fn thread_count(requested: u32, worth: usize, bands: usize) -> usize {
+    let wanted = match requested {
+        0 => cores().min(DEFAULT_MAX_THREADS).min(worth),
+        n => n as usize,
+    };
+    wanted.min(bands).max(1)
+}
+
+/// The cores this process may use, asked once: the answer takes system calls and reads of
+/// cgroup files (40 us, measured), as long as drawing a small frame.
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| thread::available_parallelism().map_or(1, NonZeroUsize::get))
+}
+
+/// `total` cut into `parts` counts that add up to it, as even as can be (the first ones one
+/// larger), in order.
+pub fn even_counts(total: usize, parts: usize) -> impl Iterator<Item = usize> {
+    let parts = parts.max(1);
+    (0..parts).map(move |i| total / parts + usize::from(i < total % parts))
+}
+
+/// Writable rows of one plane of a host frame: `rows` rows of `row_bytes` bytes, `pitch`
+/// bytes apart. The padding after each row is never handed out.
+#[derive(Debug)]
+pub struct RowsMut<'a> {
+    bytes: &'a mut [u8],
+    pitch: usize,
+    row_bytes: usize,
+    rows: usize,
+}
+
+impl<'a> RowsMut<'a> {
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Bytes of pixels in a row.
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    /// Row `y`, pixels only.
+    pub fn row_mut(&mut self, y: usize) -> &mut [u8] {
+        let start = y * self.pitch;
+        &mut self.bytes[start..start + self.row_bytes]
+    }
+
+    /// Every row, top to bottom, pixels only.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut [u8]> {
+        let row_bytes = self.row_bytes;
+        // A plane's last row may end at its pixels, short of a whole pitch.
+        self.bytes.chunks_mut(self.pitch).map(move |row| &mut row[..row_bytes])
+    }
+
+    /// Cut into consecutive runs of rows, one per count, from the top. The counts must add
+    /// up to [`RowsMut::rows`].
+    pub fn split(self, counts: impl IntoIterator<Item = usize>) -> Vec<RowsMut<'a>> {
+        let RowsMut { mut bytes, pitch, row_bytes, mut rows } = self;
+        let mut parts = Vec::new();
+        for count in counts {
+            assert!(count <= rows, "bands of {count} rows cut from {rows}");
+            let (head, tail) = bytes.split_at_mut((count * pitch).min(bytes.len()));
+            parts.push(RowsMut { bytes: head, pitch, row_bytes, rows: count });
+            (bytes, rows) = (tail, rows - count);
+        }
+        assert_eq!(rows, 0, "bands leave rows over");
+        parts
+    }
+}
+
+/// Every plane of a host output frame, writable at once, or `None` in the cuda domain. An
+/// error if the layout's planes overlap or do not fit in the frame (the host never makes such
+/// a layout).
+pub fn planes_mut<'a>(output: &'a mut OutputFrame<'_>) -> Option<Result<Vec<RowsMut<'a>>>> {
+    let layout = output.info.layout;
+    let FrameDataMut::Host(bytes) = output.data() else { return None };
+    let mut rest: &'a mut [u8] = bytes;
+    let mut consumed = 0usize;
+    let mut planes = Vec::new();
+    for (i, plane) in layout.planes().iter().enumerate() {
+        let (offset, pitch, row_bytes, rows) = (
+            plane.offset as usize,
+            plane.pitch as usize,
+            plane.row_bytes as usize,
+            plane.rows as usize,
+        );
+        let span = if rows == 0 { 0 } else { pitch * (rows - 1) + row_bytes };
+        let fits = offset >= consumed
+            && pitch >= row_bytes.max(1)
+            && offset - consumed + span <= rest.len();
+        if !fits {
+            return Some(Err(Error::new(format!(
+                "plane {i} of the output frame's layout (offset {offset}, pitch {pitch}, \
+                 {rows} rows of {row_bytes} bytes) overlaps another or ends past the frame"
+            ))));
+        }
+        let (bytes, after) = std::mem::take(&mut rest)[offset - consumed..].split_at_mut(span);
+        planes.push(RowsMut { bytes, pitch, row_bytes, rows });
+        (rest, consumed) = (after, offset + span);
+    }
+    Some(Ok(planes))
+}
+
+/// `work` on every band, all done before this returns: this thread takes bands in order, and
+/// each other band has a thread of its own, unless this thread gets to it first (a thread
+/// that is slow to start, or cannot be started). The first error is returned; a panic in a
+/// thread is resumed here.
+pub fn run<T: Send>(bands: Vec<T>, work: impl Fn(T) -> Result<()> + Sync) -> Result<()> {
+    if bands.len() <= 1 {
+        return bands.into_iter().try_for_each(work);
+    }
+    let slots: Vec<Mutex<Option<T>>> = bands.into_iter().map(|b| Mutex::new(Some(b))).collect();
+    // Each band is taken once, by whoever comes first.
+    let take = |i: usize| slots[i].lock().unwrap_or_else(PoisonError::into_inner).take();
+    let (take, work) = (&take, &work);
+    thread::scope(|scope| {
+        let handles: Vec<_> = (1..slots.len())
+            .filter_map(|i| {
+                let spawned = thread::Builder::new()
+                    .name(format!("band {i}"))
+                    .spawn_scoped(scope, move || take(i).map_or(Ok(()), work));
+                spawned.ok()
+            })
+            .collect();
+        let mine: Vec<Result<()>> = (0..slots.len()).filter_map(take).map(work).collect();
+        let theirs =
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|p| panic::resume_unwind(p)));
+        mine.into_iter().chain(theirs.collect::<Vec<_>>()).collect::<Result<()>>()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use gpuipc_plugin_api::testing::padded;
+    use gpuipc_plugin_api::{FrameFormat, FrameInfo, PixelFormat};
+
+    use super::*;
+
+    #[test]
+    fn counts_are_even_and_add_up() {
+        assert_eq!(even_counts(10, 3).collect::<Vec<_>>(), [4, 3, 3]);
+        assert_eq!(even_counts(2, 4).collect::<Vec<_>>(), [1, 1, 0, 0]);
+        assert_eq!(even_counts(7, 0).collect::<Vec<_>>(), [7]);
+        for total in 0..40 {
+            for parts in 1..9 {
+                let counts: Vec<usize> = even_counts(total, parts).collect();
+                assert_eq!(counts.iter().sum::<usize>(), total);
+                assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1);
+            }
+        }
+    }
+
+    #[test]
+    fn thread_counts() {
+        assert_eq!(thread_count(1, 100, 100), 1);
+        assert_eq!(thread_count(5, 0, 100), 5, "a number asked for is not cut to the work");
+        assert_eq!(thread_count(5, 100, 3), 3, "but to the bands there are");
+        assert_eq!(thread_count(7, 100, 0), 1);
+        assert_eq!(thread_count(0, 0, 100), 1);
+        let cores = thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        assert_eq!(thread_count(0, 100, 100), cores.min(DEFAULT_MAX_THREADS));
+        assert_eq!(thread_count(0, 1, 100), 1);
+        let mut problems = Vec::new();
+        check_threads_param(MAX_THREADS, &mut problems);
+        assert!(problems.is_empty());
+        check_threads_param(MAX_THREADS + 1, &mut problems);
+        assert_eq!(problems.len(), 1);
+    }
+
+    #[test]
+    fn planes_split_into_bands_of_rows_without_their_padding() {
+        let mut info = FrameInfo::new(FrameFormat::new(PixelFormat::I420, 5, 7), 0, 0).unwrap();
+        info.layout = padded(info.layout, 3);
+        let mut bytes = vec![0u8; info.layout.total_bytes as usize];
+        let mut out = OutputFrame::host(info, &mut bytes).unwrap();
+        let planes = planes_mut(&mut out).unwrap().unwrap();
+        assert_eq!(planes.iter().map(RowsMut::rows).collect::<Vec<_>>(), [7, 4, 4]);
+        let mut value = 0u8;
+        for plane in planes {
+            let rows = plane.rows();
+            for mut band in plane.split(even_counts(rows, 3)) {
+                for row in band.iter_mut() {
+                    value += 1;
+                    row.fill(value);
+                }
+            }
+        }
+        let input = gpuipc_plugin_api::InputFrame::host(info, &bytes).unwrap();
+        let (y, u) = (input.plane(0).unwrap(), input.plane(1).unwrap());
+        assert_eq!(y.row(0), [1; 5]);
+        assert_eq!(y.row(6), [7; 5]);
+        assert_eq!(u.row(3), [11; 3]);
+        // Padding after each row is untouched.
+        let y_layout = info.layout.planes[0];
+        let pad = y_layout.row_bytes as usize..y_layout.pitch as usize;
+        assert!(bytes[pad].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn a_layout_with_overlapping_planes_is_an_error() {
+        let mut info = FrameInfo::new(FrameFormat::new(PixelFormat::Nv12, 4, 4), 0, 0).unwrap();
+        info.layout.planes[1].offset = 8;
+        let mut bytes = vec![0u8; info.layout.total_bytes as usize];
+        let mut out = OutputFrame::host(info, &mut bytes).unwrap();
+        let e = planes_mut(&mut out).unwrap().unwrap_err();
+        assert!(e.message().contains("plane 1"), "{e}");
+        let buffer = gpuipc_plugin_api::DeviceBuffer { addr: 0x1000, len: 1 << 12 };
+        assert!(planes_mut(&mut OutputFrame::device(info, buffer)).is_none());
+    }
+
+    #[test]
+    fn every_band_is_worked_on_once_and_errors_and_panics_come_back() {
+        for n in [0, 1, 2, 3, 9] {
+            let done = AtomicUsize::new(0);
+            run((0..n).collect(), |i: usize| {
+                done.fetch_add(1 << (3 * i), Ordering::Relaxed);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(done.into_inner(), (0..n).map(|i| 1 << (3 * i)).sum::<usize>());
+        }
+        let e = run((0..4).collect(), |i: usize| match i {
+            2 => Err(Error::new("band 2 failed")),
+            _ => Ok(()),
+        })
+        .unwrap_err();
+        assert_eq!(e.message(), "band 2 failed");
+        let panicked = panic::catch_unwind(|| {
+            run(
+                (0..3).collect(),
+                |i: usize| if i == 1 { panic!("band 1 panicked") } else { Ok(()) },
+            )
+        });
+        assert!(panicked.is_err());
+    }
+}

@@ -1,0 +1,269 @@
+//! The generator's cpu path: a frame's rows drawn in bands by threads, each row from what the
+//! whole frame shares, made once a frame (the one row all bars rows copy, the two rows of the
+//! box pattern, the gradient's red of each column, the noise hash state after each column),
+//! with loops the compiler can vectorise.
+//!
+//! The per-pixel functions of [`crate::generator`] stay the reference: the shared rows are
+//! drawn by them, and the tests compare every row of every pattern and format with them.
+
+use gpuipc_plugin_api::{Error, OutputFrame, PixelFormat, Result, bail};
+
+use crate::bands;
+use crate::generator::{
+    BOX_FOREGROUND, Pattern, PatternFrame, box_rgb, gradient_rgb, luma, murmur3_block,
+    murmur3_fmix32,
+};
+
+/// Pixels a band of `noise` must have for the default `threads` to give it a thread of its
+/// own: starting a thread takes 20 to 50 us (measured on a 2-core VM), and 2^16 pixels of
+/// noise take 200 us. (A pool of threads kept from frame to frame would start faster, but
+/// lending it the frame's rows needs `unsafe` or a crate this workspace does not have.)
+pub const MIN_NOISE_BAND_PIXELS: usize = 1 << 16;
+/// The same for the other patterns, whose rows are copies or nearly: 2^20 pixels take 50 to
+/// 250 us.
+pub const MIN_BAND_PIXELS: usize = 1 << 20;
+
+/// What every row of one frame is drawn from.
+#[derive(Debug)]
+enum Rows {
+    /// Every row is this one (bars).
+    Same(Vec<u8>),
+    /// A row through the box is `inside`, any other `outside` (box).
+    Box { inside: Vec<u8>, outside: Vec<u8> },
+    /// The red of each column, and for rgb8 a row of (red, 0, x mod 256) pixels that each
+    /// row's (0, green, blue at x = 0) is added to, byte by byte.
+    Gradient { red: Vec<u8>, rgb_template: Vec<u8> },
+    /// The noise hash state after the words of seed, seq and x, for each column x.
+    Noise { after_x: Vec<u32> },
+}
+
+impl Rows {
+    fn new(frame: &PatternFrame, pixel: PixelFormat, row_bytes: usize) -> Result<Rows> {
+        let reference_row = |y: u32| {
+            let mut row = vec![0; row_bytes];
+            frame.fill_row(pixel, y, &mut row).map(|()| row)
+        };
+        let columns = 0..frame.width;
+        Ok(match frame.pattern {
+            Pattern::Bars => Rows::Same(reference_row(0)?),
+            Pattern::Box => {
+                // Row y0 is inside the box; y0 + bh is not, unless the box is as tall as the
+                // frame (then every row is inside, and `outside` is never used).
+                let place = frame.box_place;
+                let outside = (place.y0 + place.box_height) % frame.height;
+                Rows::Box { inside: reference_row(place.y0)?, outside: reference_row(outside)? }
+            }
+            Pattern::Gradient => {
+                let rgb = |x| gradient_rgb(x, 0, frame.width, frame.height, frame.seq);
+                let red: Vec<u8> = columns.map(|x| rgb(x)[0]).collect();
+                let rgb_template = match pixel {
+                    PixelFormat::Rgb8 => {
+                        (red.iter().zip(0..)).flat_map(|(&r, x)| [r, 0, x as u8]).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                Rows::Gradient { red, rgb_template }
+            }
+            Pattern::Noise => Rows::Noise {
+                after_x: columns.map(|x| murmur3_block(frame.noise_state, x)).collect(),
+            },
+        })
+    }
+
+    /// Row `y` of the frame in `pixel` format into `row` (pixels only).
+    fn draw(&self, frame: &PatternFrame, pixel: PixelFormat, y: u32, row: &mut [u8]) {
+        match self {
+            Rows::Same(same) => row.copy_from_slice(same),
+            Rows::Box { inside, outside } => {
+                // The box's column x0 is inside it, so pixel (x0, y) says whether row y is.
+                let place = &frame.box_place;
+                let corner = box_rgb(place, place.x0, y, frame.width, frame.height);
+                row.copy_from_slice(if corner == BOX_FOREGROUND { inside } else { outside });
+            }
+            Rows::Gradient { red, rgb_template } => {
+                // Green is the row's; blue at x is (x + blue at 0) mod 256.
+                let [_, green, blue] = gradient_rgb(0, y, frame.width, frame.height, frame.seq);
+                match pixel {
+                    PixelFormat::Rgb8 => add_pixel(rgb_template, [0, green, blue], row),
+                    PixelFormat::Rgba8 => {
+                        let (green, blue) = (u32::from(green) << 8, u32::from(blue));
+                        for ((px, &r), x) in row.chunks_exact_mut(4).zip(red).zip(0u32..) {
+                            let b = (x + blue) & 0xff;
+                            let word = u32::from(r) | green | (b << 16) | 0xff00_0000;
+                            px.copy_from_slice(&word.to_le_bytes());
+                        }
+                    }
+                    _ => {
+                        for ((g, &r), x) in row.iter_mut().zip(red).zip(0u32..) {
+                            *g = luma([r, green, (x as u8).wrapping_add(blue)]);
+                        }
+                    }
+                }
+            }
+            Rows::Noise { after_x } => noise_row(after_x, pixel, y, row),
+        }
+    }
+}
+
+/// `row = template + pixel` byte by byte (wrapping), with `pixel` repeated along the row.
+fn add_pixel(template: &[u8], pixel: [u8; 3], row: &mut [u8]) {
+    // 48 bytes: whole pixels and whole 16-byte vectors, a run the compiler adds in three.
+    const RUN: usize = 48;
+    let run: [u8; RUN] = std::array::from_fn(|i| pixel[i % 3]);
+    let (mut rows, mut templates) = (row.chunks_exact_mut(RUN), template.chunks_exact(RUN));
+    for (o, t) in (&mut rows).zip(&mut templates) {
+        let (o, t): (&mut [u8; RUN], &[u8; RUN]) =
+            (o.try_into().expect("runs of RUN"), t.try_into().expect("runs of RUN"));
+        for i in 0..RUN {
+            o[i] = t[i].wrapping_add(run[i]);
+        }
+    }
+    for ((o, &t), &p) in rows.into_remainder().iter_mut().zip(templates.remainder()).zip(&run) {
+        *o = t.wrapping_add(p);
+    }
+}
+
+/// Row `y` of the `noise` pattern: channel c of pixel x is the low byte of
+/// `fmix(block(block(after_x[x], y), c) ^ 28)`, [`crate::generator::noise_byte`] continued
+/// from the state after x.
+fn noise_row(after_x: &[u32], pixel: PixelFormat, y: u32, row: &mut [u8]) {
+    let channels = |after_x: u32| {
+        let h = murmur3_block(after_x, y);
+        [0, 1, 2].map(|c| murmur3_fmix32(murmur3_block(h, c) ^ 28) as u8)
+    };
+    match pixel {
+        PixelFormat::Rgb8 => {
+            for (px, &a) in row.chunks_exact_mut(3).zip(after_x) {
+                px.copy_from_slice(&channels(a));
+            }
+        }
+        PixelFormat::Rgba8 => {
+            for (px, &a) in row.chunks_exact_mut(4).zip(after_x) {
+                let [r, g, b] = channels(a);
+                px.copy_from_slice(&[r, g, b, 255]);
+            }
+        }
+        _ => {
+            for (px, &a) in row.iter_mut().zip(after_x) {
+                *px = luma(channels(a));
+            }
+        }
+    }
+}
+
+/// Draw `frame` into `output` (host memory) with `threads` as the stage's param says.
+pub fn render(frame: &PatternFrame, threads: u32, output: &mut OutputFrame<'_>) -> Result<()> {
+    let pixel = output.info.pixel();
+    if !matches!(pixel, PixelFormat::Rgb8 | PixelFormat::Rgba8 | PixelFormat::Gray8) {
+        bail!("the generator does not make {pixel} frames");
+    }
+    let host_only = || Error::new("the generator writes host memory only (cpu domain)");
+    let planes = bands::planes_mut(output).ok_or_else(host_only)??;
+    let Some(plane) = planes.into_iter().next() else { bail!("the output frame has no plane") };
+    let rows = Rows::new(frame, pixel, plane.row_bytes())?;
+
+    let height = plane.rows();
+    let pixels = frame.width as usize * frame.height as usize;
+    let worth = match rows {
+        Rows::Noise { .. } => pixels / MIN_NOISE_BAND_PIXELS,
+        Rows::Same(_) | Rows::Box { .. } | Rows::Gradient { .. } => pixels / MIN_BAND_PIXELS,
+    };
+    let n = bands::thread_count(threads, worth, height);
+    let counts: Vec<usize> = bands::even_counts(height, n).collect();
+    let firsts = counts.iter().scan(0, |start, &count| {
+        *start += count;
+        Some(*start - count)
+    });
+    let work: Vec<_> = firsts.zip(plane.split(counts.iter().copied())).collect();
+    bands::run(work, |(first, mut band)| {
+        for (y, row) in (first as u32..).zip(band.iter_mut()) {
+            rows.draw(frame, pixel, y, row);
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use gpuipc_plugin_api::testing::padded;
+    use gpuipc_plugin_api::{FrameFormat, FrameInfo};
+
+    use super::*;
+    use crate::generator;
+
+    const SENTINEL: u8 = 0xa5;
+
+    /// The whole frame buffer (row padding of 7 bytes included, filled with [`SENTINEL`])
+    /// drawn with `threads`, or by the reference [`generator::render`] for `None`.
+    fn draw(frame: &PatternFrame, pixel: PixelFormat, threads: Option<u32>) -> Vec<u8> {
+        let format = FrameFormat::new(pixel, frame.width, frame.height);
+        let mut info = FrameInfo::new(format, frame.seq, 0).unwrap();
+        info.layout = padded(info.layout, 7);
+        let mut bytes = vec![SENTINEL; info.layout.total_bytes as usize];
+        let mut out = OutputFrame::host(info, &mut bytes).unwrap();
+        match threads {
+            None => generator::render(frame, &mut out).unwrap(),
+            Some(n) => render(frame, n, &mut out).unwrap(),
+        }
+        bytes
+    }
+
+    const PATTERNS: [Pattern; 4] = [Pattern::Bars, Pattern::Gradient, Pattern::Noise, Pattern::Box];
+    const PIXELS: [PixelFormat; 3] = [PixelFormat::Rgb8, PixelFormat::Rgba8, PixelFormat::Gray8];
+
+    /// Odd sizes, single rows and columns, widths past 256 (the gradient's blue wraps), rows
+    /// that do not divide evenly among 2, 3, 4 or 7 threads, sequence numbers beyond 32 bits
+    /// (the box wraps around the edges): every thread count draws the reference's bytes.
+    #[test]
+    fn every_thread_count_draws_the_reference_bytes() {
+        let sizes = [(1, 1), (2, 1), (1, 2), (3, 3), (5, 3), (1, 33), (33, 1), (17, 9), (257, 11)];
+        for (width, height) in sizes {
+            for pattern in PATTERNS {
+                for seq in [0, 7, (1 << 33) + 5, u64::MAX] {
+                    let frame = PatternFrame::new(pattern, width, height, seq, 99);
+                    for pixel in PIXELS {
+                        let want = draw(&frame, pixel, None);
+                        for threads in [1, 2, 3, 4, 7, 64, 0] {
+                            let got = draw(&frame, pixel, Some(threads));
+                            assert!(
+                                got == want,
+                                "{pattern:?} {pixel} {width}x{height} seq {seq}, {threads} threads"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_large_frame_equals_the_reference_on_any_thread_count() {
+        // 643x409: odd both ways, 409 rows (a prime), and pixels enough for the default to
+        // take two threads for noise where there are two cores.
+        const { assert!(643 * 409 >= 2 * MIN_NOISE_BAND_PIXELS) };
+        for pattern in PATTERNS {
+            let frame = PatternFrame::new(pattern, 643, 409, 1234, 5);
+            for pixel in PIXELS {
+                let want = draw(&frame, pixel, None);
+                for threads in [1, 2, 3, 0] {
+                    let got = draw(&frame, pixel, Some(threads));
+                    assert!(got == want, "{pattern:?} {pixel}, {threads} threads");
+                }
+            }
+        }
+    }
+
+    /// A box as tall as the frame (height 1 to 7: box height 1) and one whose corner is on
+    /// the last row: rows inside and outside come out right when the box wraps.
+    #[test]
+    fn box_rows_inside_and_outside() {
+        for height in 1..=9 {
+            for seq in 0..5 {
+                let frame = PatternFrame::new(Pattern::Box, 9, height, seq, 0);
+                for pixel in PIXELS {
+                    assert!(draw(&frame, pixel, Some(2)) == draw(&frame, pixel, None));
+                }
+            }
+        }
+    }
+}
