@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use gpuipc_plugin_api::abi::RawProcessContext;
 
+use super::measure::Phase;
 use crate::link::backing::ReadEnd;
 use super::inputs::acquire_aligned;
 use super::output::Output;
@@ -92,6 +93,7 @@ pub struct FrameLoop<'a, 'p> {
     pub latency: Option<super::measure::LatencyLog>,
     /// A source's pace (`gpuipc-host bench`).
     pub pace: Option<super::measure::Pace>,
+    pub phases: super::measure::PhaseClock,
 }
 
 pub fn now_ns() -> u64 {
@@ -110,6 +112,7 @@ impl FrameLoop<'_, '_> {
             tap.finish().map_err(StageError::Setup)?;
         }
         self.cpu.store(self.stats);
+        self.phases.log();
         if let Some(latency) = &self.latency {
             latency.finish()?;
         }
@@ -120,6 +123,8 @@ impl FrameLoop<'_, '_> {
         let mut index = self.first_index;
         let mut next_source_seq = self.first_seq;
         loop {
+            // The time since the last frame's process: its outputs published and counted.
+            self.phases.lap(Phase::Publish);
             // A source's frames are stamped when it starts making them (`None` here).
             let (seq, source_timestamp, held) = if self.inputs.is_empty() {
                 if self.frames.is_some_and(|n| next_source_seq >= n) {
@@ -140,6 +145,7 @@ impl FrameLoop<'_, '_> {
                     Some(held) => (held[0].meta().seq, Some(held[0].meta().timestamp_ns), held),
                 }
             };
+            self.phases.lap(Phase::WaitInput);
             if let Some(follow) = &mut self.follow
                 && !follow.inputs_current(self.stats, &self.inputs, &held, &mut self.input_ends, &mut self.output)?
             {
@@ -158,6 +164,7 @@ impl FrameLoop<'_, '_> {
             // Counted done before the inputs are released: see `StageStats::last_seq_plus_one`.
             self.count(seq, ended_ns);
             drop(held);
+            self.phases.frame_done();
         }
     }
 
@@ -170,12 +177,15 @@ impl FrameLoop<'_, '_> {
         for ((input, end), slot) in self.inputs.iter().zip(&self.input_ends).zip(held) {
             inputs.push(end.frame(input.ring(), slot)?);
         }
+        self.phases.lap(Phase::OpenInput);
         self.stats.set_phase(PHASE_WAITING_OUTPUT, seq);
         let pending = self.output.acquire()?;
+        self.phases.lap(Phase::WaitOutput);
         if let Some(follow) = &mut self.follow {
             follow.output_current(self.stats, &mut self.input_ends, &mut self.output)?;
         }
         self.output.prepare(&pending)?;
+        self.phases.lap(Phase::PrepareOutput);
         self.stats.set_phase(PHASE_PROCESS, seq);
         let started_ns = now_ns();
         let timestamp_ns = source_timestamp.unwrap_or(started_ns);
@@ -189,6 +199,7 @@ impl FrameLoop<'_, '_> {
         // memory the raw frames point at stays valid and unshared for the call.
         let result = self.instance.process(&inputs, out.as_mut(), &ctx);
         let ended_ns = now_ns();
+        self.phases.lap(Phase::Process);
         // A wall clock stepped backwards counts as no time, not as a huge one.
         self.stats.get().busy_ns.fetch_add(ended_ns.saturating_sub(started_ns), Ordering::Relaxed);
         if let Err(error) = result {
@@ -198,6 +209,7 @@ impl FrameLoop<'_, '_> {
         for (end, slot) in self.input_ends.iter().zip(held) {
             end.done(slot.index())?;
         }
+        self.phases.lap(Phase::CloseInput);
         self.output.finish(&pending)?;
         if let Some(tap) = &mut self.tap {
             let hash = self.output.pixel_hash(gpu, out.as_ref())?;

@@ -125,6 +125,69 @@ impl Pace {
     }
 }
 
+/// Where a stage's host time goes, phase by phase of its frames (`GPUIPC_PROFILE=1` in the
+/// environment): logged when the stage ends. Off, each lap is one branch.
+pub struct PhaseClock {
+    last: Option<std::time::Instant>,
+    totals: [u64; PHASES.len()],
+    frames: u64,
+}
+
+/// A frame's phases, in the order the frame loop goes through them.
+#[derive(Debug, Clone, Copy)]
+pub enum Phase {
+    /// Taking the inputs' next frames (ring waits).
+    WaitInput,
+    /// Reaching the inputs' frames (a GPU link: the stream waits for the producer's event).
+    OpenInput,
+    /// Taking an output slot (ring waits).
+    WaitOutput,
+    /// Making the slot writable (a GPU link: the stream waits for the consumers' events).
+    PrepareOutput,
+    /// The plugin's `process`.
+    Process,
+    /// Handing the inputs back (a GPU link: recording this consumer's event).
+    CloseInput,
+    /// Finishing and publishing the output (a GPU link: recording the slot's event).
+    Publish,
+}
+
+const PHASES: [&str; 7] = ["wait input", "open input", "wait output", "prepare output", "process", "close input", "publish"];
+
+impl PhaseClock {
+    pub fn from_env() -> PhaseClock {
+        let on = std::env::var_os("GPUIPC_PROFILE").is_some_and(|v| v != "0");
+        PhaseClock { last: on.then(std::time::Instant::now), totals: [0; PHASES.len()], frames: 0 }
+    }
+
+    /// The time since the last lap was spent in `phase`.
+    #[inline]
+    pub fn lap(&mut self, phase: Phase) {
+        if let Some(last) = &mut self.last {
+            let now = std::time::Instant::now();
+            self.totals[phase as usize] += (now - *last).as_nanos() as u64;
+            *last = now;
+        }
+    }
+
+    pub fn frame_done(&mut self) {
+        self.frames += 1;
+    }
+
+    /// One log line: microseconds per frame in each phase.
+    pub fn log(&self) {
+        if self.last.is_none() || self.frames == 0 {
+            return;
+        }
+        let per_frame: Vec<String> = PHASES
+            .iter()
+            .zip(self.totals)
+            .map(|(name, ns)| format!("{name} {:.2}", ns as f64 / 1000.0 / self.frames as f64))
+            .collect();
+        tracing::info!("host time per frame (µs) over {} frames: {}", self.frames, per_frame.join(", "));
+    }
+}
+
 /// The samples a [`LatencyLog`] wrote.
 pub fn read_latencies(dir: &Path, stage: &str) -> Vec<u64> {
     std::fs::read_to_string(latency_path(dir, stage))

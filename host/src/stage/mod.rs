@@ -264,6 +264,7 @@ fn run_frames(
         cpu,
         latency,
         pace,
+        phases: measure::PhaseClock::from_env(),
     };
     let end = frame_loop.run();
     // Let the GPU finish what was enqueued before the context goes (consumers hold their own

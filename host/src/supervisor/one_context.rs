@@ -69,7 +69,10 @@ struct Stage<'p> {
     instance: Instance<'p>,
     inputs: Vec<Input>,
     output: Output,
+    /// The stage's GPU, in the cuda domain.
     gpu: Option<Arc<Gpu>>,
+    /// The run's GPU, for copies between domains.
+    run_gpu: Option<Arc<Gpu>>,
     tap: Option<Tap>,
     /// Events around the stage's GPU work, when timed.
     events: Option<(crate::gpu::TimingEvent, crate::gpu::TimingEvent)>,
@@ -185,7 +188,7 @@ fn build_stage<'p>(
         (Some(g), true) => Some((crate::gpu::TimingEvent::create(g)?, crate::gpu::TimingEvent::create(g)?)),
         _ => None,
     };
-    Ok(Stage { index: i, instance, inputs, output, gpu: own_gpu, tap, events })
+    Ok(Stage { index: i, instance, inputs, output, gpu: own_gpu, run_gpu: gpu.cloned(), tap, events })
 }
 
 impl Stage<'_> {
@@ -193,7 +196,7 @@ impl Stage<'_> {
     fn process(&mut self, seq: u64, stamp: u64, outputs: &mut [Option<RawFrame>], stats: &StatsMap) -> Result<(), StageError> {
         let mut inputs = Vec::with_capacity(self.inputs.len());
         for input in &mut self.inputs {
-            inputs.push(input.frame(outputs, self.gpu.as_ref())?);
+            inputs.push(input.frame(outputs, self.run_gpu.as_ref())?);
         }
         let mut out = self.output.raw_frame(&Pending::Private, seq, stamp);
         let stream = self.gpu.as_ref().map_or(std::ptr::null_mut(), |g| g.stream_ptr());
@@ -219,7 +222,7 @@ impl Stage<'_> {
 }
 
 impl Input {
-    /// The frame this input hands the plugin for the frame in `outputs`.
+    /// The frame this input hands the plugin for the frame in `outputs`; `gpu` is the run's.
     fn frame(&mut self, outputs: &[Option<RawFrame>], gpu: Option<&Arc<Gpu>>) -> Result<RawFrame, StageError> {
         let source = |from: usize| outputs[from].ok_or_else(|| StageError::Setup("an input from a stage without output".into()));
         Ok(match self {
@@ -237,7 +240,7 @@ impl Input {
                 // `len` bytes, which nothing writes while this stage runs (one thread runs
                 // the stages in turn).
                 let bytes = unsafe { std::slice::from_raw_parts(frame.addr as *const u8, frame.len as usize) };
-                gpu.expect("a cuda stage has the GPU").upload(memory.addr(), bytes)?;
+                gpu_of_producer(gpu)?.upload(memory.addr(), bytes)?;
                 RawFrame { domain: abi::DOMAIN_CUDA, addr: memory.addr(), len: memory.len() as u64, ..frame }
             }
         })
@@ -245,7 +248,7 @@ impl Input {
 }
 
 fn gpu_of_producer(gpu: Option<&Arc<Gpu>>) -> Result<&Arc<Gpu>, StageError> {
-    gpu.ok_or_else(|| StageError::Setup("a cpu stage reads a cuda stage, but the run has no GPU".into()))
+    gpu.ok_or_else(|| StageError::Setup("a copy between the cpu and cuda domains, but the run has no GPU".into()))
 }
 
 /// A frame done, as the frame loop counts it.
