@@ -123,8 +123,8 @@ impl FrameLoop<'_, '_> {
         let mut index = self.first_index;
         let mut next_source_seq = self.first_seq;
         loop {
-            // The time since the last frame's process: its outputs published and counted.
-            self.phases.lap(Phase::Publish);
+            // The time since the last frame's publish: counting it, releasing its inputs.
+            self.phases.lap(Phase::Release);
             // A source's frames are stamped when it starts making them (`None` here).
             let (seq, source_timestamp, held) = if self.inputs.is_empty() {
                 if self.frames.is_some_and(|n| next_source_seq >= n) {
@@ -211,11 +211,13 @@ impl FrameLoop<'_, '_> {
         }
         self.phases.lap(Phase::CloseInput);
         self.output.finish(&pending)?;
+        self.phases.lap(Phase::FinishOutput);
         if let Some(tap) = &mut self.tap {
             let hash = self.output.pixel_hash(gpu, out.as_ref())?;
             tap.record(seq, hash).map_err(StageError::Setup)?;
         }
         self.output.publish(pending, seq, timestamp_ns);
+        self.phases.lap(Phase::Publish);
         if let Some(latency) = &mut self.latency {
             latency.frame_done(timestamp_ns)?;
         }

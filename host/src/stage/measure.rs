@@ -148,11 +148,16 @@ pub enum Phase {
     Process,
     /// Handing the inputs back (a GPU link: recording this consumer's event).
     CloseInput,
-    /// Finishing and publishing the output (a GPU link: recording the slot's event).
+    /// Finishing the output (a GPU link: recording the slot's event).
+    FinishOutput,
+    /// Publishing it (and its checksum line).
     Publish,
+    /// Counting the frame and releasing its input slots.
+    Release,
 }
 
-const PHASES: [&str; 7] = ["wait input", "open input", "wait output", "prepare output", "process", "close input", "publish"];
+const PHASES: [&str; 9] =
+    ["wait input", "open input", "wait output", "prepare output", "process", "close input", "finish output", "publish", "release"];
 
 impl PhaseClock {
     pub fn from_env() -> PhaseClock {
