@@ -170,11 +170,7 @@ pub fn render(frame: &PatternFrame, threads: u32, output: &mut OutputFrame<'_>) 
     };
     let n = bands::thread_count(threads, worth, height);
     let counts: Vec<usize> = bands::even_counts(height, n).collect();
-    let firsts = counts.iter().scan(0, |start, &count| {
-        *start += count;
-        Some(*start - count)
-    });
-    let work: Vec<_> = firsts.zip(plane.split(counts.iter().copied())).collect();
+    let work: Vec<_> = bands::starts(&counts).zip(plane.split(counts.iter().copied())).collect();
     bands::run(work, |(first, mut band)| {
         for (y, row) in (first as u32..).zip(band.iter_mut()) {
             rows.draw(frame, pixel, y, row);

@@ -189,11 +189,7 @@ impl Plugin for RgbProcess {
         let pixels = self.format.width as usize * self.format.height as usize;
         let n = bands::thread_count(self.threads, pixels / MIN_BAND_PIXELS, rows);
         let counts: Vec<usize> = bands::even_counts(rows, n).collect();
-        let firsts = counts.iter().scan(0, |start, &count| {
-            *start += count;
-            Some(*start - count)
-        });
-        let work: Vec<_> = firsts.zip(dst.split(counts.iter().copied())).collect();
+        let work: Vec<_> = bands::starts(&counts).zip(dst.split(counts.iter().copied())).collect();
         bands::run(work, |(first, mut band)| {
             for (y, row) in (first..).zip(band.iter_mut()) {
                 apply_row(&self.table, pixel, src.row(y), row);
@@ -427,7 +423,8 @@ mod tests {
     /// the table's (alpha copied), and no padding byte.
     #[test]
     fn every_thread_count_maps_every_row_once() {
-        let sizes = [(1, 1), (2, 1), (1, 2), (3, 3), (5, 3), (1, 33), (33, 1), (17, 9), (1031, 517)];
+        let sizes =
+            [(1, 1), (2, 1), (1, 2), (3, 3), (5, 3), (1, 33), (33, 1), (17, 9), (1031, 517)];
         for (width, height) in sizes {
             let formats =
                 [(PixelFormat::Rgb8, 3), (PixelFormat::Rgba8, 4), (PixelFormat::Gray8, 1)];

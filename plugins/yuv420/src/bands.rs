@@ -52,6 +52,14 @@ pub fn even_counts(total: usize, parts: usize) -> impl Iterator<Item = usize> {
     (0..parts).map(move |i| total / parts + usize::from(i < total % parts))
 }
 
+/// Where each of consecutive runs of `counts` starts, from 0.
+pub fn starts(counts: &[usize]) -> impl Iterator<Item = usize> + '_ {
+    counts.iter().scan(0, |start, &count| {
+        *start += count;
+        Some(*start - count)
+    })
+}
+
 /// Writable rows of one plane of a host frame: `rows` rows of `row_bytes` bytes, `pitch`
 /// bytes apart. The padding after each row is never handed out.
 #[derive(Debug)]
@@ -176,6 +184,7 @@ mod tests {
         assert_eq!(even_counts(10, 3).collect::<Vec<_>>(), [4, 3, 3]);
         assert_eq!(even_counts(2, 4).collect::<Vec<_>>(), [1, 1, 0, 0]);
         assert_eq!(even_counts(7, 0).collect::<Vec<_>>(), [7]);
+        assert_eq!(starts(&[4, 3, 0, 3]).collect::<Vec<_>>(), [0, 4, 7, 7]);
         for total in 0..40 {
             for parts in 1..9 {
                 let counts: Vec<usize> = even_counts(total, parts).collect();

@@ -229,11 +229,9 @@ pub fn convert(
     let n = bands::thread_count(threads, width * height / MIN_BAND_PIXELS, pairs);
     let counts: Vec<usize> = bands::even_counts(pairs, n).collect();
     // Every band's luma rows: two a pair, but one for the last pair of an odd height.
-    let luma_counts = counts.iter().scan(0, |start: &mut usize, &count| {
-        let rows = (2 * (*start + count)).min(height) - 2 * *start;
-        *start += count;
-        Some(rows)
-    });
+    let luma_counts = bands::starts(&counts)
+        .zip(&counts)
+        .map(|(start, count)| (2 * (start + count)).min(height) - 2 * start);
     let mut planes = planes.into_iter();
     let mut plane =
         || planes.next().ok_or_else(|| Error::new("the output frame has too few planes"));
@@ -250,11 +248,7 @@ pub fn convert(
         }
         other => bail!("yuv420 writes i420 or nv12 frames; output is {other}"),
     };
-    let firsts = counts.iter().scan(0, |start: &mut usize, &count| {
-        *start += count;
-        Some(*start - count)
-    });
-    let work: Vec<Band<'_>> = firsts
+    let work: Vec<Band<'_>> = bands::starts(&counts)
         .zip(luma)
         .zip(chroma)
         .map(|((first, y), chroma)| Band { first, y, chroma })
