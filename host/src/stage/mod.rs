@@ -113,10 +113,6 @@ fn setup_error(what: impl std::fmt::Display) -> StageError {
 }
 
 fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<(), StageError> {
-    // Short sleeps (waiting for the GPU) last about as long as asked, not 50 µs more.
-    if let Err(e) = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1000)) {
-        tracing::debug!("cannot set the timer slack: {e}");
-    }
     let gpu = match setup.domain.as_str() {
         "cuda" => Some(Arc::new(Gpu::open(setup.device.unwrap_or(0))?)),
         _ => None,

@@ -59,29 +59,6 @@ impl ReadEnd for DeviceRead {
     }
 }
 
-/// Whether producers wait on the host for their consumers' releases (`GPUIPC_PREPARE_WAIT`
-/// = `gpu` leaves it to the stream alone, to compare).
-fn wait_on_host() -> bool {
-    static HOST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HOST.get_or_init(|| std::env::var("GPUIPC_PREPARE_WAIT").map_or(true, |v| v != "gpu"))
-}
-
-/// Wait until `event`'s latest record has run: spin on queries for a few microseconds, then
-/// sleep between them (the stage sets a 1 µs timer slack, so a sleep is about as long as asked).
-fn until_complete(event: &IpcEvent) -> Result<(), GpuError> {
-    const SPIN: std::time::Duration = std::time::Duration::from_micros(5);
-    const NAP: std::time::Duration = std::time::Duration::from_micros(4);
-    let start = std::time::Instant::now();
-    while !event.query()? {
-        if start.elapsed() > SPIN {
-            std::thread::sleep(NAP);
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-    Ok(())
-}
-
 /// The producer of a GPU ring: its slot memory and `ready` events, and every consumer's
 /// `released` events, imported (`released[consumer][slot]`).
 pub struct DeviceWrite {
@@ -92,16 +69,8 @@ pub struct DeviceWrite {
 }
 
 impl WriteEnd for DeviceWrite {
-    /// The stream waits for every consumer's release of the slot. First the host waits,
-    /// sleeping, until those releases have run on the GPU: recording the slot's `ready` event
-    /// again (in `finish`) blocks, spinning in the driver, until every wait another process
-    /// enqueued on its last record has run, and a consumer that has run ahead of its GPU has
-    /// such waits pending (measured: docs/benchmarks.md).
     fn prepare(&self, slot: usize) -> Result<(), GpuError> {
         for consumer in &self.released {
-            if wait_on_host() {
-                until_complete(&consumer[slot])?;
-            }
             consumer[slot].wait_on(self.gpu.stream())?;
         }
         Ok(())
