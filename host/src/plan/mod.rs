@@ -32,8 +32,13 @@ pub const TIME_SLICED_DEPTH: u32 = 8;
 pub const MAX_DEPTH: u32 = 64;
 /// Most consumers one link may have (fan-out).
 pub const MAX_CONSUMERS: usize = 16;
-/// Default microseconds a waiting stage spins before it sleeps.
+/// Microseconds a waiting stage in the cpu domain spins before it sleeps: a handoff of small
+/// frames between processes in well under a microsecond (docs/benchmarks.md).
 pub const DEFAULT_SPIN_US: u32 = 20;
+/// The same for a stage in the cuda domain: none. Its host runs ahead of its GPU by up to a
+/// ring's depth, so a few microseconds of futex wake-up cost no frames, and spinning cost a
+/// core per stage (measured on an H100: docs/benchmarks.md).
+pub const CUDA_SPIN_US: u32 = 0;
 
 /// A checked pipeline, ready to run.
 #[derive(Debug, Clone)]
@@ -43,7 +48,8 @@ pub struct Plan {
     /// Frames each source emits; `None`: until stopped.
     pub frames: Option<u64>,
     pub isolation: Isolation,
-    pub spin_us: u32,
+    /// The file's `spin_us`; `None`: [`DEFAULT_SPIN_US`] or [`CUDA_SPIN_US`] by domain.
+    pub spin_us: Option<u32>,
     /// In topological order: every stage comes after the stages it reads.
     pub stages: Vec<StagePlan>,
     pub links: Vec<LinkPlan>,

@@ -12,7 +12,7 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use toml::Spanned;
 
 use super::{
-    DEFAULT_DEPTH, DEFAULT_SPIN_US, TIME_SLICED_DEPTH, InputPlan, LinkMemory, LinkPlan, MAX_CONSUMERS, MAX_DEPTH, OutputPlan, Plan,
+    DEFAULT_DEPTH, TIME_SLICED_DEPTH, InputPlan, LinkMemory, LinkPlan, MAX_CONSUMERS, MAX_DEPTH, OutputPlan, Plan,
     PluginRef, StagePlan, Supervision,
 };
 use crate::config::{
@@ -158,7 +158,7 @@ struct Settings {
     frames: Option<u64>,
     device: DeviceSpec,
     isolation: crate::config::Isolation,
-    spin_us: u32,
+    spin_us: Option<u32>,
 }
 
 fn pipeline_settings(source: &SourceFile, file: &PipelineFile, diags: &mut Diagnostics) -> Settings {
@@ -185,7 +185,7 @@ fn pipeline_settings(source: &SourceFile, file: &PipelineFile, diags: &mut Diagn
         frames: p.frames.as_ref().map(|f| *f.get_ref()),
         device: p.device.as_ref().map_or(DeviceSpec::Auto, |d| *d.get_ref()),
         isolation: p.isolation.as_ref().map(|i| *i.get_ref()).unwrap_or_default(),
-        spin_us: p.spin_us.as_ref().map_or(DEFAULT_SPIN_US, |s| *s.get_ref()),
+        spin_us: p.spin_us.as_ref().map(|s| *s.get_ref()),
     }
 }
 
