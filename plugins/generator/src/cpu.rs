@@ -169,9 +169,9 @@ pub fn render(frame: &PatternFrame, threads: u32, output: &mut OutputFrame<'_>) 
         Rows::Same(_) | Rows::Box { .. } | Rows::Gradient { .. } => pixels / MIN_BAND_PIXELS,
     };
     let n = bands::thread_count(threads, worth, height);
-    let counts: Vec<usize> = bands::even_counts(height, n).collect();
+    let counts: Vec<usize> = bands::even_counts(height, bands::band_count(n, height)).collect();
     let work: Vec<_> = bands::starts(&counts).zip(plane.split(counts.iter().copied())).collect();
-    bands::run(work, |(first, mut band)| {
+    bands::run(work, n, |(first, mut band)| {
         for (y, row) in (first as u32..).zip(band.iter_mut()) {
             rows.draw(frame, pixel, y, row);
         }

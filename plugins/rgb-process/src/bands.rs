@@ -6,6 +6,7 @@
 
 use std::num::NonZeroUsize;
 use std::panic;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::thread;
 
@@ -142,38 +143,61 @@ pub fn planes_mut<'a>(output: &'a mut OutputFrame<'_>) -> Option<Result<Vec<Rows
     Some(Ok(planes))
 }
 
-/// `work` on every band, all done before this returns: this thread takes bands in order, and
-/// each other band has a thread of its own, unless this thread gets to it first (a thread
-/// that is slow to start, or cannot be started). The first error is returned; a panic in a
-/// thread is resumed here.
-pub fn run<T: Send>(bands: Vec<T>, work: impl Fn(T) -> Result<()> + Sync) -> Result<()> {
-    if bands.len() <= 1 {
+/// Bands a thread gets when there are several: more bands than threads, so that a thread
+/// that starts late (a new thread took 1 ms and more to run in a stage on a 2-core VM, while
+/// its band was as long) finds bands left, and the first to finish takes more.
+pub const BANDS_PER_THREAD: usize = 4;
+
+/// How many bands to cut `units` (rows, or row pairs) into for `threads` threads: 1 for one
+/// thread, else [`BANDS_PER_THREAD`] a thread, but no more than `units`.
+pub fn band_count(threads: usize, units: usize) -> usize {
+    if threads <= 1 { 1 } else { (threads * BANDS_PER_THREAD).min(units).max(1) }
+}
+
+/// `work` on every band, by this thread and `threads - 1` others started for the call, all
+/// done before this returns. Each thread takes the next band not yet taken until there are
+/// none, so a thread slow to start does less, and one that cannot be started none. The first
+/// error is returned (a thread stops at its own); a panic in a thread is resumed here.
+pub fn run<T: Send>(
+    bands: Vec<T>,
+    threads: usize,
+    work: impl Fn(T) -> Result<()> + Sync,
+) -> Result<()> {
+    let helpers = threads.min(bands.len()).saturating_sub(1);
+    if helpers == 0 {
         return bands.into_iter().try_for_each(work);
     }
     let slots: Vec<Mutex<Option<T>>> = bands.into_iter().map(|b| Mutex::new(Some(b))).collect();
-    // Each band is taken once, by whoever comes first.
-    let take = |i: usize| slots[i].lock().unwrap_or_else(PoisonError::into_inner).take();
-    let (take, work) = (&take, &work);
+    let next = AtomicUsize::new(0);
+    let worker = || -> Result<()> {
+        // The counter hands each band out once, in order; the lock only moves it out.
+        while let Some(slot) = slots.get(next.fetch_add(1, Ordering::Relaxed)) {
+            let band = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+            work(band.expect("the counter hands each band out once"))?;
+        }
+        Ok(())
+    };
+    let worker = &worker;
     thread::scope(|scope| {
-        let handles: Vec<_> = (1..slots.len())
+        let handles: Vec<_> = (1..=helpers)
             .filter_map(|i| {
                 let spawned = thread::Builder::new()
-                    .name(format!("band {i}"))
-                    .spawn_scoped(scope, move || take(i).map_or(Ok(()), work));
+                    .name(format!("band worker {i}"))
+                    .spawn_scoped(scope, worker);
                 spawned.ok()
             })
             .collect();
-        let mine: Vec<Result<()>> = (0..slots.len()).filter_map(take).map(work).collect();
-        let theirs =
-            handles.into_iter().map(|h| h.join().unwrap_or_else(|p| panic::resume_unwind(p)));
-        mine.into_iter().chain(theirs.collect::<Vec<_>>()).collect::<Result<()>>()
+        let mine = worker();
+        let theirs: Vec<Result<()>> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| panic::resume_unwind(p)))
+            .collect();
+        mine.and(theirs.into_iter().collect())
     })
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
     use gpuipc_plugin_api::testing::padded;
     use gpuipc_plugin_api::{FrameFormat, FrameInfo, PixelFormat};
 
@@ -254,27 +278,31 @@ mod tests {
 
     #[test]
     fn every_band_is_worked_on_once_and_errors_and_panics_come_back() {
-        for n in [0, 1, 2, 3, 9] {
-            let done = AtomicUsize::new(0);
-            run((0..n).collect(), |i: usize| {
-                done.fetch_add(1 << (3 * i), Ordering::Relaxed);
-                Ok(())
-            })
-            .unwrap();
-            assert_eq!(done.into_inner(), (0..n).map(|i| 1 << (3 * i)).sum::<usize>());
+        for n in [0, 1, 2, 3, 9, 17] {
+            for threads in [1, 2, 3, 8, 40] {
+                let done = AtomicUsize::new(0);
+                run((0..n).collect(), threads, |i: usize| {
+                    done.fetch_add(1 << (3 * i), Ordering::Relaxed);
+                    Ok(())
+                })
+                .unwrap();
+                let want = (0..n).map(|i| 1usize << (3 * i)).sum::<usize>();
+                assert_eq!(done.into_inner(), want, "{n} bands, {threads} threads");
+            }
         }
-        let e = run((0..4).collect(), |i: usize| match i {
-            2 => Err(Error::new("band 2 failed")),
-            _ => Ok(()),
-        })
-        .unwrap_err();
-        assert_eq!(e.message(), "band 2 failed");
-        let panicked = panic::catch_unwind(|| {
-            run(
-                (0..3).collect(),
-                |i: usize| if i == 1 { panic!("band 1 panicked") } else { Ok(()) },
-            )
-        });
-        assert!(panicked.is_err());
+        for threads in [1, 3] {
+            let e = run((0..4).collect(), threads, |i: usize| match i {
+                2 => Err(Error::new("band 2 failed")),
+                _ => Ok(()),
+            })
+            .unwrap_err();
+            assert_eq!(e.message(), "band 2 failed");
+            let panicked = panic::catch_unwind(|| {
+                run((0..3).collect(), threads, |i| if i == 1 { panic!("band 1") } else { Ok(()) })
+            });
+            assert!(panicked.is_err());
+        }
+        assert_eq!((band_count(1, 100), band_count(2, 100), band_count(8, 10)), (1, 8, 10));
+        assert_eq!(band_count(3, 0), 1);
     }
 }

@@ -188,9 +188,9 @@ impl Plugin for RgbProcess {
         let (pixel, rows) = (input.info.pixel(), dst.rows());
         let pixels = self.format.width as usize * self.format.height as usize;
         let n = bands::thread_count(self.threads, pixels / MIN_BAND_PIXELS, rows);
-        let counts: Vec<usize> = bands::even_counts(rows, n).collect();
+        let counts: Vec<usize> = bands::even_counts(rows, bands::band_count(n, rows)).collect();
         let work: Vec<_> = bands::starts(&counts).zip(dst.split(counts.iter().copied())).collect();
-        bands::run(work, |(first, mut band)| {
+        bands::run(work, n, |(first, mut band)| {
             for (y, row) in (first..).zip(band.iter_mut()) {
                 apply_row(&self.table, pixel, src.row(y), row);
             }

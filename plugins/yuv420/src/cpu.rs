@@ -227,7 +227,7 @@ pub fn convert(
 
     let pairs = height.div_ceil(2);
     let n = bands::thread_count(threads, width * height / MIN_BAND_PIXELS, pairs);
-    let counts: Vec<usize> = bands::even_counts(pairs, n).collect();
+    let counts: Vec<usize> = bands::even_counts(pairs, bands::band_count(n, pairs)).collect();
     // Every band's luma rows: two a pair, but one for the last pair of an odd height.
     let luma_counts = bands::starts(&counts)
         .zip(&counts)
@@ -253,7 +253,7 @@ pub fn convert(
         .zip(chroma)
         .map(|((first, y), chroma)| Band { first, y, chroma })
         .collect();
-    bands::run(work, |band| {
+    bands::run(work, n, |band| {
         match bpp {
             3 => convert_band::<3>(k, &src, width, band),
             _ => convert_band::<4>(k, &src, width, band),
