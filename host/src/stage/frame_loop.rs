@@ -94,8 +94,6 @@ pub struct FrameLoop<'a, 'p> {
     /// A source's pace (`gpuipc-host bench`).
     pub pace: Option<super::measure::Pace>,
     pub phases: super::measure::PhaseClock,
-    /// A cuda stage's bound on how far its host runs ahead of its GPU.
-    pub run_ahead: Option<super::measure::RunAhead>,
 }
 
 pub fn now_ns() -> u64 {
@@ -220,9 +218,6 @@ impl FrameLoop<'_, '_> {
         }
         self.output.publish(pending, seq, timestamp_ns);
         self.phases.lap(Phase::Publish);
-        if let Some(run_ahead) = &mut self.run_ahead {
-            run_ahead.frame_enqueued()?;
-        }
         if let Some(latency) = &mut self.latency {
             latency.frame_done(timestamp_ns)?;
         }

@@ -193,34 +193,6 @@ impl PhaseClock {
     }
 }
 
-/// Keeps a cuda stage's host at most `K` frames ahead of its GPU, sleeping (not spinning)
-/// when it is further: before it goes on past frame N it waits for frame N − K's work.
-pub struct RunAhead {
-    events: Vec<crate::gpu::SleepEvent>,
-    next: usize,
-}
-
-impl RunAhead {
-    /// `GPUIPC_RUN_AHEAD` frames (0 or unset: no bound).
-    pub fn from_env(gpu: &Arc<Gpu>) -> Result<Option<RunAhead>, StageError> {
-        let k: usize = std::env::var("GPUIPC_RUN_AHEAD").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        if k == 0 {
-            return Ok(None);
-        }
-        let events = (0..k).map(|_| crate::gpu::SleepEvent::create(gpu)).collect::<Result<_, _>>()?;
-        Ok(Some(RunAhead { events, next: 0 }))
-    }
-
-    /// A frame's work is enqueued.
-    pub fn frame_enqueued(&mut self) -> Result<(), StageError> {
-        let event = &self.events[self.next];
-        event.synchronize()?;
-        event.record()?;
-        self.next = (self.next + 1) % self.events.len();
-        Ok(())
-    }
-}
-
 /// The samples a [`LatencyLog`] wrote.
 pub fn read_latencies(dir: &Path, stage: &str) -> Vec<u64> {
     std::fs::read_to_string(latency_path(dir, stage))

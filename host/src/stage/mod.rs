@@ -265,10 +265,6 @@ fn run_frames(
         latency,
         pace,
         phases: measure::PhaseClock::from_env(),
-        run_ahead: match &gpu {
-            Some(g) => measure::RunAhead::from_env(g)?,
-            None => None,
-        },
     };
     let end = frame_loop.run();
     // Let the GPU finish what was enqueued before the context goes (consumers hold their own

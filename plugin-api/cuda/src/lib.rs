@@ -84,7 +84,7 @@ pub use module::Kernel;
 pub use nvrtc::{NVRTC_OPTIONS, compile_cubin, nvrtc_version};
 pub use pinned::PinnedHost;
 pub use table::DeviceTable;
-pub use timing::{SleepEvent, TimingEvent, memory_in_use};
+pub use timing::{TimingEvent, memory_in_use};
 
 #[cfg(test)]
 mod tests {

@@ -81,57 +81,6 @@ impl Drop for TimingEvent {
     }
 }
 
-/// A local event whose waits sleep (`CU_EVENT_BLOCKING_SYNC`): the host blocks in the kernel
-/// until the GPU reaches it, instead of spinning a core. Waking costs some microseconds.
-#[derive(Debug)]
-pub struct SleepEvent {
-    gpu: Arc<Gpu>,
-    raw: CUevent,
-}
-
-// SAFETY: a driver handle; every use binds the context first and the driver is thread-safe.
-unsafe impl Send for SleepEvent {}
-// SAFETY: as above.
-unsafe impl Sync for SleepEvent {}
-
-impl SleepEvent {
-    pub fn create(gpu: &Arc<Gpu>) -> Result<SleepEvent, CudaError> {
-        gpu.bind()?;
-        let flags = sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32 | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
-        let mut raw: CUevent = std::ptr::null_mut();
-        // SAFETY: the context is current; writes one CUevent.
-        check("cuEventCreate", Some(gpu.ordinal()), unsafe { sys::cuEventCreate(&mut raw, flags) })?;
-        Ok(SleepEvent { gpu: gpu.clone(), raw })
-    }
-
-    /// Record after everything enqueued on this event's `Gpu`'s stream so far.
-    pub fn record(&self) -> Result<(), CudaError> {
-        self.gpu.bind()?;
-        // SAFETY: a live event and the live stream of its own context.
-        check("cuEventRecord", Some(self.gpu.ordinal()), unsafe { sys::cuEventRecord(self.raw, self.gpu.stream().raw()) })
-    }
-
-    /// Sleep until the latest record has completed (at once if never recorded).
-    pub fn synchronize(&self) -> Result<(), CudaError> {
-        self.gpu.bind()?;
-        // SAFETY: a live event.
-        check("cuEventSynchronize", Some(self.gpu.ordinal()), unsafe { sys::cuEventSynchronize(self.raw) })
-    }
-}
-
-impl Drop for SleepEvent {
-    fn drop(&mut self) {
-        if let Err(e) = self.gpu.bind() {
-            log::warn(&format!("destroying an event: {e}"));
-        }
-        // SAFETY: our live event.
-        let r = unsafe { sys::cuEventDestroy_v2(self.raw) };
-        if let Err(e) = check("cuEventDestroy", Some(self.gpu.ordinal()), r) {
-            log::warn(&e.to_string());
-        }
-    }
-}
-
 /// Bytes of `gpu`'s device memory in use now, by every process (total less free).
 pub fn memory_in_use(gpu: &Gpu) -> Result<u64, CudaError> {
     library::timing()?;
