@@ -58,11 +58,11 @@ bench() {  # LABEL FRAMES FILE ARGS...
 }
 
 bench 4k-mps $(( frames * 3 )) "$(sized 3840 2160)" --isolation mps
-bench 4k-mps-spin0 $(( frames * 3 )) "$(sized 3840 2160)" --isolation mps --spin-us 0
+bench 4k-mps-spin20 $(( frames * 3 )) "$(sized 3840 2160)" --isolation mps --spin-us 20
 bench 4k-process "$frames" "$(sized 3840 2160)" --isolation process
-bench 4k-process-spin0 "$frames" "$(sized 3840 2160)" --isolation process --spin-us 0
+bench 4k-process-spin20 "$frames" "$(sized 3840 2160)" --isolation process --spin-us 20
 bench 1080p-mps $(( frames * 3 )) "$(sized 1920 1080)" --isolation mps
-bench 1080p-mps-spin0 $(( frames * 3 )) "$(sized 1920 1080)" --isolation mps --spin-us 0
+bench 1080p-mps-spin20 $(( frames * 3 )) "$(sized 1920 1080)" --isolation mps --spin-us 20
 bench 1080p-process "$frames" "$(sized 1920 1080)" --isolation process
 bench 720p-mps $(( frames * 3 )) "$(sized 1280 720)" --isolation mps
 bench 256-mps $(( frames * 3 )) "$(sized 256 256)" --isolation mps
