@@ -46,7 +46,7 @@ impl CpuClock {
             self.base = Some(self.now());
         }
         self.frames += 1;
-        if self.frames % EVERY == 0 {
+        if self.frames.is_multiple_of(EVERY) {
             self.store(stats);
         }
     }
