@@ -59,6 +59,36 @@ impl PixelFormat {
         PixelFormat::ALL.into_iter().find(|f| f.name() == name)
     }
 
+    /// Bytes one pixel takes in a packed format: 3 for `rgb8`, 4 for `rgba8`, 1 for `gray8`.
+    /// `None` for the planar formats (`i420`, `nv12`), whose pixels share chroma samples:
+    /// use [`PixelFormat::bits_per_pixel`] for their average, or the frame's
+    /// [`FrameLayout`] for the bytes of each plane.
+    pub fn bytes_per_pixel(self) -> Option<u32> {
+        match self {
+            PixelFormat::Rgb8 => Some(3),
+            PixelFormat::Rgba8 => Some(4),
+            PixelFormat::Gray8 => Some(1),
+            PixelFormat::I420 | PixelFormat::Nv12 => None,
+        }
+    }
+
+    /// Bits per pixel on average over the frame, padding not counted: 24, 32, 8, and 12 for
+    /// both 4:2:0 formats (for even sizes; odd ones round their chroma planes up).
+    pub fn bits_per_pixel(self) -> u32 {
+        match self {
+            PixelFormat::Rgb8 => 24,
+            PixelFormat::Rgba8 => 32,
+            PixelFormat::Gray8 => 8,
+            PixelFormat::I420 | PixelFormat::Nv12 => 12,
+        }
+    }
+
+    /// How many planes a frame of this format has: 1 for the packed formats, 3 for `i420`,
+    /// 2 for `nv12`.
+    pub fn planes(self) -> usize {
+        self.plane_extents(2, 2).1
+    }
+
     /// (bytes per row, rows) of each plane of a `width` x `height` frame.
     fn plane_extents(self, width: u64, height: u64) -> ([(u64, u64); MAX_PLANES], usize) {
         let (cw, ch) = (width.div_ceil(2), height.div_ceil(2));
@@ -234,6 +264,19 @@ mod tests {
             })
             .is_none()
         );
+    }
+
+    #[test]
+    fn bytes_per_pixel_agree_with_the_layout() {
+        for f in PixelFormat::ALL {
+            let l = FrameLayout::for_format(FrameFormat::new(f, 6, 4)).unwrap();
+            assert_eq!(l.n_planes as usize, f.planes(), "{f}");
+            assert_eq!(l.pixel_bytes() * 8, 6 * 4 * f.bits_per_pixel() as u64, "{f}");
+            match f.bytes_per_pixel() {
+                Some(b) => assert_eq!(l.planes[0].row_bytes, 6 * b as u64, "{f}"),
+                None => assert!(f.planes() > 1, "{f}"),
+            }
+        }
     }
 
     #[test]
