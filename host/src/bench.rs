@@ -120,7 +120,7 @@ fn bench(plan: &Plan, args: &BenchArgs) -> Result<BenchReport, String> {
         pipeline: plan.name.clone(),
         file: plan.file.display().to_string(),
         device: gpu.as_ref().map_or("cpu".into(), |g| format!("cuda:{}", g.ordinal())),
-        isolation: format!("{:?}", plan.isolation).to_lowercase(),
+        isolation: plan.isolation.name().to_owned(),
         frames: args.frames,
         warmup: args.warmup,
         hops: hops(plan),

@@ -35,10 +35,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a pipeline file.
+    ///
+    /// Example: gpuipc-host run pipelines/4k-yuv.toml --frames 500 --report run.json
     Run {
         file: PathBuf,
-        /// Frames each source emits (overrides the file's `frames`).
-        #[arg(long)]
+        /// Frames each source emits (overrides the file's `frames`; at least 1).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         frames: Option<u64>,
         /// Run every stage as a thread of this process, over the same rings and frame loop as
         /// separate processes (cpu only): the reference the multi-process run is checked against.
@@ -64,6 +66,8 @@ enum Command {
         no_budget_check: bool,
     },
     /// Check a pipeline file and print its plan and the memory it needs, or every error in it.
+    ///
+    /// Example: gpuipc-host validate pipelines/4k-yuv.toml --device cpu
     Validate {
         file: PathBuf,
         /// Default device of stages, replacing the file's (`cpu`, `cuda`, `cuda:N`, `auto`).
@@ -81,19 +85,19 @@ enum Command {
     Bench {
         file: PathBuf,
         /// Frames of each measured run.
-        #[arg(long, default_value_t = 3000)]
+        #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..))]
         frames: u64,
         /// Frames of the warm-up run before each measured one.
         #[arg(long, default_value_t = 300)]
         warmup: u64,
         /// Frames of the run that compares both ways' outputs.
-        #[arg(long, default_value_t = 30)]
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
         check_frames: u64,
         /// Frames per second of the sources in the latency runs.
         #[arg(long, default_value_t = 1000.0)]
         fps: f64,
         /// Frames of each latency run.
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
         latency_frames: u64,
         /// Also write everything measured as JSON to this file.
         #[arg(long)]
@@ -109,11 +113,15 @@ enum Command {
         isolation: Option<config::Isolation>,
     },
     /// Print a pipeline's graph in Graphviz dot.
+    ///
+    /// Example: gpuipc-host graph pipelines/fan-in.toml | dot -Tsvg > fan-in.svg
     Graph { file: PathBuf },
     /// A stage process; started by `run`, not by hand.
     #[command(name = "__stage", hide = true)]
     Stage { name: String },
     /// Report the CUDA driver, devices and what gpuipc can use on them.
+    ///
+    /// Example: gpuipc-host doctor
     Doctor,
     /// One side of the doctor's IPC self-test; started by `doctor`, not by hand.
     #[command(name = "__doctor-peer", hide = true)]

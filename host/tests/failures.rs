@@ -20,16 +20,16 @@ fn faulty_pipeline_at(mode: &str, at: u64, frames: Option<u64>) -> String {
 #[test]
 fn every_kind_of_stage_failure_ends_the_run_naming_the_stage_and_cause() {
     let cases = [
-        ("error_at", "stage 'bad' plugin failed in process: failing at frame 3, as asked"),
-        ("panic_at", "stage 'bad' plugin failed in process: plugin panicked: panicking at frame 3, as asked"),
+        ("error_at", "stage 'bad' got an error from the plugin's `process` at frame 3: failing at frame 3, as asked"),
+        ("panic_at", "stage 'bad' got an error from the plugin's `process` at frame 3: plugin panicked: panicking at frame 3, as asked"),
         ("abort_at", "stage 'bad' killed by SIGABRT"),
         ("exit_at", "stage 'bad' exited with code 7"),
         ("sigkill_at", "stage 'bad' killed by SIGKILL"),
         // Input frames are mapped read-only: the write faults rather than change the frame.
         ("write_input_at", "stage 'bad' killed by SIGSEGV"),
-        ("error_on_create", "stage 'bad' plugin failed in create: refusing to start, as asked"),
-        ("panic_on_create", "stage 'bad' plugin failed in create: plugin panicked: panicking in create, as asked"),
-        ("error_in_flush", "stage 'bad' plugin failed in flush: failing in flush, as asked"),
+        ("error_on_create", "stage 'bad' got an error from the plugin's `create`: refusing to start, as asked"),
+        ("panic_on_create", "stage 'bad' got an error from the plugin's `create`: plugin panicked: panicking in create, as asked"),
+        ("error_in_flush", "stage 'bad' got an error from the plugin's `flush`: failing in flush, as asked"),
     ];
     for (mode, expected) in cases {
         let dir = scratch(&format!("fail-{mode}"));

@@ -63,7 +63,7 @@ fn the_host_gives_up_after_max_restarts_within_the_window() {
     assert_eq!(run.status.code(), Some(1), "{}", run.output());
     assert!(
         run.stdout.contains(
-            "run 'restarts' failed: stage 'bad' plugin failed in create: refusing to start, as asked; gave up after 2 restarts within 60.0 s"
+            "run 'restarts' failed: stage 'bad' got an error from the plugin's `create`: refusing to start, as asked; gave up after 2 restarts within 60.0 s"
         ),
         "{}",
         run.output()
@@ -78,7 +78,7 @@ fn on_failure_does_not_restart_a_stage_that_never_started() {
     let file = pipeline(&dir, "p.toml", &faulty_run("error_on_create", 0, "restart = \"on-failure\""));
     let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
     assert_eq!(run.status.code(), Some(1), "{}", run.output());
-    assert!(run.stdout.contains("failed: stage 'bad' plugin failed in create"), "{}", run.output());
+    assert!(run.stdout.contains("failed: stage 'bad' got an error from the plugin's `create`"), "{}", run.output());
     assert!(!run.stderr.contains("restarting it"), "{}", run.output());
     assert_nothing_left(run.pid);
 }

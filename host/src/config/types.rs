@@ -126,6 +126,17 @@ pub enum Isolation {
     Process,
 }
 
+impl Isolation {
+    /// As the pipeline file writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isolation::Auto => "auto",
+            Isolation::Mps => "mps",
+            Isolation::Process => "process",
+        }
+    }
+}
+
 /// What a consumer does when it falls behind its producer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]

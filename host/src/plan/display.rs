@@ -36,13 +36,23 @@ pub fn render_text(plan: &Plan) -> String {
     let frames = plan.frames.map_or("until stopped".to_owned(), |n| format!("{n} frames per source"));
     let _ = writeln!(
         out,
-        "pipeline '{}' ({}): {} stages, {} links, {frames}, isolation {:?}",
+        "pipeline '{}' ({}): {}, {}, {frames}, isolation = \"{}\"",
         plan.name,
         plan.file.display(),
-        plan.stages.len(),
-        plan.links.len(),
-        plan.isolation
+        count(plan.stages.len(), "stage"),
+        count(plan.links.len(), "link"),
+        plan.isolation.name()
     );
+    // A reason several stages share (no CUDA driver) is said once, below them.
+    let shared_notes: Vec<&String> = {
+        let mut notes: Vec<&String> = plan.stages.iter().filter_map(|s| s.domain_note.as_ref()).collect();
+        notes.sort();
+        notes.dedup();
+        notes
+            .into_iter()
+            .filter(|n| plan.stages.iter().filter(|s| s.domain_note.as_ref() == Some(*n)).count() > 1)
+            .collect()
+    };
     let _ = writeln!(out, "stages (in run order):");
     let width = plan.stages.iter().map(|s| s.name.as_str().len()).max().unwrap_or(0);
     for s in &plan.stages {
@@ -61,7 +71,11 @@ pub fn render_text(plan: &Plan) -> String {
             Some(o) if o.link.is_none() => format!("-> {} (no consumer: private output)", o.format),
             Some(o) => format!("-> {}", o.format),
         };
-        let note = s.domain_note.as_ref().map_or(String::new(), |n| format!(" ({n})"));
+        let note = match &s.domain_note {
+            Some(n) if shared_notes.contains(&n) => " (device auto, see below)".to_owned(),
+            Some(n) => format!(" ({n})"),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
             "  {:width$}  {} {}  {device}{note}  {inputs}  {output}{}",
@@ -70,6 +84,10 @@ pub fn render_text(plan: &Plan) -> String {
             s.plugin.version,
             supervision(&s.supervision)
         );
+    }
+    for note in &shared_notes {
+        let names: Vec<&str> = plan.stages.iter().filter(|s| s.domain_note.as_ref() == Some(*note)).map(|s| s.name.as_str()).collect();
+        let _ = writeln!(out, "  {}: {note}, so they run on cpu", names.join(", "));
     }
     if !plan.links.is_empty() {
         let _ = writeln!(out, "links:");
@@ -149,4 +167,9 @@ pub fn render_dot(plan: &Plan) -> String {
     }
     let _ = writeln!(out, "}}");
     out
+}
+
+/// "1 stage", "3 stages".
+fn count(n: usize, what: &str) -> String {
+    if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") }
 }

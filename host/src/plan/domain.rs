@@ -62,7 +62,7 @@ pub fn resolve_domain(
             let cuda = if supports_cuda { usable_cuda() } else { Err("plugin has no cuda implementation".to_owned()) };
             match cuda {
                 Ok(()) => Ok((Domain::Cuda, Some(0), None)),
-                Err(why) if supports_cpu => Ok((Domain::Cpu, None, Some(format!("auto: cpu ({why})")))),
+                Err(why) if supports_cpu => Ok((Domain::Cpu, None, Some(format!("device auto: {why}")))),
                 Err(why) => Err(format!("plugin `{}` runs only on cuda, and {why}", plugin.name)),
             }
         }

@@ -21,14 +21,20 @@ use crate::plugin::{Instance, PluginCallError};
 pub enum StageError {
     #[error("setup failed: {0}")]
     Setup(String),
-    #[error("plugin failed in {during}: {error}")]
-    Plugin { during: &'static str, error: PluginCallError },
+    /// The plugin's `during` call (create, process, flush) returned an error or panicked;
+    /// `frame`: the sequence number it was processing.
+    #[error("got an error from the plugin's `{during}`{}: {error}", at_frame(*.frame))]
+    Plugin { during: &'static str, frame: Option<u64>, error: PluginCallError },
     #[error("link failed: {0}")]
     Link(LinkError),
     #[error("CUDA: {0}")]
     Gpu(String),
     #[error("aborted")]
     Aborted,
+}
+
+fn at_frame(frame: Option<u64>) -> String {
+    frame.map_or_else(String::new, |seq| format!(" at frame {seq}"))
 }
 
 impl From<crate::gpu::GpuError> for StageError {
@@ -107,7 +113,7 @@ impl FrameLoop<'_, '_> {
         let end = self.frames_until_end()?;
         self.output.close()?;
         self.stats.set_phase(PHASE_FLUSH, 0);
-        self.instance.flush().map_err(|error| StageError::Plugin { during: "flush", error })?;
+        self.instance.flush().map_err(|error| StageError::Plugin { during: "flush", frame: None, error })?;
         if let Some(tap) = &mut self.tap {
             tap.finish().map_err(StageError::Setup)?;
         }
@@ -204,7 +210,7 @@ impl FrameLoop<'_, '_> {
         self.stats.get().busy_ns.fetch_add(ended_ns.saturating_sub(started_ns), Ordering::Relaxed);
         if let Err(error) = result {
             self.output.cancel(pending);
-            return Err(StageError::Plugin { during: "process", error });
+            return Err(StageError::Plugin { during: "process", frame: Some(seq), error });
         }
         for (end, slot) in self.input_ends.iter().zip(held) {
             end.done(slot.index())?;

@@ -215,7 +215,7 @@ pub fn create_plugin_instance<'p>(
         kernel_cache_dir: RawStr::from_str(&cache_dir),
         log: Some(plugin_log),
     };
-    plugin.create(params, input_formats, output_format, &ctx).map_err(|e| StageError::Plugin { during: "create", error: e })
+    plugin.create(params, input_formats, output_format, &ctx).map_err(|e| StageError::Plugin { during: "create", frame: None, error: e })
 }
 
 /// The frame loop, from where the stage stands (a restarted stage carries on), to its end.

@@ -207,7 +207,7 @@ impl Stage<'_> {
         let started = now_ns();
         let result = self.instance.process(&inputs, out.as_mut(), &ctx);
         let ended = now_ns();
-        result.map_err(|error| StageError::Plugin { during: "process", error })?;
+        result.map_err(|error| StageError::Plugin { during: "process", frame: Some(seq), error })?;
         if let (Some((_, end)), Some(gpu)) = (&self.events, &self.gpu) {
             end.record(gpu.stream())?;
         }
@@ -306,7 +306,7 @@ fn finish(
         if outcomes[i].is_some() {
             continue;
         }
-        let flushed = stage.instance.flush().map_err(|error| StageError::Plugin { during: "flush", error });
+        let flushed = stage.instance.flush().map_err(|error| StageError::Plugin { during: "flush", frame: None, error });
         let tapped = stage.tap.as_mut().map_or(Ok(()), |t| t.finish().map_err(StageError::Setup));
         outcomes[i] = Some(match flushed.and(tapped) {
             Ok(()) if failure.is_none() => StageOutcome::Finished,
