@@ -447,7 +447,9 @@ fn plan_stage(
     let output = match plugin.negotiate(&params, &input_formats) {
         Ok(o) => o,
         Err(e) => {
-            diags.error_at(source, params_span, format!("stage '{name}': {e}"));
+            let message = format!("stage '{name}': {e}");
+            let span = param_key_span(source, &params_span, &message).unwrap_or(params_span);
+            diags.error_at(source, span, message);
             return None;
         }
     };
@@ -570,4 +572,27 @@ fn wire_links(
         link.memory = link_memory(end(link.producer), &consumers, stages[link.producer].transport, &Driver);
     }
     links
+}
+
+/// Where, inside a stage's inline `params = { ... }` table at `span`, the key sits that a
+/// plugin's message names (``param `path` ...``, serde's ``unknown field `pathh` ...``), so the
+/// caret points at the key rather than at the brace.
+fn param_key_span(source: &SourceFile, span: &std::ops::Range<usize>, message: &str) -> Option<std::ops::Range<usize>> {
+    let named = ["param `", "field `"].iter().find_map(|marker| {
+        let rest = &message[message.find(marker)? + marker.len()..];
+        Some(&rest[..rest.find('`')?])
+    })?;
+    let table = source.text().get(span.clone())?;
+    if !table.trim_start().starts_with('{') {
+        return None;
+    }
+    // Parse the inline table alone, as the value of a key of known length, and shift its
+    // keys' spans back to where they are in the file.
+    const PREFIX: &str = "p = ";
+    let text = format!("{PREFIX}{table}");
+    let doc = toml::de::DeTable::parse(&text).ok()?;
+    let toml::de::DeValue::Table(inline) = doc.get_ref().get("p")?.get_ref() else { return None };
+    let key = inline.keys().find(|k| k.get_ref().as_ref() == named)?;
+    let at = |offset: usize| span.start + offset - PREFIX.len();
+    Some(at(key.span().start)..at(key.span().end))
 }
