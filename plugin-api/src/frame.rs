@@ -148,10 +148,11 @@ impl<'a> InputFrame<'a> {
     }
 }
 
-/// The frame a plugin writes.
+/// The frame a plugin writes: its bytes, and what it is ([`OutputFrame::info`], read-only:
+/// the format, layout, `seq` and timestamp are the runner's, decided before `process`).
 #[derive(Debug)]
 pub struct OutputFrame<'a> {
-    pub info: FrameInfo,
+    info: FrameInfo,
     data: FrameDataMut<'a>,
 }
 
@@ -169,6 +170,12 @@ impl<'a> OutputFrame<'a> {
             info,
             data: FrameDataMut::Device(buffer),
         }
+    }
+
+    /// What the frame is: format, layout, sequence number and timestamp. A source makes its
+    /// content from `info().seq`; the runner has set all of it and passes it on as is.
+    pub fn info(&self) -> &FrameInfo {
+        &self.info
     }
 
     pub fn data(&mut self) -> &mut FrameDataMut<'a> {

@@ -17,7 +17,7 @@
 //! let fill = kernels.get("fill")?.clone();
 //!
 //! // In `Plugin::process`, for a device output frame:
-//! let plane = cuda::device_plane(buffer, &out.info.layout, 0)?;
+//! let plane = cuda::device_plane(buffer, &out.info().layout, 0)?;
 //! fill.launch(ctx.cuda_stream, cuda::row_grid(plane.row_bytes.div_ceil(16), plane.rows, 128),
 //!             (128, 1, 1), 0, &[KernelArg::DevicePtr(plane.addr), KernelArg::U64(plane.pitch)])?;
 //! ```

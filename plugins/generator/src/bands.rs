@@ -114,7 +114,7 @@ impl<'a> RowsMut<'a> {
 /// error if the layout's planes overlap or do not fit in the frame (the host never makes such
 /// a layout).
 pub fn planes_mut<'a>(output: &'a mut OutputFrame<'_>) -> Option<Result<Vec<RowsMut<'a>>>> {
-    let layout = output.info.layout;
+    let layout = output.info().layout;
     let FrameDataMut::Host(bytes) = output.data() else { return None };
     let mut rest: &'a mut [u8] = bytes;
     let mut consumed = 0usize;

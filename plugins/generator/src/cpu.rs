@@ -153,7 +153,7 @@ fn noise_row(after_x: &[u32], pixel: PixelFormat, y: u32, row: &mut [u8]) {
 
 /// Draw `frame` into `output` (host memory) with `threads` as the stage's param says.
 pub fn render(frame: &PatternFrame, threads: u32, output: &mut OutputFrame<'_>) -> Result<()> {
-    let pixel = output.info.pixel();
+    let pixel = output.info().pixel();
     if !matches!(pixel, PixelFormat::Rgb8 | PixelFormat::Rgba8 | PixelFormat::Gray8) {
         bail!("the generator does not make {pixel} frames");
     }

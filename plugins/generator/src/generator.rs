@@ -309,7 +309,7 @@ impl PatternFrame {
 /// reference, pixel by pixel on one thread. The stage runs [`crate::cpu::render`], which
 /// draws the same bytes faster (its tests compare the two).
 pub fn render(frame: &PatternFrame, output: &mut OutputFrame<'_>) -> Result<()> {
-    let pixel = output.info.pixel();
+    let pixel = output.info().pixel();
     let mut plane = output
         .plane_mut(0)
         .ok_or_else(|| Error::new("the generator writes host memory only (cpu domain)"))?;
@@ -393,15 +393,15 @@ impl Plugin for Generator {
         ctx: &ProcessContext,
     ) -> Result<()> {
         let output = output.ok_or_else(|| Error::new("the generator needs an output frame"))?;
-        if output.info.format != self.format {
-            bail!("output frame is {}, expected {}", output.info.format, self.format);
+        if output.info().format != self.format {
+            bail!("output frame is {}, expected {}", output.info().format, self.format);
         }
         let p = &self.params;
-        let frame = PatternFrame::new(p.pattern, p.width, p.height, output.info.seq, p.seed);
+        let frame = PatternFrame::new(p.pattern, p.width, p.height, output.info().seq, p.seed);
         match (output.device_buffer(), &self.gpu) {
             // Enqueued on the stage's stream; the runner orders it with the consumers.
             (Some(buffer), Some(gpu)) => {
-                gpu.draw(&frame, buffer, &output.info.layout, ctx.cuda_stream)?
+                gpu.draw(&frame, buffer, &output.info().layout, ctx.cuda_stream)?
             }
             (Some(_), None) => {
                 bail!("the output frame is in device memory, but this stage runs in the cpu domain")

@@ -166,7 +166,7 @@ impl Plugin for RgbProcess {
     ) -> Result<()> {
         let [input] = inputs else { bail!("rgb-process takes 1 input, got {}", inputs.len()) };
         let output = output.ok_or_else(|| Error::new("rgb-process needs an output frame"))?;
-        for frame in [&input.info, &output.info] {
+        for frame in [&input.info, output.info()] {
             if frame.format != self.format {
                 bail!("frame is {}, expected {}", frame.format, self.format);
             }
@@ -179,7 +179,7 @@ impl Plugin for RgbProcess {
                 bail!("the output frame is in device memory but the input is in host memory")
             };
             // Enqueued on the stage's stream; the runner orders it with its neighbours.
-            return gpu.apply((&input.info, src), (&output.info, dst), ctx.cuda_stream);
+            return gpu.apply((&input.info, src), (output.info(), dst), ctx.cuda_stream);
         }
         let host_only = || Error::new("rgb-process reads and writes host memory only (cpu domain)");
         let src = input.plane(0).ok_or_else(host_only)?;

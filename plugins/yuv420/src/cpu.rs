@@ -217,10 +217,10 @@ pub fn convert(
         other => bail!("yuv420 takes rgb8 or rgba8 frames; input is {other}"),
     };
     let (width, height) = (input.info.width() as usize, input.info.height() as usize);
-    if (output.info.width() as usize, output.info.height() as usize) != (width, height) {
-        bail!("output frame is {}, input is {}", output.info.format, input.info.format);
+    if (output.info().width() as usize, output.info().height() as usize) != (width, height) {
+        bail!("output frame is {}, input is {}", output.info().format, input.info.format);
     }
-    let out_pixel = output.info.pixel();
+    let out_pixel = output.info().pixel();
     let host_only = || Error::new("yuv420 reads and writes host memory only (cpu domain)");
     let src = input.plane(0).ok_or_else(host_only)?;
     let planes = bands::planes_mut(output).ok_or_else(host_only)??;

@@ -173,10 +173,10 @@ pub fn convert(
         other => bail!("yuv420 takes rgb8 or rgba8 frames; input is {other}"),
     };
     let (width, height) = (input.info.width() as usize, input.info.height() as usize);
-    if (output.info.width() as usize, output.info.height() as usize) != (width, height) {
-        bail!("output frame is {}, input is {}", output.info.format, input.info.format);
+    if (output.info().width() as usize, output.info().height() as usize) != (width, height) {
+        bail!("output frame is {}, input is {}", output.info().format, input.info.format);
     }
-    let out_pixel = output.info.pixel();
+    let out_pixel = output.info().pixel();
     let host_only = || Error::new("yuv420 reads and writes host memory only (cpu domain)");
     let src = input.plane(0).ok_or_else(host_only)?;
     let mut planes = output.planes_mut().ok_or_else(host_only)?;
@@ -303,8 +303,8 @@ impl Plugin for Yuv420 {
         if input.info.format != self.input {
             bail!("input frame is {}, expected {}", input.info.format, self.input);
         }
-        if output.info.format != self.output {
-            bail!("output frame is {}, expected {}", output.info.format, self.output);
+        if output.info().format != self.output {
+            bail!("output frame is {}, expected {}", output.info().format, self.output);
         }
         if let Some(dst) = output.device_buffer() {
             let Some(gpu) = &self.gpu else {
@@ -314,7 +314,7 @@ impl Plugin for Yuv420 {
                 bail!("the output frame is in device memory but the input is in host memory")
             };
             // Enqueued on the stage's stream; the runner orders it with its neighbours.
-            let (input, output) = ((&input.info, src), (&output.info, dst));
+            let (input, output) = ((&input.info, src), (output.info(), dst));
             return gpu.convert(&self.coeffs, input, output, ctx.cuda_stream);
         }
         crate::cpu::convert(&self.rows, self.threads, input, output)

@@ -147,7 +147,7 @@ impl Plugin for GpuFaultStage {
             bail!("test-gpu-fault takes 1 input, got {}", inputs.len())
         };
         let output = output.ok_or_else(|| Error::new("test-gpu-fault needs an output frame"))?;
-        for frame in [&input.info, &output.info] {
+        for frame in [&input.info, output.info()] {
             if frame.format != self.format {
                 bail!("frame is {}, expected {}", frame.format, self.format);
             }
@@ -171,7 +171,7 @@ impl Plugin for GpuFaultStage {
             };
             // Enqueued on the stage's stream; nothing here waits for the GPU, so a fault
             // surfaces in a later CUDA call of the runner.
-            gpu.copy((&input.info, src), (&output.info, dst), ctx.cuda_stream)?;
+            gpu.copy((&input.info, src), (output.info(), dst), ctx.cuda_stream)?;
             if let Some(poison) = fault {
                 log::info(&fault_message(poison, seq));
                 gpu.poison(poison, ctx.cuda_stream)?;
