@@ -20,6 +20,9 @@
 //! - kernels: [`Kernels`] (compile with NVRTC or take from the disk cache, load, look up),
 //!   [`Kernel`] (a launch checked against the kernel's parameters), [`KernelArg`],
 //!   [`DeviceTable`], [`compile_cubin`];
+//! - [`Scratch`]: device memory a plugin allocates in the context it is handed, with fills
+//!   and copies (host to device without waiting, device to device, a read-back that waits)
+//!   enqueued on its stream;
 //! - [`log`]: where this crate's messages go; [`testing`]: skipping tests without NVRTC or a
 //!   GPU.
 //!
@@ -65,6 +68,7 @@ mod memory;
 mod module;
 mod nvrtc;
 mod pinned;
+mod scratch;
 mod table;
 mod timing;
 pub mod testing;
@@ -83,6 +87,7 @@ pub use memory::{DeviceMemory, MemoryKind};
 pub use module::Kernel;
 pub use nvrtc::{NVRTC_OPTIONS, compile_cubin, nvrtc_version};
 pub use pinned::PinnedHost;
+pub use scratch::Scratch;
 pub use table::DeviceTable;
 pub use timing::{TimingEvent, memory_in_use};
 
@@ -111,6 +116,7 @@ mod tests {
         assert!(err.to_string().contains("libcuda.so.1"), "{err}");
         let on = RawStream { context: 0x1000, stream: 0x2000 };
         assert!(matches!(DeviceTable::upload(on, &[1]), Err(CudaError::NoDriver { .. })));
+        assert!(matches!(Scratch::alloc(on, 1), Err(CudaError::NoDriver { .. })));
         // Nothing else can be reached without a `Gpu`; the type system closes the rest.
         let _: fn(&Arc<Gpu>, usize) -> Result<DeviceMemory, CudaError> = DeviceMemory::private;
     }

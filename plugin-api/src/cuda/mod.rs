@@ -1,5 +1,7 @@
 //! CUDA for plugin authors: kernels compiled with NVRTC when a stage starts and cached on disk,
-//! launched on the runner's stream with their argument list checked, and small device tables.
+//! launched on the runner's stream with their argument list checked, small device tables, and
+//! [`ScratchBuffer`]s: a stage's own device memory, filled, copied to and from frames and host
+//! memory, and read back, all on the stage's stream.
 //!
 //! The CUDA driver and NVRTC are wrapped once, in the workspace crate `gpuipc-cuda`
 //! (`plugin-api/cuda`), which the host uses too; this module re-exports what plugin authors
@@ -44,11 +46,13 @@
 //! key it is looked up by and the hash of its CUBIN matches.
 
 mod kernel;
+mod scratch;
 mod table;
 pub mod testing;
 
 pub use gpuipc_cuda::{KernelArg, MAX_KERNEL_PARAMS, NVRTC_OPTIONS, nvrtc_available};
 pub use kernel::{Kernel, Kernels};
+pub use scratch::ScratchBuffer;
 pub use table::DeviceTable;
 
 use crate::error::{Error, Result};

@@ -1,0 +1,331 @@
+//! [`Scratch`]: device memory a plugin allocates in the context it was handed and works on
+//! with fills and copies enqueued on the stream it was handed (a reduction's accumulators, a
+//! histogram, an intermediate plane), so that a plugin needs no `unsafe` for its own memory.
+#![allow(unsafe_code)]
+
+use std::collections::VecDeque;
+use std::ffi::c_void;
+
+use cudarc::driver::sys::{self, CUevent, CUresult};
+
+use crate::args::KernelArg;
+use crate::context::RawStream;
+use crate::driver::check;
+use crate::error::CudaError;
+use crate::log;
+
+/// `len` bytes of device memory in a context someone else owns (a stage's), freed on drop
+/// (with that context current, as the runner leaves it when it destroys the plugin).
+///
+/// Every operation is enqueued on the stream given at [`Scratch::alloc`] and only on it: an
+/// operation given another stream is refused before it reaches the driver, which would
+/// dereference any value as a stream handle. Offsets and lengths are checked against the
+/// buffer; the other end of a device-to-device copy (a frame's address) cannot be checked
+/// here, as for a kernel's pointer arguments ([`Kernel`](crate::Kernel)).
+///
+/// Uploads from host memory do not wait for the GPU: the bytes are first copied into host
+/// memory this value owns and keeps until an event recorded after the copy has completed,
+/// since the driver may read a pageable source after the call returns.
+#[derive(Debug)]
+pub struct Scratch {
+    on: RawStream,
+    addr: u64,
+    len: usize,
+    /// Host copies of uploaded bytes, oldest first, each until its copy has run.
+    staged: VecDeque<Staged>,
+    /// Events of completed uploads, recorded again by later ones.
+    spare_events: Vec<CUevent>,
+}
+
+#[derive(Debug)]
+struct Staged {
+    bytes: Box<[u8]>,
+    /// Recorded on the stream after the copy from `bytes`.
+    copied: CUevent,
+}
+
+// SAFETY: the allocation, the events and the staged bytes are owned by this value; driver
+// handles may be used from any thread (the caller makes the context current, which every
+// call checks), and the staged bytes are only freed once the GPU is done reading them.
+unsafe impl Send for Scratch {}
+
+impl Scratch {
+    /// Allocate `len` bytes (at least 1) in `on.context`, which must be current on this
+    /// thread. The contents are whatever the allocation held: fill it before reading.
+    pub fn alloc(on: RawStream, len: usize) -> Result<Scratch, CudaError> {
+        const OP: &str = "scratch buffer allocation";
+        if len == 0 {
+            return Err(CudaError::Invalid { op: OP, reason: "a scratch buffer cannot be empty".into() });
+        }
+        if on.stream == 0 {
+            return Err(CudaError::Invalid { op: OP, reason: "no stream (the legacy default stream is refused)".into() });
+        }
+        on.require_current()?;
+        let mut addr: sys::CUdeviceptr = 0;
+        // SAFETY: the driver is loaded and a context current (checked above); writes the new
+        // allocation's address.
+        check("cuMemAlloc", None, unsafe { sys::cuMemAlloc_v2(&mut addr, len) })?;
+        Ok(Scratch { on, addr, len, staged: VecDeque::new(), spare_events: Vec::new() })
+    }
+
+    /// The buffer's device address.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The stream every operation is enqueued on.
+    pub fn stream(&self) -> usize {
+        self.on.stream
+    }
+
+    /// The buffer as a kernel's pointer argument.
+    pub fn arg(&self) -> KernelArg {
+        KernelArg::DevicePtr(self.addr)
+    }
+
+    /// The device address of `offset..offset + len` after checking that `stream` is the
+    /// buffer's, the range lies inside it, and the context is current.
+    fn at(&self, op: &'static str, stream: usize, offset: usize, len: usize) -> Result<u64, CudaError> {
+        if stream != self.on.stream {
+            return Err(CudaError::Invalid {
+                op,
+                reason: format!(
+                    "stream {stream:#x} is not the stage's stream {:#x}, the one the buffer was allocated for",
+                    self.on.stream
+                ),
+            });
+        }
+        check_range(op, self.len, offset, len)?;
+        self.on.require_current()?;
+        Ok(self.addr + offset as u64)
+    }
+
+    /// Enqueue setting `len` bytes from `offset` to `value`.
+    pub fn memset_async(&self, stream: usize, offset: usize, len: usize, value: u8) -> Result<(), CudaError> {
+        let dst = self.at("cuMemsetD8Async", stream, offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: device memory of ours only, inside the allocation; the stream is the one
+        // the buffer was allocated for, of the current context.
+        check("cuMemsetD8Async", None, unsafe { sys::cuMemsetD8Async(dst, value, len, stream as sys::CUstream) })
+    }
+
+    /// Enqueue copying `bytes` to `offset`. Returns without waiting for the GPU; `bytes` may
+    /// be changed as soon as this returns (see the type's docs).
+    pub fn upload_async(&mut self, stream: usize, offset: usize, bytes: &[u8]) -> Result<(), CudaError> {
+        const OP: &str = "cuMemcpyHtoDAsync";
+        let dst = self.at(OP, stream, offset, bytes.len())?;
+        self.reclaim()?;
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let copied = match self.spare_events.pop() {
+            Some(event) => event,
+            None => new_event()?,
+        };
+        let staged: Box<[u8]> = bytes.into();
+        // SAFETY: `staged` is host memory of ours that nothing writes and that is freed only
+        // once `copied`, recorded after this copy, has completed (or leaked where that cannot
+        // be known); the destination lies inside our allocation; the stream is checked.
+        let enqueued = unsafe {
+            sys::cuMemcpyHtoDAsync_v2(dst, staged.as_ptr().cast::<c_void>(), staged.len(), stream as sys::CUstream)
+        };
+        if let Err(e) = check(OP, None, enqueued) {
+            self.spare_events.push(copied);
+            return Err(e);
+        }
+        // SAFETY: a live event of the current context and the buffer's stream.
+        let recorded = unsafe { sys::cuEventRecord(copied, stream as sys::CUstream) };
+        if let Err(e) = check("cuEventRecord", None, recorded) {
+            // Nothing will say when the copy has read `staged`: never free it.
+            Box::leak(staged);
+            destroy_event(copied);
+            return Err(e);
+        }
+        self.staged.push_back(Staged { bytes: staged, copied });
+        Ok(())
+    }
+
+    /// Free the host copies whose uploads have run, oldest first, without waiting.
+    fn reclaim(&mut self) -> Result<(), CudaError> {
+        while let Some(oldest) = self.staged.front() {
+            // SAFETY: a live event of ours.
+            match unsafe { sys::cuEventQuery(oldest.copied) } {
+                CUresult::CUDA_SUCCESS => {
+                    let done = self.staged.pop_front().expect("the front was just read");
+                    self.spare_events.push(done.copied);
+                }
+                CUresult::CUDA_ERROR_NOT_READY => break,
+                other => return check("cuEventQuery", None, other),
+            }
+        }
+        Ok(())
+    }
+
+    /// Enqueue copying `len` bytes from device address `src` to `offset`. `src` is not
+    /// checked (see the type's docs).
+    pub fn copy_from_device_async(&self, stream: usize, offset: usize, src: u64, len: usize) -> Result<(), CudaError> {
+        let dst = self.at("cuMemcpyDtoDAsync", stream, offset, len)?;
+        dtod(dst, src, len, stream)
+    }
+
+    /// Enqueue copying `len` bytes from `offset` to device address `dst`. `dst` is not
+    /// checked (see the type's docs).
+    pub fn copy_to_device_async(&self, stream: usize, offset: usize, dst: u64, len: usize) -> Result<(), CudaError> {
+        let src = self.at("cuMemcpyDtoDAsync", stream, offset, len)?;
+        dtod(dst, src, len, stream)
+    }
+
+    /// Copy `dst.len()` bytes from `offset` into `dst` after everything already enqueued on
+    /// the stream, and wait for the stream: this blocks the thread until the GPU is done.
+    pub fn download(&self, stream: usize, offset: usize, dst: &mut [u8]) -> Result<(), CudaError> {
+        const OP: &str = "cuMemcpyDtoHAsync";
+        let src = self.at(OP, stream, offset, dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `dst` is borrowed mutably until we return, and we return only after the
+        // stream (and so the copy) is done. If synchronising fails the context has hit a
+        // sticky error and runs nothing more, so the copy cannot land later.
+        check(OP, None, unsafe {
+            sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast::<c_void>(), src, dst.len(), stream as sys::CUstream)
+        })?;
+        // SAFETY: the buffer's stream, checked above.
+        check("cuStreamSynchronize", None, unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) })
+    }
+}
+
+/// `offset..offset + len` lies inside a buffer of `size` bytes.
+fn check_range(op: &'static str, size: usize, offset: usize, len: usize) -> Result<(), CudaError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(CudaError::Invalid {
+            op,
+            reason: format!("{len} bytes at offset {offset} do not fit in the {size}-byte scratch buffer"),
+        }),
+    }
+}
+
+fn dtod(dst: u64, src: u64, len: usize, stream: usize) -> Result<(), CudaError> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: device addresses only (a wrong one is a driver error or a GPU fault, never a
+    // write to this process's Rust memory); the stream was checked by the caller.
+    check("cuMemcpyDtoDAsync", None, unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len, stream as sys::CUstream) })
+}
+
+fn new_event() -> Result<CUevent, CudaError> {
+    let mut event: CUevent = std::ptr::null_mut();
+    let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+    // SAFETY: a context is current (the caller checked); writes one CUevent.
+    check("cuEventCreate", None, unsafe { sys::cuEventCreate(&mut event, flags) })?;
+    Ok(event)
+}
+
+fn destroy_event(event: CUevent) {
+    // SAFETY: a live event of ours, not used after this.
+    if let Err(e) = check("cuEventDestroy", None, unsafe { sys::cuEventDestroy_v2(event) }) {
+        log::warn(&format!("destroying a scratch buffer's event: {e}"));
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for Staged { bytes, copied } in self.staged.drain(..) {
+            // SAFETY: a live event of ours; only waits.
+            match check("cuEventSynchronize", None, unsafe { sys::cuEventSynchronize(copied) }) {
+                Ok(()) => drop(bytes),
+                Err(e) => {
+                    log::warn(&format!("waiting for a scratch buffer's upload: {e}"));
+                    // Whether the copy may still read the bytes cannot be known.
+                    Box::leak(bytes);
+                }
+            }
+            destroy_event(copied);
+        }
+        for event in self.spare_events.drain(..) {
+            destroy_event(event);
+        }
+        // SAFETY: `addr` came from cuMemAlloc and is freed once, here. The runner synchronises
+        // its stream before destroying the plugin, and cuMemFree itself waits for the
+        // context's pending work, so no kernel or copy still uses the buffer. Needs the
+        // buffer's context current, as the runner leaves it when destroying the plugin.
+        if let Err(e) = check("cuMemFree", None, unsafe { sys::cuMemFree_v2(self.addr) }) {
+            log::warn(&format!("freeing a {}-byte scratch buffer: {e}", self.len));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_checked() {
+        assert!(check_range("op", 16, 0, 16).is_ok());
+        assert!(check_range("op", 16, 16, 0).is_ok());
+        assert!(check_range("op", 16, 8, 8).is_ok());
+        let e = check_range("op", 16, 8, 9).unwrap_err();
+        assert_eq!(e.to_string(), "op: 9 bytes at offset 8 do not fit in the 16-byte scratch buffer");
+        assert!(check_range("op", 16, usize::MAX, 2).is_err());
+    }
+
+    /// On a GPU: fills, uploads (many, their host copies reclaimed and their events reused),
+    /// copies both ways between device buffers and read-backs, checked byte
+    /// for byte; wrong streams and ranges refused; a buffer dropped with uploads in flight.
+    /// Skipped without a GPU unless GPUIPC_REQUIRE_GPU=1.
+    #[test]
+    fn gpu_scratch_fills_copies_and_reads_back() {
+        let Some(gpu) = crate::testing::gpu_for_test() else { return };
+        gpu.bind().unwrap();
+        let on = gpu.raw_stream();
+        let stream = on.stream;
+        let mut a = Scratch::alloc(on, 256).unwrap();
+        let b = Scratch::alloc(on, 256).unwrap();
+        a.memset_async(stream, 0, 256, 0xee).unwrap();
+        let ramp: Vec<u8> = (0..=255).collect();
+        for round in 0..200u32 {
+            let bytes: Vec<u8> = ramp.iter().map(|&x| x.wrapping_add(round as u8)).collect();
+            a.upload_async(stream, 0, &bytes[..128]).unwrap();
+        }
+        b.memset_async(stream, 0, 256, 0).unwrap();
+        b.copy_from_device_async(stream, 16, a.addr(), 64).unwrap();
+        let mut back = vec![0u8; 256];
+        b.download(stream, 0, &mut back).unwrap();
+        let last: Vec<u8> = ramp.iter().map(|&x| x.wrapping_add(199)).collect();
+        assert!(back[..16].iter().all(|&x| x == 0));
+        assert_eq!(back[16..80], last[..64]);
+        assert!(back[80..].iter().all(|&x| x == 0));
+        b.copy_to_device_async(stream, 16, a.addr() + 128, 8).unwrap();
+        let mut tail = [0u8; 128];
+        a.download(stream, 128, &mut tail).unwrap();
+        assert_eq!(tail[..8], last[..8]);
+        assert!(tail[8..].iter().all(|&x| x == 0xee));
+        // The stream is idle after a read-back: the next upload frees every host copy.
+        a.upload_async(stream, 0, &[]).unwrap();
+        assert!(a.staged.is_empty() && !a.spare_events.is_empty());
+
+        let e = a.memset_async(stream + 8, 0, 1, 0).unwrap_err();
+        assert!(e.to_string().contains("is not the stage's stream"), "{e}");
+        assert!(a.upload_async(stream, 200, &[0; 57]).is_err());
+        assert!(a.download(stream, 257, &mut []).is_err());
+        assert!(Scratch::alloc(on, 0).is_err());
+        // Dropped with uploads perhaps still in flight: waits for them, then frees.
+        let mut c = Scratch::alloc(on, 1 << 20).unwrap();
+        for _ in 0..4 {
+            c.upload_async(stream, 0, &vec![7; 1 << 20]).unwrap();
+        }
+        drop(c);
+        gpu.synchronize().unwrap();
+    }
+}
