@@ -2,13 +2,17 @@
 //!
 //! Implement [`Plugin`] for a type holding the stage's state, then call
 //! [`export_plugin!`] once in the crate's `lib.rs`. The macro writes the `extern "C"` entry
-//! point and shims; panics are caught there and reported as errors of the stage.
+//! point and shims; panics are caught there and reported as errors of the stage (when they
+//! unwind: a plugin built with `panic = "abort"` ends the process instead, see
+//! [`log`]). The guide, with a template to copy, is `docs/writing-plugins.md` in the
+//! repository.
 //!
-//! ```ignore
+//! ```
+//! use gpuipc_plugin_api::serde::Deserialize;
 //! use gpuipc_plugin_api::*;
 //!
-//! #[derive(serde::Deserialize)]
-//! #[serde(deny_unknown_fields)]
+//! #[derive(Deserialize)]
+//! #[serde(crate = "gpuipc_plugin_api::serde", deny_unknown_fields)]
 //! struct Params { level: u8 }
 //!
 //! struct Fill { level: u8 }
@@ -23,17 +27,36 @@
 //!     fn negotiate(_: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
 //!         Ok(Some(inputs[0]))
 //!     }
-//!     fn create(p: Params, _: &[FrameFormat], _: Option<FrameFormat>, _: &CreateContext)
-//!         -> Result<Self> { Ok(Fill { level: p.level }) }
+//!     fn create(p: Params, _: &[FrameFormat], _: Option<FrameFormat>, ctx: &CreateContext)
+//!         -> Result<Self> {
+//!         info!("stage {} fills with {}", ctx.stage, p.level);
+//!         Ok(Fill { level: p.level })
+//!     }
 //!     fn process(&mut self, _: &[InputFrame], out: Option<&mut OutputFrame>, _: &ProcessContext)
 //!         -> Result<()> {
-//!         let mut plane = out.unwrap().plane_mut(0).unwrap();
+//!         let mut plane = out.and_then(|o| o.plane_mut(0)).ok_or("expected a host frame")?;
 //!         for y in 0..plane.rows() { plane.row_mut(y).fill(self.level) }
 //!         Ok(())
 //!     }
 //! }
 //! export_plugin!(Fill);
 //! ```
+//!
+//! - Params: the stage's `params` table, deserialised into `Plugin::Params` with the serde
+//!   this crate re-exports ([`serde`]), so a plugin's `Cargo.toml` needs no serde of its own.
+//!   serde's derive refers to the crate by the name `serde`; with only this crate as a
+//!   dependency, say where it is: `#[serde(crate = "gpuipc_plugin_api::serde")]`.
+//! - Inputs: a stage with several `inputs` gets one frame from each with the same sequence
+//!   number, in the order of the stage's `inputs` list in the pipeline file
+//!   (`inputs = ["left", "right"]`: `inputs[0]` is `left`'s frame) in `process`, and their
+//!   formats in the same order in `negotiate` and `create`.
+//! - Frames: [`InputFrame`] and [`OutputFrame`] carry their [`FrameInfo`] (format, layout
+//!   with padded rows, `seq`, timestamp); host frames are cut into planes and rows, device
+//!   frames are addresses for kernels ([`cuda`]).
+//! - Errors: [`Error`], made from text (`bail!`, `"...".into()`) or by `?` from io, parse,
+//!   boxed and `anyhow` errors; logging: [`info!`], [`warn!`], [`error!`], [`debug!`].
+//! - Tests: [`testing`] drives a plugin in-process on packed frames;
+//!   [`cuda::testing`] on a GPU.
 #![deny(unsafe_code)]
 
 pub mod abi;
@@ -45,10 +68,13 @@ pub mod format;
 pub mod frame;
 pub mod log;
 mod plugin;
-#[doc(hidden)]
 pub mod testing;
 
 pub use error::{Error, Result};
+
+/// serde, for a plugin's `Params`: `#[derive(gpuipc_plugin_api::serde::Deserialize)]` with
+/// `#[serde(crate = "gpuipc_plugin_api::serde")]` needs no serde dependency of its own.
+pub use serde;
 
 /// Create (or truncate) the file a sink writes, making its folder first. The error names the
 /// param, as every params error should.

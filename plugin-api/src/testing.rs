@@ -1,14 +1,169 @@
-//! Helpers for plugin tests (the built-in plugins' unit tests use them): padded layouts,
-//! frames packed into them and unpacked from them, a cpu [`CreateContext`], temporary paths,
-//! and a check of the ```toml examples in a plugin's docs. Not part of the plugin API.
+//! Helpers for a plugin's unit tests, with no host and no process: the built-in plugins' tests
+//! use them, and so can yours (`cargo test` in the plugin's crate, which builds as an `rlib`
+//! too for this).
 //!
-//! For testing on a GPU, see [`crate::cuda::testing`].
+//! - [`CpuStage`] drives a plugin as a cpu stage would, in the test's thread: params from
+//!   TOML text, `negotiate`, `create`, then `process` on frames given and returned as packed
+//!   pixels (each plane's rows one after another, no padding), handed to the plugin in padded
+//!   layouts with garbage in the input padding, so that a stage reading or writing by
+//!   `width * bytes_per_pixel` instead of the pitch fails;
+//! - the pieces it is made of, for tests that need more control: [`cpu_context`] (what
+//!   `create` gets in the cpu domain), [`padded`] layouts, [`frame_bytes`] (packed pixels
+//!   into a padded frame) and [`packed_planes`] (back, checking the padding was not written);
+//! - [`check_doc_examples`]: the ```toml examples in a plugin's `lib.rs` docs parse as its
+//!   params; [`temp_path`] for sinks that write files.
+//!
+//! ```ignore
+//! use gpuipc_plugin_api::testing::CpuStage;
+//! use gpuipc_plugin_api::{FrameFormat, PixelFormat};
+//!
+//! #[test]
+//! fn inverts_every_byte() {
+//!     let format = FrameFormat::new(PixelFormat::Gray8, 3, 2);
+//!     let mut stage = CpuStage::<Invert>::new("amount = 1.0", &[format]).unwrap();
+//!     assert_eq!(stage.output_format(), Some(format));
+//!     let out = stage.process(0, &[&[0, 1, 2, 253, 254, 255]]).unwrap().unwrap();
+//!     assert_eq!(out, [255, 254, 253, 2, 1, 0]);
+//! }
+//! ```
+//!
+//! For a plugin's cuda path on a real GPU (skipped where there is none), see
+//! [`crate::cuda::testing`].
 
 use std::path::PathBuf;
 
-use crate::format::FrameLayout;
-use crate::frame::FrameInfo;
-use crate::plugin::{CreateContext, Domain};
+use crate::error::{Error, Result};
+use crate::export::parse_params;
+use crate::format::{FrameFormat, FrameLayout};
+use crate::frame::{FrameInfo, InputFrame, OutputFrame};
+use crate::plugin::{CreateContext, Domain, Plugin, ProcessContext};
+
+/// Extra bytes of padding after every row of the input frames [`CpuStage`] hands a plugin
+/// (odd, so that no row starts aligned by chance).
+pub const INPUT_PADDING: u64 = 5;
+/// Extra bytes of padding after every row of the output frames [`CpuStage`] hands a plugin.
+pub const OUTPUT_PADDING: u64 = 3;
+/// What the padding of the input frames [`CpuStage`] hands a plugin holds; a stage whose
+/// output shows it read padding.
+pub const INPUT_FILL: u8 = 0x5a;
+/// What the padding of the output frames [`CpuStage`] hands a plugin holds before `process`;
+/// [`CpuStage::process`] fails if it changed.
+pub const OUTPUT_FILL: u8 = 0xa5;
+
+/// A plugin driven as a cpu stage is, in this thread: made by [`CpuStage::new`] from params as
+/// TOML text (what a stage's `params` table holds), then fed one set of frames per
+/// [`CpuStage::process`] call as packed pixels.
+pub struct CpuStage<P: Plugin> {
+    plugin: P,
+    inputs: Vec<FrameFormat>,
+    output: Option<FrameFormat>,
+    frame_index: u64,
+    check_padding: bool,
+}
+
+impl<P: Plugin> CpuStage<P> {
+    /// Parse `params` (`key = value` lines, or empty), then what the host does at plan time
+    /// and when the stage starts: `negotiate` with `inputs` (one format per input, in the
+    /// order of the stage's `inputs`), then `create` with [`cpu_context`]. An error is any of
+    /// theirs, as the host would report it.
+    pub fn new(params: &str, inputs: &[FrameFormat]) -> Result<CpuStage<P>> {
+        let count = inputs.len() as u32;
+        if count < P::INFO.min_inputs || count > P::INFO.max_inputs {
+            return Err(Error::new(format!(
+                "{} takes {}..={} inputs, the test gives {count}",
+                P::INFO.name,
+                P::INFO.min_inputs,
+                P::INFO.max_inputs
+            )));
+        }
+        let output = P::negotiate(&parse_params::<P>(params)?, inputs)?;
+        let plugin = P::create(parse_params::<P>(params)?, inputs, output, &cpu_context())?;
+        Ok(CpuStage { plugin, inputs: inputs.to_vec(), output, frame_index: 0, check_padding: true })
+    }
+
+    /// What `negotiate` said the stage outputs (`None` for a sink).
+    pub fn output_format(&self) -> Option<FrameFormat> {
+        self.output
+    }
+
+    pub fn plugin(&self) -> &P {
+        &self.plugin
+    }
+
+    pub fn plugin_mut(&mut self) -> &mut P {
+        &mut self.plugin
+    }
+
+    /// Let `process` write the padding of output rows ([`CpuStage::process`] fails on it by
+    /// default, since a stage that does so usually got its pitch wrong).
+    pub fn allow_padding_writes(mut self) -> CpuStage<P> {
+        self.check_padding = false;
+        self
+    }
+
+    /// Call `process` with frames of sequence number `seq` (and timestamp 0) whose packed
+    /// pixels are `inputs`, one per input in order, each as long as
+    /// [`FrameLayout::pixel_bytes`] says. Returns the output frame's packed pixels, or `None`
+    /// for a sink.
+    ///
+    /// Panics if `inputs` does not match the formats given to [`CpuStage::new`]: that is the
+    /// test's mistake, not the plugin's.
+    pub fn process(&mut self, seq: u64, inputs: &[&[u8]]) -> Result<Option<Vec<u8>>> {
+        assert_eq!(inputs.len(), self.inputs.len(), "one packed frame per input");
+        let mut infos = Vec::with_capacity(inputs.len());
+        let mut buffers = Vec::with_capacity(inputs.len());
+        for (i, (format, packed)) in self.inputs.iter().zip(inputs).enumerate() {
+            let mut info = FrameInfo::new(*format, seq, 0).expect("the input format has a layout");
+            let want = info.layout.pixel_bytes() as usize;
+            assert_eq!(packed.len(), want, "input {i} is {format}: {want} packed bytes");
+            info.layout = padded(info.layout, INPUT_PADDING);
+            buffers.push(frame_bytes(&info, packed, INPUT_FILL));
+            infos.push(info);
+        }
+        let frames: Vec<InputFrame<'_>> = infos
+            .iter()
+            .zip(&buffers)
+            .map(|(info, bytes)| InputFrame::host(*info, bytes).expect("the buffer fits its layout"))
+            .collect();
+        let ctx = ProcessContext { frame_index: self.frame_index, cuda_stream: 0 };
+        self.frame_index += 1;
+        let Some(format) = self.output else {
+            self.plugin.process(&frames, None, &ctx)?;
+            return Ok(None);
+        };
+        let mut info = FrameInfo::new(format, seq, 0).expect("the output format has a layout");
+        info.layout = padded(info.layout, OUTPUT_PADDING);
+        let mut bytes = vec![OUTPUT_FILL; info.layout.total_bytes as usize];
+        let mut output = OutputFrame::host(info, &mut bytes).expect("the buffer fits its layout");
+        self.plugin.process(&frames, Some(&mut output), &ctx)?;
+        unpack(&info.layout, &bytes, self.check_padding).map(Some)
+    }
+
+    /// Call `flush`, as at the end of the stream.
+    pub fn flush(&mut self) -> Result<()> {
+        self.plugin.flush()
+    }
+}
+
+/// The packed pixels of a frame, every plane in order; an error naming the first row whose
+/// padding no longer holds [`OUTPUT_FILL`] when `check_padding`.
+fn unpack(layout: &FrameLayout, bytes: &[u8], check_padding: bool) -> Result<Vec<u8>> {
+    let mut packed = Vec::with_capacity(layout.pixel_bytes() as usize);
+    for (i, plane) in layout.planes().iter().enumerate() {
+        for y in 0..plane.rows {
+            let start = (plane.offset + y * plane.pitch) as usize;
+            let (pixels, padding) = bytes[start..start + plane.pitch as usize].split_at(plane.row_bytes as usize);
+            if check_padding && padding.iter().any(|&b| b != OUTPUT_FILL) {
+                return Err(Error::new(format!(
+                    "process wrote the padding of output plane {i} row {y} (write rows through \
+                     PlaneMut::row_mut, or by the plane's pitch)"
+                )));
+            }
+            packed.extend_from_slice(pixels);
+        }
+    }
+    Ok(packed)
+}
 
 /// What the runner hands `Plugin::create` for a cpu stage named "test".
 pub fn cpu_context() -> CreateContext<'static> {
@@ -22,7 +177,8 @@ pub fn cpu_context() -> CreateContext<'static> {
     }
 }
 
-/// `layout` with `extra` more bytes of padding after every row.
+/// `layout` with `extra` more bytes of padding after every row, planes still starting on
+/// 256-byte boundaries.
 pub fn padded(layout: FrameLayout, extra: u64) -> FrameLayout {
     let mut padded = layout;
     let mut offset = 0;
@@ -69,7 +225,8 @@ pub fn packed_planes(layout: &FrameLayout, bytes: &[u8], fill: u8) -> Vec<Vec<u8
     planes
 }
 
-/// A path in the temporary folder, distinct per plugin, process and `name`.
+/// A path in the temporary folder, distinct per plugin, process and `name` (for a sink's
+/// output file; the test removes it).
 pub fn temp_path(plugin: &str, name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("gpuipc-{plugin}-{}-{name}", std::process::id()))
 }
@@ -96,4 +253,95 @@ pub fn check_doc_examples(lib_rs: &str, plugin: &str, mut check: impl FnMut(&str
         }
     }
     assert!(checked > 0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::PixelFormat;
+    use crate::plugin::PluginInfo;
+
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Params {
+        /// Clear the whole frame, padding included, first (a bug the harness must catch).
+        #[serde(default)]
+        sloppy: bool,
+    }
+
+    /// Inverts gray frames; with two inputs, the second is subtracted first. A sink for
+    /// anything else.
+    struct Invert {
+        sloppy: bool,
+        sink: bool,
+    }
+
+    impl Plugin for Invert {
+        type Params = Params;
+        const INFO: PluginInfo = PluginInfo {
+            name: "invert",
+            version: "0",
+            description: "",
+            domains: &[Domain::Cpu],
+            min_inputs: 1,
+            max_inputs: 2,
+            accepts: &[PixelFormat::Gray8, PixelFormat::Rgb8],
+            produces: &[PixelFormat::Gray8],
+        };
+        fn negotiate(_: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
+            Ok((inputs[0].pixel_format() == Some(PixelFormat::Gray8)).then_some(inputs[0]))
+        }
+        fn create(p: Params, _: &[FrameFormat], out: Option<FrameFormat>, _: &CreateContext) -> Result<Invert> {
+            Ok(Invert { sloppy: p.sloppy, sink: out.is_none() })
+        }
+        fn process(&mut self, inputs: &[InputFrame], out: Option<&mut OutputFrame>, _: &ProcessContext) -> Result<()> {
+            if self.sink {
+                return Ok(());
+            }
+            let out = out.ok_or("no output")?;
+            if let (true, crate::frame::FrameDataMut::Host(bytes)) = (self.sloppy, out.data()) {
+                bytes.fill(0);
+            }
+            let mut plane = out.plane_mut(0).ok_or("no output plane")?;
+            let a = inputs[0].plane(0).ok_or("no input")?;
+            let b = inputs.get(1).and_then(|f| f.plane(0));
+            for y in 0..plane.rows() {
+                let row = plane.row_mut(y);
+                for (x, o) in row.iter_mut().enumerate() {
+                    *o = 255 - a.row(y)[x] - b.map_or(0, |b| b.row(y)[x]);
+                }
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_stage_runs_on_packed_frames_in_padded_layouts() {
+        let gray = FrameFormat::new(PixelFormat::Gray8, 3, 2);
+        let mut stage = CpuStage::<Invert>::new("", &[gray]).unwrap();
+        assert_eq!(stage.output_format(), Some(gray));
+        let out = stage.process(0, &[&[0, 1, 2, 253, 254, 255]]).unwrap();
+        assert_eq!(out.unwrap(), [255, 254, 253, 2, 1, 0]);
+        let mut two = CpuStage::<Invert>::new("", &[gray, gray]).unwrap();
+        let out = two.process(7, &[&[0, 1, 2, 3, 4, 5], &[1, 1, 1, 1, 1, 1]]).unwrap();
+        assert_eq!(out.unwrap(), [254, 253, 252, 251, 250, 249]);
+        two.flush().unwrap();
+    }
+
+    #[test]
+    fn sinks_wrong_params_and_padding_writes_are_reported() {
+        let rgb = FrameFormat::new(PixelFormat::Rgb8, 2, 2);
+        let mut sink = CpuStage::<Invert>::new("", &[rgb]).unwrap();
+        assert_eq!(sink.process(0, &[&[0; 12]]).unwrap(), None);
+        let e = CpuStage::<Invert>::new("level = 1", &[rgb]).err().unwrap();
+        assert_eq!(e.message(), "param `level`: unknown field `level`, expected `sloppy`");
+        let e = CpuStage::<Invert>::new("", &[rgb, rgb, rgb]).err().unwrap();
+        assert_eq!(e.message(), "invert takes 1..=2 inputs, the test gives 3");
+        let gray = FrameFormat::new(PixelFormat::Gray8, 3, 2);
+        let mut sloppy = CpuStage::<Invert>::new("sloppy = true", &[gray]).unwrap();
+        let e = sloppy.process(0, &[&[0; 6]]).unwrap_err();
+        assert!(e.message().starts_with("process wrote the padding of output plane 0 row 0"), "{e}");
+        let mut allowed = CpuStage::<Invert>::new("sloppy = true", &[gray]).unwrap().allow_padding_writes();
+        assert_eq!(allowed.process(0, &[&[0; 6]]).unwrap().unwrap(), [255; 6]);
+    }
 }
