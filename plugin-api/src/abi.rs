@@ -11,7 +11,9 @@ use crate::format::{FrameFormat, FrameLayout};
 /// Incompatible changes bump the major version; the host refuses any other major.
 pub const ABI_MAJOR: u32 = 1;
 /// Compatible additions (fields appended to the descriptor) bump the minor version.
-pub const ABI_MINOR: u32 = 0;
+///
+/// - 1.1: [`PluginDescriptor::param_info`], the declared params.
+pub const ABI_MINOR: u32 = 1;
 
 /// The one symbol a plugin exports: `extern "C" fn() -> *const PluginDescriptor`.
 pub const ENTRY_SYMBOL: &str = "gpuipc_plugin_entry_v1";
@@ -72,6 +74,18 @@ impl RawStr {
 pub struct RawFormats {
     pub ptr: *const u32,
     pub len: usize,
+}
+
+/// One declared param ([`crate::ParamInfo`]), its strings borrowed from the plugin's static
+/// data for as long as the library is loaded.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RawParamInfo {
+    pub name: RawStr,
+    pub kind: RawStr,
+    pub default: RawStr,
+    pub range: RawStr,
+    pub description: RawStr,
 }
 
 /// The host's log sink, callable from any thread of the stage process.
@@ -173,7 +187,16 @@ pub struct PluginDescriptor {
     pub destroy: unsafe extern "C" fn(instance: *mut c_void),
     /// The text of the last error or panic on the calling thread; valid until the next call.
     pub last_error: unsafe extern "C" fn(len: *mut usize) -> *const u8,
+    // ABI 1.0 ends here ([`DESCRIPTOR_1_0_SIZE`]); the host reads a field below only when
+    // `size` covers it.
+    /// Since 1.1. Writes declared param number `index` to `*out` and returns 1, or returns 0
+    /// when there are no more (`index` is the count). Never fails or panics.
+    pub param_info: unsafe extern "C" fn(index: usize, out: *mut RawParamInfo) -> u32,
 }
+
+/// `size` of a 1.0 descriptor: every field up to `last_error`. A descriptor this size or larger
+/// has all of them.
+pub const DESCRIPTOR_1_0_SIZE: usize = std::mem::offset_of!(PluginDescriptor, param_info);
 
 /// Lets a descriptor full of raw pointers live in a `static`.
 pub struct DescriptorCell(pub PluginDescriptor);

@@ -1,5 +1,7 @@
 //! The `extern "C"` shims behind [`crate::export_plugin!`]: they turn raw ABI arguments into the
 //! safe types of [`crate::Plugin`], catch panics, and keep the last error text for the host.
+//! They run [`crate::Plugin::check`] before `negotiate` and before `create`, so the params are
+//! checked once, the same way, at plan time and when a stage starts.
 //!
 //! This is the one module of plugin-api with `unsafe` code; every block says what the host
 //! guarantees for it.
@@ -10,7 +12,8 @@ use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::abi::{
-    self, PluginDescriptor, RawCreateContext, RawFormats, RawFrame, RawProcessContext, RawStr,
+    self, PluginDescriptor, RawCreateContext, RawFormats, RawFrame, RawParamInfo, RawProcessContext,
+    RawStr,
 };
 use crate::error::{Error, Result};
 use crate::format::FrameFormat;
@@ -115,6 +118,7 @@ pub const fn descriptor<P: Plugin>() -> PluginDescriptor {
         flush: flush::<P>,
         destroy: destroy::<P>,
         last_error,
+        param_info: param_info::<P>,
     }
 }
 
@@ -147,6 +151,7 @@ unsafe extern "C" fn negotiate<P: Plugin>(
         // `output` and `has_output` are writable.
         let (text, inputs) = unsafe { (params_text(params), formats(inputs, n_inputs)) };
         let params = parse_params::<P>(&text)?;
+        P::check(&params, inputs)?;
         let result = P::negotiate(&params, inputs)?;
         // SAFETY: see above.
         unsafe {
@@ -199,6 +204,7 @@ unsafe extern "C" fn create<P: Plugin>(
             kernel_cache_dir: (!cache_dir.as_os_str().is_empty()).then_some(cache_dir.as_path()),
         };
         let params = parse_params::<P>(&text)?;
+        P::check(&params, inputs)?;
         let plugin = P::create(params, inputs, output, &context)?;
         // SAFETY: `instance` is writable; the box is reclaimed by `destroy`.
         unsafe { *instance = Box::into_raw(Box::new(plugin)) as *mut c_void };
@@ -320,6 +326,20 @@ unsafe extern "C" fn last_error(len: *mut usize) -> *const u8 {
     })
 }
 
+unsafe extern "C" fn param_info<P: Plugin>(index: usize, out: *mut RawParamInfo) -> u32 {
+    let Some(param) = P::PARAMS.get(index) else { return 0 };
+    let raw = RawParamInfo {
+        name: RawStr::from_str(param.name),
+        kind: RawStr::from_str(param.kind),
+        default: RawStr::from_str(param.default),
+        range: RawStr::from_str(param.range),
+        description: RawStr::from_str(param.description),
+    };
+    // SAFETY: `out` is writable (host contract); the strings are `'static`.
+    unsafe { *out = raw };
+    1
+}
+
 /// Export a [`Plugin`] implementation as this cdylib's plugin.
 ///
 /// ```ignore
@@ -337,4 +357,116 @@ macro_rules! export_plugin {
             &DESCRIPTOR.0
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ParamInfo, PluginInfo};
+
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Params {
+        level: u8,
+    }
+
+    /// Refuses `level = 0` in `check`; would panic if `negotiate` or `create` saw it.
+    struct Fill;
+
+    impl Plugin for Fill {
+        type Params = Params;
+        const INFO: PluginInfo = PluginInfo {
+            name: "fill",
+            version: "0",
+            description: "",
+            domains: &[Domain::Cpu],
+            min_inputs: 0,
+            max_inputs: 0,
+            accepts: &[],
+            produces: &[],
+        };
+        const PARAMS: &'static [ParamInfo] = &[ParamInfo {
+            name: "level",
+            kind: "integer",
+            default: ParamInfo::REQUIRED,
+            range: "1..=255",
+            description: "the level",
+        }];
+        fn check(params: &Params, _: &[FrameFormat]) -> Result<()> {
+            match params.level {
+                0 => Err(Error::new("param `level` must be 1..=255, got 0")),
+                _ => Ok(()),
+            }
+        }
+        fn negotiate(params: &Params, _: &[FrameFormat]) -> Result<Option<FrameFormat>> {
+            assert_ne!(params.level, 0, "negotiate before check");
+            Ok(None)
+        }
+        fn create(params: Params, _: &[FrameFormat], _: Option<FrameFormat>, _: &CreateContext<'_>) -> Result<Fill> {
+            assert_ne!(params.level, 0, "create before check");
+            Ok(Fill)
+        }
+        fn process(&mut self, _: &[InputFrame<'_>], _: Option<&mut OutputFrame<'_>>, _: &ProcessContext) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn last_error_text(d: &PluginDescriptor) -> String {
+        let mut len = 0;
+        // SAFETY: as the host does: `len` is writable, the text is read before the next call.
+        unsafe { RawStr { ptr: (d.last_error)(&mut len), len }.to_string_lossy() }
+    }
+
+    #[test]
+    fn check_runs_before_negotiate_and_before_create() {
+        let d = descriptor::<Fill>();
+        let mut output = FrameFormat { pixel: 0, width: 0, height: 0 };
+        let mut has_output = 7;
+        let mut instance = std::ptr::null_mut();
+        let ctx = RawCreateContext {
+            stage: RawStr::from_str("s"),
+            domain: abi::DOMAIN_CPU,
+            device_ordinal: -1,
+            cuda_context: std::ptr::null_mut(),
+            cuda_stream: std::ptr::null_mut(),
+            kernel_cache_dir: RawStr::from_str(""),
+            log: None,
+        };
+        for (text, status) in [("level = 0", abi::STATUS_ERROR), ("level = 3", abi::STATUS_OK)] {
+            let params = RawStr::from_str(text);
+            // SAFETY: every pointer is valid for the call, as the host passes them.
+            let negotiated =
+                unsafe { (d.negotiate)(params, std::ptr::null(), 0, &mut output, &mut has_output) };
+            assert_eq!(negotiated, status, "negotiate {text}: {}", last_error_text(&d));
+            // SAFETY: as above.
+            let created = unsafe {
+                (d.create)(params, std::ptr::null(), 0, std::ptr::null(), &ctx, &mut instance)
+            };
+            assert_eq!(created, status, "create {text}: {}", last_error_text(&d));
+            if status == abi::STATUS_ERROR {
+                assert_eq!(last_error_text(&d), "param `level` must be 1..=255, got 0");
+                assert!(instance.is_null());
+            }
+        }
+        assert_eq!(has_output, 0);
+        // SAFETY: made by `create` above, destroyed once.
+        unsafe { (d.destroy)(instance) };
+    }
+
+    #[test]
+    fn param_info_lists_the_declared_params_then_stops() {
+        let d = descriptor::<Fill>();
+        assert_eq!(d.size, size_of::<PluginDescriptor>());
+        assert!(abi::DESCRIPTOR_1_0_SIZE < d.size);
+        let empty = RawStr::from_str("");
+        let mut raw = RawParamInfo { name: empty, kind: empty, default: empty, range: empty, description: empty };
+        // SAFETY: `raw` is writable; the strings it gets are 'static.
+        unsafe {
+            assert_eq!((d.param_info)(0, &mut raw), 1);
+            assert_eq!(raw.name.to_string_lossy(), "level");
+            assert_eq!(raw.default.to_string_lossy(), "required");
+            assert_eq!(raw.range.to_string_lossy(), "1..=255");
+            assert_eq!((d.param_info)(1, &mut raw), 0);
+        }
+    }
 }

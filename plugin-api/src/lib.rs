@@ -67,6 +67,7 @@ pub mod export;
 pub mod format;
 pub mod frame;
 pub mod log;
+pub mod param_check;
 mod plugin;
 pub mod testing;
 
@@ -88,14 +89,32 @@ pub fn create_output_file(param: &str, path: &std::path::Path) -> Result<std::fs
         .and_then(|()| std::fs::File::create(path))
         .map_err(|e| Error::new(format!("param `{param}`: cannot create {}: {e}", path.display())))
 }
-/// Check, when the pipeline is validated, a path param a stage will write: not empty, and not
-/// a folder. (Whether it can be created is only known when the stage starts.)
+/// Check, when the pipeline is validated (from [`Plugin::check`]), a path param a stage will
+/// write, only looking at the file system: not empty, not a folder (one that exists, or a name
+/// ending in `/`), and under no file (`hashes.txt/x` can never be created). A folder that does
+/// not exist yet is fine: [`create_output_file`] makes it. Whether the file can be created
+/// (permissions, a read-only file system) is only known when the stage starts.
 pub fn check_output_path(param: &str, path: &std::path::Path) -> Result<()> {
     if path.as_os_str().is_empty() {
         return Err(Error::new(format!("param `{param}` is empty; give the file to write")));
     }
     if path.is_dir() {
         return Err(Error::new(format!("param `{param}`: {} is a folder; give a file in it", path.display())));
+    }
+    if path.as_os_str().as_encoded_bytes().ends_with(b"/") {
+        return Err(Error::new(format!(
+            "param `{param}`: {} ends in `/`, so it names a folder; give a file in it",
+            path.display()
+        )));
+    }
+    // The nearest ancestor that exists must be a folder, or the file can never be made.
+    let nearest = path.ancestors().skip(1).filter(|a| !a.as_os_str().is_empty()).find(|a| a.exists());
+    if let Some(file) = nearest.filter(|a| !a.is_dir()) {
+        return Err(Error::new(format!(
+            "param `{param}`: {} is not a folder, so {} cannot be created",
+            file.display(),
+            path.display()
+        )));
     }
     Ok(())
 }
@@ -106,4 +125,4 @@ pub use frame::{
     DeviceBuffer, FrameData, FrameDataMut, FrameInfo, InputFrame, OutputFrame, Plane, PlaneMut,
     pixel_hash,
 };
-pub use plugin::{CreateContext, Domain, Plugin, PluginInfo, ProcessContext};
+pub use plugin::{CreateContext, Domain, ParamInfo, Plugin, PluginInfo, ProcessContext};

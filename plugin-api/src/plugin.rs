@@ -32,7 +32,9 @@ impl Domain {
 /// What a plugin tells the host before anything runs.
 #[derive(Debug, Clone, Copy)]
 pub struct PluginInfo {
-    /// The name the pipeline file uses for a built-in, and the name shown in plans.
+    /// The name plans, reports and `gpuipc-host inspect` show. It does not decide lookup: the
+    /// library's file name does (`plugin = "sepia-tone"` loads `libgpuipc_sepia_tone.so`,
+    /// whatever name it gives here), so keep the two the same.
     pub name: &'static str,
     pub version: &'static str,
     pub description: &'static str,
@@ -46,9 +48,59 @@ pub struct PluginInfo {
     pub produces: &'static [PixelFormat],
 }
 
+/// One param a plugin reads from its stage's `params` table, as `gpuipc-host inspect` shows
+/// it. Every field is text for people; the `Params` type stays what decides.
+///
+/// ```
+/// # use gpuipc_plugin_api::ParamInfo;
+/// const PARAMS: &[ParamInfo] = &[
+///     ParamInfo {
+///         name: "level",
+///         kind: "integer",
+///         default: "1",
+///         range: "1..=255",
+///         description: "the gray level every pixel gets",
+///     },
+///     ParamInfo {
+///         name: "mode",
+///         kind: r#""fill" | "add""#,
+///         default: r#""fill""#,
+///         range: "",
+///         description: "replace each pixel, or add to it",
+///     },
+/// ];
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamInfo {
+    /// The key in the `params` table.
+    pub name: &'static str,
+    /// `integer`, `float`, `bool`, `string`, or the accepted strings as
+    /// `"a" | "b" | "c"`.
+    pub kind: &'static str,
+    /// The default as a TOML value (`1280`, `"bars"`, `false`), `required` when the key must
+    /// be given, or `none` when leaving it out means "unset" (an optional value).
+    pub default: &'static str,
+    /// The values accepted beyond the kind (`1..=32768`, `> 0`); empty when the kind says it.
+    pub range: &'static str,
+    /// What the param does, in one or a few sentences.
+    pub description: &'static str,
+}
+
+impl ParamInfo {
+    /// `default` of a param the stage must be given.
+    pub const REQUIRED: &'static str = "required";
+    /// `default` of an optional param with no value when left out.
+    pub const NONE: &'static str = "none";
+}
+
 /// A stage's logic. Implement it and call [`crate::export_plugin!`]; no `unsafe` needed.
 ///
 /// Panics are caught at the ABI boundary and reported as errors of the stage.
+///
+/// The host calls, through the export glue: at plan time (`validate`, and before `run` starts
+/// any process) [`Plugin::check`] then [`Plugin::negotiate`]; in the stage process
+/// [`Plugin::check`] again then [`Plugin::create`], then [`Plugin::process`] per frame and
+/// [`Plugin::flush`] at the end.
 pub trait Plugin: Sized + Send + 'static {
     /// The stage's `params` table from the pipeline file. Keys this type does not read are
     /// rejected; add `#[serde(deny_unknown_fields)]` for the best messages.
@@ -56,11 +108,30 @@ pub trait Plugin: Sized + Send + 'static {
 
     const INFO: PluginInfo;
 
+    /// The params, for `gpuipc-host inspect`: one entry per key that `Params` reads, in the
+    /// order of the plugin's docs. Empty by default (inspect then says none are declared).
+    const PARAMS: &'static [ParamInfo] = &[];
+
+    /// Check the params' values that their types cannot (ranges, combinations, a path that
+    /// can never be written), reporting every problem at once and naming each param.
+    ///
+    /// Called by the export glue before [`Plugin::negotiate`] (at plan time, so `validate`
+    /// reports what `run` would) and before [`Plugin::create`] (so `create` needs no check of
+    /// its own). Runs where planning does, before any stage process exists: it must be cheap and
+    /// have no side effects: no files created, no GPU touched. Checks that need them belong in
+    /// `create`.
+    fn check(params: &Self::Params, inputs: &[FrameFormat]) -> Result<()> {
+        let _ = (params, inputs);
+        Ok(())
+    }
+
     /// The output format for these params and input formats, or `None` for a sink. Called by
-    /// the host while planning, before any stage process exists; must not touch a GPU.
+    /// the host while planning, after [`Plugin::check`] accepted the params, before any stage
+    /// process exists; must not touch a GPU.
     fn negotiate(params: &Self::Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>>;
 
-    /// Make an instance for a stage. `output` is what [`Plugin::negotiate`] returned.
+    /// Make an instance for a stage, after [`Plugin::check`] accepted the params. `output` is
+    /// what [`Plugin::negotiate`] returned.
     fn create(
         params: Self::Params,
         inputs: &[FrameFormat],

@@ -7,7 +7,9 @@
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 
-use gpuipc_plugin_api::abi::{self, PluginDescriptor, RawCreateContext, RawFrame, RawProcessContext, RawStr};
+use gpuipc_plugin_api::abi::{
+    self, PluginDescriptor, RawCreateContext, RawFrame, RawParamInfo, RawProcessContext, RawStr,
+};
 use gpuipc_plugin_api::{FrameFormat, PixelFormat};
 
 #[derive(Debug, thiserror::Error)]
@@ -39,12 +41,30 @@ pub enum PluginCallError {
 pub struct PluginMeta {
     pub name: String,
     pub version: String,
+    pub description: String,
+    /// The plugin ABI version it was built for (same major as the host's).
+    pub abi: (u32, u32),
     pub domains: u32,
     pub min_inputs: u32,
     pub max_inputs: u32,
     pub accepts: Vec<PixelFormat>,
     pub produces: Vec<PixelFormat>,
+    /// Its declared params; `None` when it was built for ABI 1.0, which cannot declare them.
+    pub params: Option<Vec<ParamMeta>>,
 }
+
+/// One declared param, copied out of the plugin (see `gpuipc_plugin_api::ParamInfo`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamMeta {
+    pub name: String,
+    pub kind: String,
+    pub default: String,
+    pub range: String,
+    pub description: String,
+}
+
+/// More params than this is a broken `param_info`, not a plugin.
+const MAX_PARAMS: usize = 1024;
 
 impl PluginMeta {
     pub fn supports(&self, domain_bit: u32) -> bool {
@@ -56,7 +76,8 @@ impl PluginMeta {
 pub struct LoadedPlugin {
     path: PathBuf,
     meta: PluginMeta,
-    descriptor: *const PluginDescriptor,
+    /// Our copy of the plugin's descriptor: its functions point into the library.
+    descriptor: PluginDescriptor,
     // Declared last so it is dropped after everything that points into it.
     _library: libloading::Library,
 }
@@ -90,15 +111,19 @@ impl LoadedPlugin {
         if major != abi::ABI_MAJOR {
             return Err(PluginLoadError::AbiMismatch { path, found_major: major, found_minor: minor });
         }
-        // SAFETY: same major version, so the layout is ours up to `size`, checked next.
-        let d = unsafe { &*descriptor };
-        if d.size < size_of::<PluginDescriptor>() {
+        // SAFETY: same major version, so `size` follows the two versions, as in every 1.x.
+        let size = unsafe { (*descriptor).size };
+        if size < abi::DESCRIPTOR_1_0_SIZE {
             return Err(PluginLoadError::BadDescriptor {
                 path,
-                why: format!("descriptor is {} bytes, expected at least {}", d.size, size_of::<PluginDescriptor>()),
+                why: format!("descriptor is {size} bytes, expected at least {}", abi::DESCRIPTOR_1_0_SIZE),
             });
         }
-        let meta = read_meta(d).map_err(|why| PluginLoadError::BadDescriptor { path: path.clone(), why })?;
+        // SAFETY: same major version and at least the 1.0 size: the plugin's descriptor is
+        // ours up to `size`, and `copy_descriptor` reads no further.
+        let descriptor = unsafe { copy_descriptor(descriptor, size) };
+        let meta = read_meta(&descriptor, (major, minor), size)
+            .map_err(|why| PluginLoadError::BadDescriptor { path: path.clone(), why })?;
         Ok(LoadedPlugin { path, meta, descriptor, _library: library })
     }
 
@@ -111,8 +136,7 @@ impl LoadedPlugin {
     }
 
     fn descriptor(&self) -> &PluginDescriptor {
-        // SAFETY: checked in `load`; the library (and so the descriptor) lives as long as self.
-        unsafe { &*self.descriptor }
+        &self.descriptor
     }
 
     /// Turn a status code into a result, fetching the plugin's error text.
@@ -168,9 +192,43 @@ impl LoadedPlugin {
     }
 }
 
-fn read_meta(d: &PluginDescriptor) -> Result<PluginMeta, String> {
+/// How many bytes of a plugin's `size`-byte descriptor the host copies: all of ours when the
+/// plugin's has them (it may have more, from a newer minor version), else the 1.0 fields.
+/// (A field added in a later minor version gets a step here.)
+fn copied_len(size: usize) -> usize {
+    if size >= size_of::<PluginDescriptor>() { size_of::<PluginDescriptor>() } else { abi::DESCRIPTOR_1_0_SIZE }
+}
+
+/// Stands in for `param_info` of a plugin built for ABI 1.0: no params.
+unsafe extern "C" fn no_params(_index: usize, _out: *mut RawParamInfo) -> u32 {
+    0
+}
+
+/// Copy a plugin's descriptor: the fields its `size` covers from the plugin, later ones
+/// (from a newer minor version of the ABI than the plugin's) as the host's stand-ins.
+///
+/// # Safety
+/// `descriptor` must point to a descriptor of this ABI major version with `size` readable
+/// bytes (its own `size` field), at least [`abi::DESCRIPTOR_1_0_SIZE`], whose fields hold what
+/// the ABI says (valid function pointers, not null). Nothing past `size` is read, so a plugin
+/// built for an older minor version is never read out of bounds.
+unsafe fn copy_descriptor(descriptor: *const PluginDescriptor, size: usize) -> PluginDescriptor {
+    let len = copied_len(size);
+    let mut copy = std::mem::MaybeUninit::<PluginDescriptor>::uninit();
+    // SAFETY: the fields of 1.1 get the host's stand-ins first, then the first `len` bytes
+    // come from the plugin (readable: `len <= size`); together they are every field, each
+    // holding a valid value, so the copy is initialised.
+    unsafe {
+        std::ptr::addr_of_mut!((*copy.as_mut_ptr()).param_info).write(no_params);
+        std::ptr::copy_nonoverlapping(descriptor.cast::<u8>(), copy.as_mut_ptr().cast::<u8>(), len);
+        copy.assume_init()
+    }
+}
+
+fn read_meta(d: &PluginDescriptor, abi: (u32, u32), size: usize) -> Result<PluginMeta, String> {
     // SAFETY: the descriptor's strings and lists point at the plugin's static data.
-    let (name, version) = unsafe { (d.name.to_string_lossy(), d.version.to_string_lossy()) };
+    let (name, version, description) =
+        unsafe { (d.name.to_string_lossy(), d.version.to_string_lossy(), d.description.to_string_lossy()) };
     if name.is_empty() {
         return Err("the plugin has no name".into());
     }
@@ -188,15 +246,50 @@ fn read_meta(d: &PluginDescriptor) -> Result<PluginMeta, String> {
     if d.min_inputs > d.max_inputs {
         return Err(format!("min_inputs {} exceeds max_inputs {}", d.min_inputs, d.max_inputs));
     }
+    let params = if copied_len(size) > abi::DESCRIPTOR_1_0_SIZE { Some(read_params(d)?) } else { None };
     Ok(PluginMeta {
         name,
         version,
+        description,
+        abi,
         domains: d.domains,
         min_inputs: d.min_inputs,
         max_inputs: d.max_inputs,
         accepts: formats(d.accepts, "accepts")?,
         produces: formats(d.produces, "produces")?,
+        params,
     })
+}
+
+/// The declared params, asked for one at a time until the plugin says there are no more.
+fn read_params(d: &PluginDescriptor) -> Result<Vec<ParamMeta>, String> {
+    let mut params = Vec::new();
+    loop {
+        let empty = RawStr::from_str("");
+        let mut raw = RawParamInfo { name: empty, kind: empty, default: empty, range: empty, description: empty };
+        // SAFETY: `raw` is writable; `param_info` writes it only when it returns 1, with
+        // strings in the plugin's static data, which we copy out at once.
+        let param = unsafe {
+            if (d.param_info)(params.len(), &mut raw) == 0 {
+                break;
+            }
+            ParamMeta {
+                name: raw.name.to_string_lossy(),
+                kind: raw.kind.to_string_lossy(),
+                default: raw.default.to_string_lossy(),
+                range: raw.range.to_string_lossy(),
+                description: raw.description.to_string_lossy(),
+            }
+        };
+        if params.len() == MAX_PARAMS {
+            return Err(format!("it declares more than {MAX_PARAMS} params"));
+        }
+        if param.name.is_empty() {
+            return Err(format!("param {} has no name", params.len()));
+        }
+        params.push(param);
+    }
+    Ok(params)
 }
 
 /// One instance of a plugin; destroyed on drop.

@@ -5,8 +5,8 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, PixelFormat, Plugin,
-    PluginInfo, ProcessContext, Result, bail,
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat,
+    Plugin, PluginInfo, ProcessContext, Result, bail,
 };
 use serde::Deserialize;
 
@@ -57,8 +57,23 @@ impl Plugin for Checksum {
         produces: &[],
     };
 
-    fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
-        gpuipc_plugin_api::check_output_path("path", &params.path)?;
+    /// The `# Params` table of the crate docs, for `gpuipc-host inspect`.
+    const PARAMS: &'static [ParamInfo] = &[
+        ParamInfo {
+            name: "path",
+            kind: "string",
+            default: ParamInfo::REQUIRED,
+            range: "",
+            description: "the file to write, created or truncated when the stage starts (with its folder if missing); relative to the folder `gpuipc-host` runs in",
+        },
+    ];
+
+    /// Only what can be known without creating anything: the file is made in `create`.
+    fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
+        gpuipc_plugin_api::check_output_path("path", &params.path)
+    }
+
+    fn negotiate(_params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
         if inputs.is_empty() || inputs.len() > MAX_INPUTS as usize {
             bail!("checksum takes 1 to {MAX_INPUTS} inputs, got {}", inputs.len());
         }
@@ -189,6 +204,36 @@ mod tests {
             e.message().starts_with("param `path`: cannot create /proc/nonexistent/y.txt"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn check_refuses_paths_that_can_never_be_written_and_creates_nothing() {
+        let dir = temp_path("checksum", "check");
+        let cases = [
+            ("", "param `path` is empty; give the file to write".to_owned()),
+            ("/", "param `path`: / is a folder; give a file in it".to_owned()),
+            ("out/", "param `path`: out/ ends in `/`, so it names a folder; give a file in it".to_owned()),
+            (
+                "/dev/null/x/y.xxh3",
+                "param `path`: /dev/null is not a folder, so /dev/null/x/y.xxh3 cannot be created"
+                    .to_owned(),
+            ),
+        ];
+        for (path, want) in cases {
+            let params = parse_params::<Checksum>(&format!("path = {path:?}")).unwrap();
+            let e = Checksum::check(&params, &[]).unwrap_err();
+            assert_eq!(e.message(), want, "{path}");
+        }
+        // A folder that does not exist yet is made at create; check makes nothing.
+        let missing = dir.join("new/hashes.xxh3");
+        let params = parse_params::<Checksum>(&format!("path = {:?}", missing.to_str().unwrap())).unwrap();
+        Checksum::check(&params, &[]).unwrap();
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn declared_params_match_the_params_type_and_the_docs() {
+        gpuipc_plugin_api::param_check::assert_declared::<Checksum>(include_str!("lib.rs"), "path = \"x\"");
     }
 
     #[test]

@@ -11,9 +11,12 @@
 //!
 //! # Params
 //!
-//! | key    | type            | default  | meaning |
-//! |--------|-----------------|----------|---------|
-//! | `path` | string, a path  | required | the file to write, created or truncated when the stage starts |
+//! | key    | type   | default  | meaning |
+//! |--------|--------|----------|---------|
+//! | `path` | string | required | the file to write, created or truncated when the stage starts (with its folder if missing); relative to the folder `gpuipc-host` runs in |
+//!
+//! `validate` refuses a `path` that is empty, a folder, or under a file; one that cannot be
+//! created for another reason (permissions) fails when the stage starts.
 //!
 //! ```toml
 //! [[stage]]

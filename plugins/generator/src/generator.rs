@@ -7,8 +7,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, PixelFormat, Plugin,
-    PluginInfo, ProcessContext, Result, bail,
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat,
+    Plugin, PluginInfo, ProcessContext, Result, bail,
 };
 use serde::Deserialize;
 
@@ -360,8 +360,64 @@ impl Plugin for Generator {
         produces: &[PixelFormat::Rgb8, PixelFormat::Rgba8, PixelFormat::Gray8],
     };
 
+    /// The `# Params` table of the crate docs, for `gpuipc-host inspect`.
+    const PARAMS: &'static [ParamInfo] = &[
+        ParamInfo {
+            name: "width",
+            kind: "integer",
+            default: "1280",
+            range: "1..=32768",
+            description: "frame width in pixels",
+        },
+        ParamInfo {
+            name: "height",
+            kind: "integer",
+            default: "720",
+            range: "1..=32768",
+            description: "frame height in pixels",
+        },
+        ParamInfo {
+            name: "pattern",
+            kind: r#""bars" | "gradient" | "noise" | "box""#,
+            default: r#""bars""#,
+            range: "",
+            description: "what to draw: eight colour bars, colour ramps, hashed noise, or a white box moving over gray",
+        },
+        ParamInfo {
+            name: "format",
+            kind: r#""rgb8" | "rgba8" | "gray8""#,
+            default: r#""rgb8""#,
+            range: "",
+            description: "output pixel format",
+        },
+        ParamInfo {
+            name: "fps",
+            kind: "float",
+            default: ParamInfo::NONE,
+            range: "> 0",
+            description: "pace output to this rate; none: as fast as the pipeline takes frames",
+        },
+        ParamInfo {
+            name: "seed",
+            kind: "integer",
+            default: "0",
+            range: "0..=2^63-1",
+            description: "seed of the `noise` pattern",
+        },
+        ParamInfo {
+            name: "threads",
+            kind: "integer",
+            default: "0",
+            range: "0..=256",
+            description: "cpu domain: threads drawing each frame, each a band of rows; 0: one per core this process may use, at most 8 and at most one per 2^16 pixels for `noise`, per 2^20 for the others (whose rows are copies or nearly); ignored in the cuda domain",
+        },
+    ];
+
+    fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
+        params.validate()
+    }
+
     fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
-        params.validate()?;
         if !inputs.is_empty() {
             bail!("the generator is a source and takes no inputs, got {}", inputs.len());
         }
@@ -374,7 +430,6 @@ impl Plugin for Generator {
         output: Option<FrameFormat>,
         ctx: &CreateContext<'_>,
     ) -> Result<Generator> {
-        params.validate()?;
         let format = params.frame_format();
         if output != Some(format) {
             bail!("the generator makes {format} frames, but the output was set to {output:?}");
@@ -469,7 +524,7 @@ mod tests {
         ];
         for (text, key) in cases {
             let params = parse_params::<Generator>(text).unwrap();
-            let e = Generator::negotiate(&params, &[]).unwrap_err();
+            let e = Generator::check(&params, &[]).unwrap_err();
             assert!(e.message().contains(&format!("param `{key}`")), "{text}: {e}");
         }
         let e = parse_params::<Generator>("pattern = \"zigzag\"").unwrap_err();
@@ -493,8 +548,13 @@ mod tests {
     #[test]
     fn doc_examples_are_valid_params() {
         check_doc_examples(include_str!("lib.rs"), Generator::INFO.name, |text| {
-            parse_params::<Generator>(text).unwrap().validate().unwrap();
+            Generator::check(&parse_params::<Generator>(text).unwrap(), &[]).unwrap();
         });
+    }
+
+    #[test]
+    fn declared_params_match_the_params_type_and_the_docs() {
+        gpuipc_plugin_api::param_check::assert_declared::<Generator>(include_str!("lib.rs"), "");
     }
 
     #[test]

@@ -83,6 +83,11 @@ mod tests {
     }
 
     #[test]
+    fn declared_params_match_the_params_type_and_the_docs() {
+        gpuipc_plugin_api::param_check::assert_declared::<Null>(include_str!("lib.rs"), "");
+    }
+
+    #[test]
     fn any_param_is_an_error() {
         let e = parse_params::<Null>("path = \"x\"").unwrap_err();
         assert!(e.message().contains("path"), "{e}");

@@ -2,8 +2,8 @@
 //! rows at once.
 
 use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, PixelFormat, Plugin,
-    PluginInfo, ProcessContext, Result, bail,
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat,
+    Plugin, PluginInfo, ProcessContext, Result, bail,
 };
 use serde::Deserialize;
 
@@ -132,8 +132,50 @@ impl Plugin for RgbProcess {
         produces: &[PixelFormat::Rgb8, PixelFormat::Rgba8, PixelFormat::Gray8],
     };
 
-    fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
-        params.validate()?;
+    /// The `# Params` table of the crate docs, for `gpuipc-host inspect`.
+    const PARAMS: &'static [ParamInfo] = &[
+        ParamInfo {
+            name: "brightness",
+            kind: "float",
+            default: "0.0",
+            range: "-1..=1",
+            description: "added after contrast, in units of full scale",
+        },
+        ParamInfo {
+            name: "contrast",
+            kind: "float",
+            default: "1.0",
+            range: ">= 0",
+            description: "slope around mid-gray (0.5); 0 makes every value mid-gray",
+        },
+        ParamInfo {
+            name: "gamma",
+            kind: "float",
+            default: "1.0",
+            range: "> 0",
+            description: "output = value^(1/gamma); > 1 brightens mid-tones",
+        },
+        ParamInfo {
+            name: "invert",
+            kind: "bool",
+            default: "false",
+            range: "",
+            description: "output = 1 - value, last",
+        },
+        ParamInfo {
+            name: "threads",
+            kind: "integer",
+            default: "0",
+            range: "0..=256",
+            description: "cpu domain: threads mapping each frame, each a band of rows; 0: one per core this process may use, at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain",
+        },
+    ];
+
+    fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
+        params.validate()
+    }
+
+    fn negotiate(_params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
         check_input(inputs).map(Some)
     }
 
@@ -143,7 +185,6 @@ impl Plugin for RgbProcess {
         output: Option<FrameFormat>,
         ctx: &CreateContext<'_>,
     ) -> Result<RgbProcess> {
-        params.validate()?;
         let format = check_input(inputs)?;
         if output != Some(format) {
             bail!(
@@ -311,7 +352,7 @@ mod tests {
         for (text, key) in cases {
             let p = parse_params::<RgbProcess>(text).unwrap();
             let format = FrameFormat::new(PixelFormat::Rgb8, 2, 2);
-            let e = RgbProcess::negotiate(&p, &[format]).unwrap_err();
+            let e = RgbProcess::check(&p, &[format]).unwrap_err();
             assert!(e.message().contains(&format!("param `{key}`")), "{text}: {e}");
         }
         let e = parse_params::<RgbProcess>("invert = \"yes\"").unwrap_err();
@@ -323,8 +364,13 @@ mod tests {
     #[test]
     fn doc_examples_are_valid_params() {
         check_doc_examples(include_str!("lib.rs"), RgbProcess::INFO.name, |text| {
-            parse_params::<RgbProcess>(text).unwrap().validate().unwrap();
+            RgbProcess::check(&parse_params::<RgbProcess>(text).unwrap(), &[]).unwrap();
         });
+    }
+
+    #[test]
+    fn declared_params_match_the_params_type_and_the_docs() {
+        gpuipc_plugin_api::param_check::assert_declared::<RgbProcess>(include_str!("lib.rs"), "");
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! loop (the stage runs the faster loops of [`crate::cpu`]).
 
 use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, PixelFormat, Plugin,
-    PluginInfo, ProcessContext, Result, bail,
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat,
+    Plugin, PluginInfo, ProcessContext, Result, bail,
 };
 use serde::Deserialize;
 
@@ -261,8 +261,43 @@ impl Plugin for Yuv420 {
         produces: &[PixelFormat::I420, PixelFormat::Nv12],
     };
 
+    /// The `# Params` table of the crate docs, for `gpuipc-host inspect`.
+    const PARAMS: &'static [ParamInfo] = &[
+        ParamInfo {
+            name: "matrix",
+            kind: r#""bt709" | "bt601""#,
+            default: r#""bt709""#,
+            range: "",
+            description: "luma weights: BT.709 Kr = 0.2126, Kb = 0.0722; BT.601 Kr = 0.299, Kb = 0.114",
+        },
+        ParamInfo {
+            name: "range",
+            kind: r#""limited" | "full""#,
+            default: r#""limited""#,
+            range: "",
+            description: "limited: Y 16..=235, U, V 16..=240; full: 0..=255",
+        },
+        ParamInfo {
+            name: "layout",
+            kind: r#""i420" | "nv12""#,
+            default: r#""i420""#,
+            range: "",
+            description: "i420: Y, U, V planes; nv12: Y plane, then U, V pairs interleaved (U first)",
+        },
+        ParamInfo {
+            name: "threads",
+            kind: "integer",
+            default: "0",
+            range: "0..=256",
+            description: "cpu domain: threads converting each frame, each a band of row pairs; 0: one per core this process may use, at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain",
+        },
+    ];
+
+    fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
+        params.validate()
+    }
+
     fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
-        params.validate()?;
         output_format(params, inputs).map(Some)
     }
 
@@ -272,7 +307,6 @@ impl Plugin for Yuv420 {
         output: Option<FrameFormat>,
         ctx: &CreateContext<'_>,
     ) -> Result<Yuv420> {
-        params.validate()?;
         let expected = output_format(&params, inputs)?;
         if output != Some(expected) {
             bail!("yuv420 makes {expected} frames here, but the output was set to {output:?}");
@@ -697,7 +731,7 @@ mod tests {
     #[test]
     fn threads_are_checked_and_change_no_byte() {
         let p = parse_params::<Yuv420>("threads = 257").unwrap();
-        let e = Yuv420::negotiate(&p, &[FrameFormat::new(PixelFormat::Rgb8, 4, 4)]).unwrap_err();
+        let e = Yuv420::check(&p, &[FrameFormat::new(PixelFormat::Rgb8, 4, 4)]).unwrap_err();
         let want = "param `threads` must be 0 (a share of the cores) or 1..=256, got 257";
         assert_eq!(e.message(), want);
         assert!(parse_params::<Yuv420>("threads = -1").is_err());
@@ -717,7 +751,12 @@ mod tests {
     #[test]
     fn doc_examples_are_valid_params() {
         check_doc_examples(include_str!("lib.rs"), Yuv420::INFO.name, |text| {
-            parse_params::<Yuv420>(text).unwrap();
+            Yuv420::check(&parse_params::<Yuv420>(text).unwrap(), &[]).unwrap();
         });
+    }
+
+    #[test]
+    fn declared_params_match_the_params_type_and_the_docs() {
+        gpuipc_plugin_api::param_check::assert_declared::<Yuv420>(include_str!("lib.rs"), "");
     }
 }
