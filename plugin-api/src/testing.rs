@@ -63,9 +63,9 @@ pub struct CpuStage<P: Plugin> {
 
 impl<P: Plugin> CpuStage<P> {
     /// Parse `params` (`key = value` lines, or empty), then what the host does at plan time
-    /// and when the stage starts: `negotiate` with `inputs` (one format per input, in the
-    /// order of the stage's `inputs`), then `create` with [`cpu_context`]. An error is any of
-    /// theirs, as the host would report it.
+    /// and when the stage starts: `check` and `negotiate` with `inputs` (one format per input,
+    /// in the order of the stage's `inputs`), then `check` again and `create` with
+    /// [`cpu_context`]. An error is any of theirs, as the host would report it.
     pub fn new(params: &str, inputs: &[FrameFormat]) -> Result<CpuStage<P>> {
         let count = inputs.len() as u32;
         if count < P::INFO.min_inputs || count > P::INFO.max_inputs {
@@ -76,8 +76,12 @@ impl<P: Plugin> CpuStage<P> {
                 P::INFO.max_inputs
             )));
         }
-        let output = P::negotiate(&parse_params::<P>(params)?, inputs)?;
-        let plugin = P::create(parse_params::<P>(params)?, inputs, output, &cpu_context())?;
+        let planned = parse_params::<P>(params)?;
+        P::check(&planned, inputs)?;
+        let output = P::negotiate(&planned, inputs)?;
+        let started = parse_params::<P>(params)?;
+        P::check(&started, inputs)?;
+        let plugin = P::create(started, inputs, output, &cpu_context())?;
         Ok(CpuStage { plugin, inputs: inputs.to_vec(), output, frame_index: 0, check_padding: true })
     }
 

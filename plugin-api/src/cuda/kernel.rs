@@ -142,8 +142,9 @@ mod tests {
         assert_eq!(documented_entries(src), ["gen_a", "gen_b"]);
     }
 
-    /// Every kernel in kernels/ compiles, as the stages compile it, and holds the entry points
-    /// its header documents. Needs NVRTC (CI has it; GPUIPC_REQUIRE_NVRTC=1 there).
+    /// Every kernel in kernels/ and the plugin template's compiles, as the stages compile it,
+    /// and holds the entry points its header documents. Needs NVRTC (CI has it;
+    /// GPUIPC_REQUIRE_NVRTC=1 there).
     #[test]
     fn every_kernel_compiles_for_sm_80_and_sm_90() {
         if !nvrtc_for_test() {
@@ -151,16 +152,20 @@ mod tests {
         }
         let (major, minor) = nvrtc_version().unwrap();
         eprintln!("NVRTC {major}.{minor}");
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels");
-        let mut files: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "cu"))
-            .collect();
-        files.sort();
-        assert!(!files.is_empty(), "no .cu files in {}", dir.display());
-        for path in files {
-            let name = format!("kernels/{}", path.file_name().unwrap().to_string_lossy());
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files = Vec::new();
+        for dir in ["kernels", "plugin-api/template/src"] {
+            let mut found: Vec<_> = std::fs::read_dir(root.join(dir))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|e| e == "cu"))
+                .map(|p| (format!("{dir}/{}", p.file_name().unwrap().to_string_lossy()), p))
+                .collect();
+            assert!(!found.is_empty(), "no .cu files in {dir}");
+            found.sort();
+            files.extend(found);
+        }
+        for (name, path) in files {
             let source = std::fs::read_to_string(&path).unwrap();
             let entries = documented_entries(&source);
             assert!(!entries.is_empty(), "{name}: the header documents no entry point");
