@@ -116,6 +116,20 @@ enum Command {
     ///
     /// Example: gpuipc-host graph pipelines/fan-in.toml | dot -Tsvg > fan-in.svg
     Graph { file: PathBuf },
+    /// List the plugins a pipeline can name: the built-in ones and those on the search path
+    /// (`GPUIPC_PLUGIN_PATH`), each with the file it loads, and a warning for a file that
+    /// another of the same name hides.
+    ///
+    /// Example: GPUIPC_PLUGIN_PATH=~/my-plugins gpuipc-host plugins
+    Plugins,
+    /// Describe one plugin: version, plugin ABI, domains, inputs, pixel formats in and out, and
+    /// every param with its type, range, default and meaning.
+    ///
+    /// Example: gpuipc-host inspect generator   (or a path: gpuipc-host inspect ./libgpuipc_fill.so)
+    Inspect {
+        /// A plugin name, as a stage's `plugin` gives it, or a path to a plugin cdylib.
+        plugin: String,
+    },
     /// A stage process; started by `run`, not by hand.
     #[command(name = "__stage", hide = true)]
     Stage { name: String },
@@ -206,6 +220,20 @@ fn main() -> ExitCode {
                 }
             }
             Err(code) => code,
+        },
+        Command::Plugins => {
+            let _ = write!(std::io::stdout(), "{}", plugin::catalog::list());
+            ExitCode::SUCCESS
+        }
+        Command::Inspect { plugin } => match plugin::catalog::inspect(&plugin) {
+            Ok(text) => {
+                let _ = write!(std::io::stdout(), "{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
         },
         Command::Graph { file } => match load_plan(&file, None) {
             Ok(plan) => {

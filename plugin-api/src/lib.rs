@@ -46,6 +46,10 @@
 //!   this crate re-exports ([`serde`]), so a plugin's `Cargo.toml` needs no serde of its own.
 //!   serde's derive refers to the crate by the name `serde`; with only this crate as a
 //!   dependency, say where it is: `#[serde(crate = "gpuipc_plugin_api::serde")]`.
+//!   Check the values their types cannot in [`Plugin::check`]: it runs at plan time, so
+//!   `gpuipc-host validate` reports them as `run` would, and again before `create`. Describe
+//!   them in [`Plugin::PARAMS`] for `gpuipc-host inspect`; [`param_check`] tests that the
+//!   list matches the `Params` type and the docs' table.
 //! - Inputs: a stage with several `inputs` gets one frame from each with the same sequence
 //!   number, in the order of the stage's `inputs` list in the pipeline file
 //!   (`inputs = ["left", "right"]`: `inputs[0]` is `left`'s frame) in `process`, and their

@@ -337,7 +337,13 @@ fn load_plugins(
             let spec = &stage.plugin;
             let located = |message: String| source.error_at(spec.span(), format!("stage '{}': {message}", stage.name.get_ref()));
             let path = match plugin::resolve(spec.get_ref(), base_dir) {
-                Ok(p) => p,
+                Ok(found) => {
+                    if let Some(warning) = found.shadow_warning(spec.get_ref()) {
+                        let (line, column) = source.line_col(spec.span().start);
+                        tracing::warn!("{}:{line}:{column}: stage '{}': {warning}", source.path().display(), stage.name.get_ref());
+                    }
+                    found.path
+                }
                 Err(e) => {
                     diags.push(located(e.to_string()));
                     return None;

@@ -1,5 +1,7 @@
-//! Plugins on the host side: finding a plugin's cdylib and calling it through the C ABI.
+//! Plugins on the host side: finding a plugin's cdylib, calling it through the C ABI, and
+//! listing and describing them (`gpuipc-host plugins`, `inspect`).
 
+pub mod catalog;
 mod loader;
 mod resolve;
 
