@@ -10,9 +10,11 @@ use crate::format::{FrameFormat, FrameLayout};
 
 /// Incompatible changes bump the major version; the host refuses any other major.
 pub const ABI_MAJOR: u32 = 1;
-/// Compatible additions (fields appended to the descriptor) bump the minor version.
+/// Compatible additions (fields appended to the descriptor, status codes a plugin may return)
+/// bump the minor version.
 ///
-/// - 1.1: [`PluginDescriptor::param_info`], the declared params.
+/// - 1.1: [`PluginDescriptor::param_info`], the declared params; [`STATUS_END_OF_STREAM`], a
+///   source ending its stream.
 pub const ABI_MINOR: u32 = 1;
 
 /// The one symbol a plugin exports: `extern "C" fn() -> *const PluginDescriptor`.
@@ -27,6 +29,11 @@ pub const STATUS_OK: i32 = 0;
 pub const STATUS_ERROR: i32 = 1;
 /// The plugin panicked; the panic was caught at the boundary and `last_error` has the message.
 pub const STATUS_PANIC: i32 = 2;
+/// `process` of a source made no frame: its stream is over (a file ran out). The host
+/// publishes nothing for the call and ends the source as if it had emitted its frame count.
+/// Only a source (a stage without inputs) may return it; for any other stage it is an error.
+/// Since ABI 1.1.
+pub const STATUS_END_OF_STREAM: i32 = 3;
 
 /// Domain bits, used in [`PluginDescriptor::domains`] and [`RawFrame::domain`].
 pub const DOMAIN_CPU: u32 = 1;

@@ -266,7 +266,8 @@ unsafe extern "C" fn process<P: Plugin>(
     output: *mut RawFrame,
     ctx: *const RawProcessContext,
 ) -> i32 {
-    guarded(|| {
+    let mut ended = false;
+    let status = guarded(|| {
         // SAFETY: host contract: `instance` came from `create` and is used by one thread at a
         // time; `inputs` holds `n_inputs` frames whose memory the host keeps valid and
         // unwritten for the call, `output` (or null) is a frame only this call writes.
@@ -297,8 +298,15 @@ unsafe extern "C" fn process<P: Plugin>(
             frame_index: ctx.frame_index,
             cuda_stream: ctx.cuda_stream as usize,
         };
-        plugin.process(&frames, out.as_mut(), &context)
-    })
+        plugin.process(&frames, out.as_mut(), &context)?;
+        ended = out.as_ref().is_some_and(OutputFrame::ends_stream);
+        Ok(())
+    });
+    if status == abi::STATUS_OK && ended {
+        abi::STATUS_END_OF_STREAM
+    } else {
+        status
+    }
 }
 
 unsafe extern "C" fn flush<P: Plugin>(instance: *mut c_void) -> i32 {
@@ -468,5 +476,71 @@ mod tests {
             assert_eq!(raw.range.to_string_lossy(), "1..=255");
             assert_eq!((d.param_info)(1, &mut raw), 0);
         }
+    }
+
+    /// A source of 1x1 gray frames that ends its stream at `seq` 2, and fails at `seq` 5
+    /// after asking to end it.
+    struct Ends;
+
+    impl Plugin for Ends {
+        type Params = ();
+        const INFO: PluginInfo = PluginInfo {
+            name: "ends",
+            version: "0",
+            description: "",
+            domains: &[Domain::Cpu],
+            min_inputs: 0,
+            max_inputs: 0,
+            accepts: &[],
+            produces: &[crate::PixelFormat::Gray8],
+        };
+        fn negotiate(_: &(), _: &[FrameFormat]) -> Result<Option<FrameFormat>> {
+            Ok(Some(FrameFormat::new(crate::PixelFormat::Gray8, 1, 1)))
+        }
+        fn create(_: (), _: &[FrameFormat], _: Option<FrameFormat>, _: &CreateContext<'_>) -> Result<Ends> {
+            Ok(Ends)
+        }
+        fn process(&mut self, _: &[InputFrame<'_>], out: Option<&mut OutputFrame<'_>>, _: &ProcessContext) -> Result<()> {
+            let out = out.expect("a source has an output");
+            match out.info().seq {
+                2 => out.end_stream(),
+                5 => {
+                    out.end_stream();
+                    return Err(Error::new("failed"));
+                }
+                _ => out.plane_mut(0).expect("host memory").row_mut(0)[0] = 9,
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_source_that_ends_its_stream_returns_end_of_stream() {
+        let d = descriptor::<Ends>();
+        let format = FrameFormat::new(crate::PixelFormat::Gray8, 1, 1);
+        let layout = crate::FrameLayout::for_format(format).unwrap();
+        let mut bytes = vec![0u8; layout.total_bytes as usize];
+        let ctx = RawProcessContext { frame_index: 0, cuda_stream: std::ptr::null_mut() };
+        let mut instance = Ends;
+        let ptr = &mut instance as *mut Ends as *mut c_void;
+        for (seq, status, byte) in
+            [(0, abi::STATUS_OK, 9), (2, abi::STATUS_END_OF_STREAM, 0), (5, abi::STATUS_ERROR, 0)]
+        {
+            bytes[0] = 0;
+            let mut out = RawFrame {
+                format,
+                layout,
+                domain: abi::DOMAIN_CPU,
+                addr: bytes.as_mut_ptr() as u64,
+                len: bytes.len() as u64,
+                seq,
+                timestamp_ns: 0,
+            };
+            // SAFETY: `ptr` is a live instance used by this thread only; `out` points at
+            // `bytes`, which nothing else touches during the call.
+            let got = unsafe { (d.process)(ptr, std::ptr::null(), 0, &mut out, &ctx) };
+            assert_eq!((got, bytes[0]), (status, byte), "seq {seq}");
+        }
+        assert_eq!(last_error_text(&d), "failed");
     }
 }

@@ -154,6 +154,8 @@ impl<'a> InputFrame<'a> {
 pub struct OutputFrame<'a> {
     info: FrameInfo,
     data: FrameDataMut<'a>,
+    /// Set by [`OutputFrame::end_stream`].
+    end_of_stream: bool,
 }
 
 impl<'a> OutputFrame<'a> {
@@ -162,6 +164,7 @@ impl<'a> OutputFrame<'a> {
         (bytes.len() as u64 >= bytes_needed(&info.layout)).then_some(OutputFrame {
             info,
             data: FrameDataMut::Host(bytes),
+            end_of_stream: false,
         })
     }
 
@@ -169,7 +172,24 @@ impl<'a> OutputFrame<'a> {
         OutputFrame {
             info,
             data: FrameDataMut::Device(buffer),
+            end_of_stream: false,
         }
+    }
+
+    /// A source has no frame to give any more (its file ran out): call this instead of
+    /// writing the frame, and return `Ok(())` from `process`. Nothing is published for the
+    /// call, `process` is not called again, and the stage ends its stream as if it had
+    /// emitted the pipeline's `frames`: every stage after it gets the frames before this
+    /// one, then end of stream, and the run finishes. Only a source may end its stream: a
+    /// stage with inputs that calls this fails. (Crosses the ABI as
+    /// [`crate::abi::STATUS_END_OF_STREAM`].)
+    pub fn end_stream(&mut self) {
+        self.end_of_stream = true;
+    }
+
+    /// Whether [`OutputFrame::end_stream`] was called.
+    pub fn ends_stream(&self) -> bool {
+        self.end_of_stream
     }
 
     /// What the frame is: format, layout, sequence number and timestamp. A source makes its

@@ -292,6 +292,15 @@ fn read_params(d: &PluginDescriptor) -> Result<Vec<ParamMeta>, String> {
     Ok(params)
 }
 
+/// What a successful `process` call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Processed {
+    /// The output frame (if any) is written: publish it.
+    Frame,
+    /// A source has no more frames ([`abi::STATUS_END_OF_STREAM`]): nothing was written.
+    EndOfStream,
+}
+
 /// One instance of a plugin; destroyed on drop.
 pub struct Instance<'p> {
     plugin: &'p LoadedPlugin,
@@ -308,12 +317,15 @@ impl Instance<'_> {
         inputs: &[RawFrame],
         output: Option<&mut RawFrame>,
         ctx: &RawProcessContext,
-    ) -> Result<(), PluginCallError> {
+    ) -> Result<Processed, PluginCallError> {
         let output = output.map_or(std::ptr::null_mut(), |o| o as *mut RawFrame);
         // SAFETY: `ptr` came from `create`; `&mut self` keeps calls one at a time; the frame
         // memory is held by the caller as documented above.
         let status = unsafe { (self.plugin.descriptor().process)(self.ptr, inputs.as_ptr(), inputs.len(), output, ctx) };
-        self.plugin.check(status)
+        if status == abi::STATUS_END_OF_STREAM {
+            return Ok(Processed::EndOfStream);
+        }
+        self.plugin.check(status).map(|()| Processed::Frame)
     }
 
     /// End of stream.

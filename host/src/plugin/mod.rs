@@ -5,5 +5,5 @@ pub mod catalog;
 mod loader;
 mod resolve;
 
-pub use loader::{Instance, LoadedPlugin, PluginCallError, PluginMeta};
+pub use loader::{Instance, LoadedPlugin, PluginCallError, PluginMeta, Processed};
 pub use resolve::resolve;

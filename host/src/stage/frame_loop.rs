@@ -15,7 +15,7 @@ use super::output::Output;
 use crate::gpu::Gpu;
 use crate::link::stats::{PHASE_FLUSH, PHASE_PROCESS, PHASE_WAITING_INPUT, PHASE_WAITING_OUTPUT};
 use crate::link::{Consumer, LinkError, ReadSlot, StatsMap, stats};
-use crate::plugin::{Instance, PluginCallError};
+use crate::plugin::{Instance, PluginCallError, Processed};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
@@ -71,6 +71,8 @@ pub enum LoopEnd {
     FrameCount,
     /// A source was told to stop (Ctrl-C or SIGTERM at the host).
     Stopped,
+    /// A source's plugin ended its stream (`OutputFrame::end_stream`: its file ran out).
+    SourceEnded,
 }
 
 pub struct FrameLoop<'a, 'p> {
@@ -165,7 +167,9 @@ impl FrameLoop<'_, '_> {
             }
             self.cpu.frame(self.stats);
             // On an error the held frames drop here, released; the host counts the frame lost.
-            let ended_ns = self.process_one(index, seq, source_timestamp, &held)?;
+            let Some(ended_ns) = self.process_one(index, seq, source_timestamp, &held)? else {
+                return Ok(LoopEnd::SourceEnded);
+            };
             index += 1;
             // Counted done before the inputs are released: see `StageStats::last_seq_plus_one`.
             self.count(seq, ended_ns);
@@ -175,9 +179,10 @@ impl FrameLoop<'_, '_> {
     }
 
     /// Run the plugin on one frame and publish its output. Returns when it ended (ns since the
-    /// epoch). Two clock reads a frame: they stamp a source's frames, time the plugin (busy)
-    /// and mark the stage's first and last frame, which matters when a frame costs 0.5 µs.
-    fn process_one(&mut self, index: u64, seq: u64, source_timestamp: Option<u64>, held: &[ReadSlot]) -> Result<u64, StageError> {
+    /// epoch), or `None` when a source ended its stream instead of making the frame. Two clock
+    /// reads a frame: they stamp a source's frames, time the plugin (busy) and mark the
+    /// stage's first and last frame, which matters when a frame costs 0.5 µs.
+    fn process_one(&mut self, index: u64, seq: u64, source_timestamp: Option<u64>, held: &[ReadSlot]) -> Result<Option<u64>, StageError> {
         let gpu = self.gpu.as_ref();
         let mut inputs = Vec::with_capacity(held.len());
         for ((input, end), slot) in self.inputs.iter().zip(&self.input_ends).zip(held) {
@@ -208,9 +213,20 @@ impl FrameLoop<'_, '_> {
         self.phases.lap(Phase::Process);
         // A wall clock stepped backwards counts as no time, not as a huge one.
         self.stats.get().busy_ns.fetch_add(ended_ns.saturating_sub(started_ns), Ordering::Relaxed);
-        if let Err(error) = result {
-            self.output.cancel(pending);
-            return Err(StageError::Plugin { during: "process", frame: Some(seq), error });
+        match result {
+            Ok(Processed::Frame) => {}
+            Ok(Processed::EndOfStream) => {
+                // Nothing was made: the slot goes back unpublished and `seq` stays unused.
+                self.output.cancel(pending);
+                if !self.inputs.is_empty() {
+                    return Err(StageError::Plugin { during: "process", frame: Some(seq), error: only_sources_end() });
+                }
+                return Ok(None);
+            }
+            Err(error) => {
+                self.output.cancel(pending);
+                return Err(StageError::Plugin { during: "process", frame: Some(seq), error });
+            }
         }
         for (end, slot) in self.input_ends.iter().zip(held) {
             end.done(slot.index())?;
@@ -227,7 +243,7 @@ impl FrameLoop<'_, '_> {
         if let Some(latency) = &mut self.latency {
             latency.frame_done(timestamp_ns)?;
         }
-        Ok(ended_ns)
+        Ok(Some(ended_ns))
     }
 
     fn count(&self, seq: u64, ended_ns: u64) {
@@ -238,4 +254,12 @@ impl FrameLoop<'_, '_> {
         s.dropped.store(dropped, Ordering::Relaxed);
         s.last_ns.store(ended_ns, Ordering::Relaxed);
     }
+}
+
+/// A stage with inputs said end of stream: only a source's stream ends that way (a filter's
+/// or a sink's ends when its inputs' do).
+pub fn only_sources_end() -> PluginCallError {
+    PluginCallError::Error(
+        "ended its stream (OutputFrame::end_stream), which only a source (a stage without inputs) may do".into(),
+    )
 }

@@ -22,7 +22,7 @@ use crate::link::wait::Waiter;
 use crate::link::{Consumer, FrameAccess, Producer, RingMap, RingParams, StatsMap};
 use crate::plugin::LoadedPlugin;
 
-pub use frame_loop::{FrameLoop, LoopEnd, StageError, now_ns};
+pub use frame_loop::{FrameLoop, LoopEnd, StageError, now_ns, only_sources_end};
 use crate::link::backing::{ReadEnd, WriteEnd, host::Host, staged::Staged};
 
 /// The descriptor number the control socket has in a stage process.
@@ -277,7 +277,7 @@ fn run_frames(
     }
     drop(frame_loop);
     match end? {
-        LoopEnd::EndOfStream | LoopEnd::FrameCount | LoopEnd::Stopped => Ok(()),
+        LoopEnd::EndOfStream | LoopEnd::FrameCount | LoopEnd::Stopped | LoopEnd::SourceEnded => Ok(()),
     }
 }
 

@@ -23,10 +23,10 @@ use super::report::{RunReport, StageOutcome};
 use crate::gpu::{DeviceMemory, Gpu, GpuError};
 use crate::link::StatsMap;
 use crate::plan::Plan;
-use crate::plugin::{Instance, LoadedPlugin};
+use crate::plugin::{Instance, LoadedPlugin, Processed};
 use crate::stage::output::{Output, Pending};
 use crate::stage::tap::Tap;
-use crate::stage::{StageError, create_plugin_instance, now_ns};
+use crate::stage::{StageError, create_plugin_instance, now_ns, only_sources_end};
 
 /// What to measure besides the report (`gpuipc-host bench`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -138,14 +138,23 @@ pub fn run(
             pace.wait_for_turn();
         }
         let stamp = now_ns();
+        let mut source_ended = false;
         for (i, stage) in stages.iter_mut().enumerate() {
-            if let Err(e) = stage.process(seq, stamp, &mut outputs, &stats[i]) {
-                failure = Some((i, e.to_string()));
-                outcomes[i] = Some(StageOutcome::Failed(e.to_string()));
-                break;
+            match stage.process(seq, stamp, &mut outputs, &stats[i]) {
+                Ok(true) => {}
+                // A source's stream is over: frame `seq` is not made, the run ends here.
+                Ok(false) => {
+                    source_ended = true;
+                    break;
+                }
+                Err(e) => {
+                    failure = Some((i, e.to_string()));
+                    outcomes[i] = Some(StageOutcome::Failed(e.to_string()));
+                    break;
+                }
             }
         }
-        if failure.is_some() {
+        if failure.is_some() || source_ended {
             break;
         }
         if probe.gpu_time || probe.latency {
@@ -193,7 +202,8 @@ fn build_stage<'p>(
 
 impl Stage<'_> {
     /// Frame `seq` through this stage: its inputs are the outputs already made for `seq`.
-    fn process(&mut self, seq: u64, stamp: u64, outputs: &mut [Option<RawFrame>], stats: &StatsMap) -> Result<(), StageError> {
+    /// `false` when the stage, a source, ended its stream instead.
+    fn process(&mut self, seq: u64, stamp: u64, outputs: &mut [Option<RawFrame>], stats: &StatsMap) -> Result<bool, StageError> {
         let mut inputs = Vec::with_capacity(self.inputs.len());
         for input in &mut self.inputs {
             inputs.push(input.frame(outputs, self.run_gpu.as_ref())?);
@@ -207,7 +217,13 @@ impl Stage<'_> {
         let started = now_ns();
         let result = self.instance.process(&inputs, out.as_mut(), &ctx);
         let ended = now_ns();
-        result.map_err(|error| StageError::Plugin { during: "process", frame: Some(seq), error })?;
+        match result.map_err(|error| StageError::Plugin { during: "process", frame: Some(seq), error })? {
+            Processed::Frame => {}
+            Processed::EndOfStream if self.inputs.is_empty() => return Ok(false),
+            Processed::EndOfStream => {
+                return Err(StageError::Plugin { during: "process", frame: Some(seq), error: only_sources_end() });
+            }
+        }
         if let (Some((_, end)), Some(gpu)) = (&self.events, &self.gpu) {
             end.record(gpu.stream())?;
         }
@@ -217,7 +233,7 @@ impl Stage<'_> {
         }
         outputs[self.index] = out;
         count(stats, seq, started, ended);
-        Ok(())
+        Ok(true)
     }
 }
 

@@ -1,6 +1,11 @@
 //! Starting a stage process: the host binary re-executed with `__stage`, its control socket
 //! mapped to fd 3, in its own process group (so a terminal's Ctrl-C reaches only the host,
 //! which drains the pipeline in order), watched through a pidfd.
+//!
+//! A source stage (no inputs) gets the host's standard input, so that a source plugin can
+//! read a stream piped into `gpuipc-host run` (the `y4m` source's `path = "-"`); every other
+//! stage gets /dev/null. A source that reads a terminal is stopped by SIGTTIN (its process
+//! group is in the background), so such a plugin should refuse a terminal, as `y4m` does.
 
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
@@ -29,7 +34,8 @@ pub struct StageProcess {
     pub exit: Option<std::process::ExitStatus>,
 }
 
-pub fn spawn_stage(exe: &Path, name: &str, env: &[(String, String)]) -> std::io::Result<StageProcess> {
+/// Start stage `name`'s process; `source`: it has no inputs, and gets the host's standard input.
+pub fn spawn_stage(exe: &Path, name: &str, source: bool, env: &[(String, String)]) -> std::io::Result<StageProcess> {
     let (ours, theirs) = ControlSocket::pair().map_err(std::io::Error::other)?;
     let mut command = Command::new(exe);
     command
@@ -37,7 +43,7 @@ pub fn spawn_stage(exe: &Path, name: &str, env: &[(String, String)]) -> std::io:
         .arg(name)
         .env(HOST_PID_ENV, std::process::id().to_string())
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
+        .stdin(if source { Stdio::inherit() } else { Stdio::null() })
         .process_group(0);
     command
         .fd_mappings(vec![FdMapping { parent_fd: theirs.into_fd(), child_fd: CONTROL_FD }])
@@ -72,7 +78,7 @@ impl Launch<'_> {
     pub fn start(&self, i: usize, incarnation: u32) -> Result<StageProcess, String> {
         let stage = &self.plan.stages[i];
         let fds = self.fds(i);
-        let child = spawn_stage(&self.options.stage_exe, stage.name.as_str(), self.env)
+        let child = spawn_stage(&self.options.stage_exe, stage.name.as_str(), stage.is_source(), self.env)
             .map_err(|e| format!("cannot start stage '{}': {e}", stage.name))?;
         match child.socket.send(&ToStage::Setup(Box::new(self.setup(i, incarnation))), &fds) {
             Ok(()) => Ok(child),
