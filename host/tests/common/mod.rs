@@ -53,12 +53,17 @@ pub struct Running {
 
 /// Start `gpuipc-host ARGS` in `dir`.
 pub fn start(dir: &Path, args: &[&str]) -> Running {
+    start_with_stdin(dir, args, Stdio::null())
+}
+
+/// Start `gpuipc-host ARGS` in `dir` reading `stdin` (a file, a pipe) as its standard input.
+pub fn start_with_stdin(dir: &Path, args: &[&str], stdin: Stdio) -> Running {
     let stdout = dir.join(format!("stdout-{}.txt", unique()));
     let mut child = Command::new(host_bin())
         .args(args)
         .current_dir(dir)
         .env("GPUIPC_LOG", "info")
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(fs::File::create(&stdout).unwrap())
         .stderr(Stdio::piped())
         .spawn()
