@@ -213,3 +213,29 @@ fn each_subcommands_help_has_an_example() {
         assert!(out.stdout.contains("Example: ") && out.stdout.contains(example), "{}", out.text());
     }
 }
+
+#[test]
+fn a_plugin_built_for_abi_1_0_loads_runs_and_declares_no_params() {
+    let dir = scratch("abi-1-0");
+    let out = host(&dir, &["inspect", "test-abi-1-0"], None);
+    assert_eq!(out.code, Some(0), "{}", out.text());
+    assert!(out.stdout.contains("plugin ABI  1.0\n"), "{}", out.text());
+    assert!(
+        out.stdout.contains("params: not declared (built for plugin ABI 1.0, which cannot carry them; see the plugin's docs)"),
+        "{}",
+        out.text()
+    );
+    let file = dir.join("p.toml");
+    std::fs::write(
+        &file,
+        "[pipeline]\nframes = 5\n[[stage]]\nname = \"gen\"\nplugin = \"generator\"\nparams = { width = 64, height = 48 }\n\
+         [[stage]]\nname = \"old\"\nplugin = \"test-abi-1-0\"\ninputs = [\"gen\"]\n",
+    )
+    .unwrap();
+    let out = host(&dir, &["validate", "p.toml"], None);
+    assert_eq!(out.code, Some(0), "{}", out.text());
+    assert!(out.stdout.contains("old  test-abi-1-0 0.1.0"), "{}", out.text());
+    let out = host(&dir, &["run", "p.toml", "--quiet"], None);
+    assert_eq!(out.code, Some(0), "{}", out.text());
+    assert!(out.stdout.contains("finished"), "{}", out.text());
+}
