@@ -81,6 +81,12 @@ pub use error::{Error, Result};
 /// `#[serde(crate = "gpuipc_plugin_api::serde")]` needs no serde dependency of its own.
 pub use serde;
 
+/// `Plugin::Params` of a plugin that takes none: no `params` table or an empty one, any key an
+/// error naming it. (`()` would refuse even the empty table: serde reads a table as a map.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+
 /// Create (or truncate) the file a sink writes, making its folder first. The error names the
 /// param, as every params error should.
 pub fn create_output_file(param: &str, path: &std::path::Path) -> Result<std::fs::File> {

@@ -38,6 +38,11 @@ use crate::format::{FrameFormat, FrameLayout};
 use crate::frame::{FrameInfo, InputFrame, OutputFrame};
 use crate::plugin::{CreateContext, Domain, Plugin, ProcessContext};
 
+/// The Rust examples of docs/writing-plugins.md, compiled (and run) by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/writing-plugins.md")]
+pub struct WritingPluginsGuide;
+
 /// Extra bytes of padding after every row of the input frames [`CpuStage`] hands a plugin
 /// (odd, so that no row starts aligned by chance).
 pub const INPUT_PADDING: u64 = 5;
@@ -317,6 +322,35 @@ mod tests {
             }
             Ok(())
         }
+    }
+
+    /// Counts frames; takes no params.
+    struct Count(u64);
+
+    impl Plugin for Count {
+        type Params = crate::NoParams;
+        const INFO: PluginInfo = PluginInfo { min_inputs: 1, max_inputs: 1, produces: &[], ..Invert::INFO };
+        fn negotiate(_: &crate::NoParams, _: &[FrameFormat]) -> Result<Option<FrameFormat>> {
+            Ok(None)
+        }
+        fn create(_: crate::NoParams, _: &[FrameFormat], _: Option<FrameFormat>, _: &CreateContext) -> Result<Count> {
+            Ok(Count(0))
+        }
+        fn process(&mut self, _: &[InputFrame], _: Option<&mut OutputFrame>, _: &ProcessContext) -> Result<()> {
+            self.0 += 1;
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn no_params_takes_an_empty_table_and_refuses_keys() {
+        let gray = FrameFormat::new(PixelFormat::Gray8, 1, 1);
+        let mut count = CpuStage::<Count>::new("", &[gray]).unwrap();
+        assert_eq!(count.process(0, &[&[1]]).unwrap(), None);
+        assert_eq!(count.process(1, &[&[1]]).unwrap(), None);
+        assert_eq!(count.plugin().0, 2);
+        let e = CpuStage::<Count>::new("x = 1", &[gray]).err().unwrap();
+        assert_eq!(e.message(), "param `x`: unknown field `x`, there are no fields");
     }
 
     #[test]
