@@ -1,0 +1,69 @@
+//! `yuv-to-rgb`: a filter stage converting 4:2:0 YUV, `i420` or `nv12`, to RGB, the inverse of
+//! `yuv420`, in the cpu or the cuda domain.
+//!
+//! Takes one `i420` or `nv12` input and writes `rgb8` or `rgba8` (alpha 255) of the same
+//! width and height. Odd sizes are allowed. Every pixel takes the U and V of the 2x2 block it
+//! lies in (sample `(x / 2, y / 2)`, nearest neighbour): the inverse of `yuv420`'s block mean,
+//! exact for a block of one colour, and blind to where a stream says chroma sits (`C420jpeg`
+//! centred, `C420mpeg2` left). Set `matrix` and `range` to what made the frames: y4m files
+//! carry neither (ffmpeg's default for `yuv420p` of unknown origin is `bt601`, `limited`).
+//!
+//! In the cuda domain `kernels/yuv_to_rgb.cu` (compiled with NVRTC when the stage starts and
+//! cached, see [`gpuipc_plugin_api::cuda`]) converts on the stage's stream with the same
+//! fixed-point [`yuv_to_rgb::Coefficients`], byte for byte what the cpu code does.
+//!
+//! # Params
+//!
+//! | key      | type                       | default     | meaning |
+//! |----------|----------------------------|-------------|---------|
+//! | `matrix` | `"bt709"` \| `"bt601"`     | `"bt709"`   | luma weights the frames were made with: BT.709 Kr = 0.2126, Kb = 0.0722; BT.601 Kr = 0.299, Kb = 0.114 |
+//! | `range`  | `"limited"` \| `"full"`    | `"limited"` | limited: Y 16..=235, U, V 16..=240 (values beyond clamp); full: 0..=255 |
+//! | `format` | `"rgb8"` \| `"rgba8"`      | `"rgb8"`    | output pixel format; rgba8 has alpha 255 |
+//!
+//! ```toml
+//! [[stage]]
+//! name = "rgb"
+//! plugin = "yuv-to-rgb"
+//! inputs = ["video"]
+//! params = { matrix = "bt709", range = "limited" }
+//!
+//! [[stage]]
+//! name = "jpeg-like"
+//! plugin = "yuv-to-rgb"
+//! inputs = ["yuv"]
+//! params = { matrix = "bt601", range = "full", format = "rgba8" }
+//! ```
+//!
+//! # Arithmetic
+//!
+//! The inverse of `yuv420`'s float equations, with `Kg = 1 - Kr - Kb`:
+//!
+//! ```text
+//! full:    Y' = Y                Cb = U - 128                 Cr = V - 128
+//! limited: Y' = (Y - 16) 255/219 Cb = (U - 128) 255/224       Cr = (V - 128) 255/224
+//! R = Y' + 2 (1 - Kr) Cr    B = Y' + 2 (1 - Kb) Cb    G = (Y' - Kr R - Kb B) / Kg
+//! ```
+//!
+//! in fixed point with 16 fractional bits: each multiplier of `Y - y_offset`, `U - 128` and
+//! `V - 128` is scaled by 65536 and rounded to the nearest i32 on its own
+//! ([`yuv_to_rgb::Coefficients`]: `y_mul`, `r_v`, `g_u`, `g_v`, `b_u`), then
+//!
+//! ```text
+//! t = y_mul (Y - y_offset) + 32768
+//! R = clamp(max(t + r_v (V - 128), 0) >> 16, 0, 255)
+//! G = clamp(max(t + g_u (U - 128) + g_v (V - 128), 0) >> 16, 0, 255)
+//! B = clamp(max(t + b_u (U - 128), 0) >> 16, 0, 255)
+//! ```
+//!
+//! that is, the value rounded half up, in 32 bits (every sum is below 2^27 in size). Against
+//! the float equations rounded, every result is within 1 (and equal for over 99.9% of Y, U, V
+//! triples). A round trip RGB → `yuv420` → `yuv-to-rgb` of a 2x2 block of one colour gives
+//! each channel back within 1 in full range and 2 in limited range (219 and 224 levels for
+//! 256), both matrices, measured over all 2^24 colours; where a block's four pixels differ,
+//! their chroma was averaged and comes back as the mean.
+#![deny(unsafe_code)]
+
+pub mod cuda;
+pub mod yuv_to_rgb;
+
+gpuipc_plugin_api::export_plugin!(yuv_to_rgb::YuvToRgb);
