@@ -26,7 +26,7 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])'
 }
-for crate in gpuipc-cuda gpuipc-plugin-api gpuipc-generator gpuipc-rgb-process gpuipc-yuv420 gpuipc-test-gpu-fault; do
+for crate in gpuipc-cuda gpuipc-plugin-api gpuipc-generator gpuipc-rgb-process gpuipc-yuv420 gpuipc-yuv-to-rgb gpuipc-test-gpu-fault; do
     test_exe "$crate" --lib | while read -r exe; do cp "$exe" "$bundle/tests/$crate"; done
 done
 test_exe gpuipc-host --bin gpuipc-host | while read -r exe; do cp "$exe" "$bundle/tests/gpuipc-host"; done

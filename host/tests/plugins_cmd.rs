@@ -15,7 +15,7 @@ use common::{host_bin, scratch};
 /// Listing loads every plugin library once; far longer than this is a hang.
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-const BUILTINS: [&str; 6] = ["generator", "rgb-process", "yuv420", "null", "checksum", "y4m"];
+const BUILTINS: [&str; 8] = ["generator", "rgb-process", "yuv420", "yuv-to-rgb", "null", "checksum", "y4m", "png"];
 
 struct Output {
     code: Option<i32>,
