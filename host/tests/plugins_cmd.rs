@@ -112,9 +112,12 @@ fn a_copy_of_a_built_in_on_the_search_path_is_reported_and_not_used() {
         builtin.display(),
         copy.display()
     );
-    let out = host(&dir, &["plugins"], Some(&path));
+    let missing = dir.join("not-made");
+    let out = host(&dir, &["plugins"], Some(&format!("{path}:{}", missing.display())));
     assert_eq!(out.code, Some(0), "{}", out.text());
     assert!(out.stdout.contains(&format!("warning: {warning}")), "{}", out.text());
+    let not_a_folder = format!("warning: GPUIPC_PLUGIN_PATH names {}, which is not a folder\n", missing.display());
+    assert!(out.stdout.contains(&not_a_folder), "{}", out.text());
     let (builtins, _) = out.stdout.split_once("other plugins").unwrap();
     assert_eq!(listed(builtins, "null").unwrap().1, builtin.display().to_string());
 
