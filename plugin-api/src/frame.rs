@@ -92,7 +92,8 @@ pub fn pixel_hash(layout: &FrameLayout, bytes: &[u8]) -> Option<u64> {
     Some(hasher.digest())
 }
 
-/// A frame given to a plugin to read.
+/// A frame given to a plugin to read. A stage with several inputs gets one per input, all with
+/// the same `seq`, in the order of the stage's `inputs` list in the pipeline file.
 #[derive(Debug)]
 pub struct InputFrame<'a> {
     pub info: FrameInfo,
