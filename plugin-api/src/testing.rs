@@ -64,6 +64,7 @@ pub struct CpuStage<P: Plugin> {
     output: Option<FrameFormat>,
     frame_index: u64,
     check_padding: bool,
+    ended: bool,
 }
 
 impl<P: Plugin> CpuStage<P> {
@@ -87,7 +88,7 @@ impl<P: Plugin> CpuStage<P> {
         let started = parse_params::<P>(params)?;
         P::check(&started, inputs)?;
         let plugin = P::create(started, inputs, output, &cpu_context())?;
-        Ok(CpuStage { plugin, inputs: inputs.to_vec(), output, frame_index: 0, check_padding: true })
+        Ok(CpuStage { plugin, inputs: inputs.to_vec(), output, frame_index: 0, check_padding: true, ended: false })
     }
 
     /// What `negotiate` said the stage outputs (`None` for a sink).
@@ -113,7 +114,8 @@ impl<P: Plugin> CpuStage<P> {
     /// Call `process` with frames of sequence number `seq` (and timestamp 0) whose packed
     /// pixels are `inputs`, one per input in order, each as long as
     /// [`FrameLayout::pixel_bytes`] says. Returns the output frame's packed pixels, or `None`
-    /// for a sink.
+    /// for a sink, or for a source that ended its stream ([`OutputFrame::end_stream`]; then
+    /// [`CpuStage::ended`] is true).
     ///
     /// Panics if `inputs` does not match the formats given to [`CpuStage::new`]: that is the
     /// test's mistake, not the plugin's.
@@ -145,7 +147,17 @@ impl<P: Plugin> CpuStage<P> {
         let mut bytes = vec![OUTPUT_FILL; info.layout.total_bytes as usize];
         let mut output = OutputFrame::host(info, &mut bytes).expect("the buffer fits its layout");
         self.plugin.process(&frames, Some(&mut output), &ctx)?;
+        if output.ends_stream() {
+            self.ended = true;
+            return Ok(None);
+        }
         unpack(&info.layout, &bytes, self.check_padding).map(Some)
+    }
+
+    /// Whether the plugin ended its stream (a source with nothing more to give): the host
+    /// would call `process` no more.
+    pub fn ended(&self) -> bool {
+        self.ended
     }
 
     /// Call `flush`, as at the end of the stream.
@@ -340,6 +352,40 @@ mod tests {
             self.0 += 1;
             Ok(())
         }
+    }
+
+    /// A source of 1x1 gray frames holding their `seq`, ending its stream at seq 2.
+    struct Two;
+
+    impl Plugin for Two {
+        type Params = crate::NoParams;
+        const INFO: PluginInfo = PluginInfo { min_inputs: 0, max_inputs: 0, accepts: &[], ..Invert::INFO };
+        fn negotiate(_: &crate::NoParams, _: &[FrameFormat]) -> Result<Option<FrameFormat>> {
+            Ok(Some(FrameFormat::new(PixelFormat::Gray8, 1, 1)))
+        }
+        fn create(_: crate::NoParams, _: &[FrameFormat], _: Option<FrameFormat>, _: &CreateContext) -> Result<Two> {
+            Ok(Two)
+        }
+        fn process(&mut self, _: &[InputFrame], out: Option<&mut OutputFrame>, _: &ProcessContext) -> Result<()> {
+            let out = out.ok_or("no output")?;
+            let seq = out.info().seq;
+            if seq == 2 {
+                out.end_stream();
+                return Ok(());
+            }
+            out.plane_mut(0).ok_or("no plane")?.row_mut(0)[0] = seq as u8;
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_source_makes_frames_until_it_ends_its_stream() {
+        let mut source = CpuStage::<Two>::new("", &[]).unwrap();
+        assert_eq!(source.process(0, &[]).unwrap(), Some(vec![0]));
+        assert_eq!(source.process(1, &[]).unwrap(), Some(vec![1]));
+        assert!(!source.ended());
+        assert_eq!(source.process(2, &[]).unwrap(), None);
+        assert!(source.ended());
     }
 
     #[test]
