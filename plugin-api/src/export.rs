@@ -62,7 +62,8 @@ pub fn parse_params<P: Plugin>(text: &str) -> Result<P::Params> {
 
 /// Name the key an error is about: the span points into `text`, one `key = value` a line.
 fn params_error(text: &str, e: &toml::de::Error) -> Error {
-    let message = e.message().trim_end();
+    let message = in_words(e.message().trim_end());
+    let message = message.as_str();
     // Params are keys of the stage's `params` table, not "fields".
     if let Some(rest) = message.strip_prefix("missing field ") {
         return Error::new(format!("missing param {rest}"));
@@ -79,6 +80,31 @@ fn params_error(text: &str, e: &toml::de::Error) -> Error {
         Some(key) => Error::new(format!("param `{key}`: {message}")),
         None => Error::new(message.to_owned()),
     }
+}
+
+/// serde's names of Rust types as a pipeline file's author reads them: "expected f64" says
+/// "expected a number".
+fn in_words(message: &str) -> String {
+    let mut text = message.to_owned();
+    for (rust, words) in [
+        ("expected f64", "expected a number"),
+        ("expected f32", "expected a number"),
+        ("expected u8", "expected a whole number from 0 to 255"),
+        ("expected u16", "expected a whole number from 0 to 65535"),
+        ("expected u32", "expected a whole number of 0 or more"),
+        ("expected u64", "expected a whole number of 0 or more"),
+        ("expected usize", "expected a whole number of 0 or more"),
+        ("expected i32", "expected a whole number"),
+        ("expected i64", "expected a whole number"),
+        ("expected a boolean", "expected true or false"),
+    ] {
+        if let Some(at) = text.find(rust)
+            && !text[at + rust.len()..].starts_with(|c: char| c.is_ascii_alphanumeric())
+        {
+            text.replace_range(at..at + rust.len(), words);
+        }
+    }
+    text
 }
 
 /// The descriptor of plugin `P`, built at compile time by [`crate::export_plugin!`].

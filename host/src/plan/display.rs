@@ -87,7 +87,8 @@ pub fn render_text(plan: &Plan) -> String {
     }
     for note in &shared_notes {
         let names: Vec<&str> = plan.stages.iter().filter(|s| s.domain_note.as_ref() == Some(*note)).map(|s| s.name.as_str()).collect();
-        let _ = writeln!(out, "  {}: {note}, so they run on cpu", names.join(", "));
+        let why = note.strip_prefix("device auto: ").unwrap_or(note);
+        let _ = writeln!(out, "note: {} run on cpu (device auto): {why}", names.join(", "));
     }
     if !plan.links.is_empty() {
         let _ = writeln!(out, "links:");
