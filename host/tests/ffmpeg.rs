@@ -1,0 +1,399 @@
+//! Our files and conversions checked by a tool nobody here wrote: ffprobe reads the `y4m`
+//! sink's files and the `png` sink's files with the right size, pixel format and frame count;
+//! ffmpeg decodes our PNGs to the generator's exact pixels; ffmpeg's own RGB → YUV 4:2:0
+//! conversion of the generator's frames agrees with `yuv420`'s within [`YUV420_TOLERANCE`]
+//! for each matrix and range; and a y4m stream ffmpeg writes, piped into a `y4m` source on
+//! standard input, through `yuv-to-rgb` into PNGs, agrees with ffmpeg's own YUV → RGB
+//! conversion within [`YUV_TO_RGB_TOLERANCE`].
+//!
+//! Needs `ffmpeg` and `ffprobe` on the PATH. Without them each test says it is skipped and
+//! returns, unless `GPUIPC_REQUIRE_FFMPEG=1` (CI sets it after installing Debian's ffmpeg),
+//! where a missing ffmpeg fails the test.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::*;
+use gpuipc_plugin_api::{FrameFormat, FrameLayout, PixelFormat};
+
+/// Set to 1 where ffmpeg must be there (CI).
+const REQUIRE_ENV: &str = "GPUIPC_REQUIRE_FFMPEG";
+
+/// Any one ffmpeg or ffprobe run on these small files; far longer is a hang.
+const TOOL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// ffmpeg's `scale` options that make swscale convert RGB to YUV 4:2:0 as `yuv420` does:
+/// `area` averages each 2x2 block for the 2:1 chroma downscale (its default, bicubic, weighs
+/// neighbouring blocks in too: up to 33 levels away on noise), `accurate_rnd` rounds instead
+/// of truncating. Matrix and range go in `out_color_matrix` and `out_range`.
+const RGB_TO_YUV_FLAGS: &str = "area+accurate_rnd";
+
+/// Largest difference of any Y, U or V sample between ffmpeg's conversion and `yuv420`'s
+/// (even frame sizes), and the largest share of a plane's samples that may differ at all on
+/// the gradient and noise patterns. Measured on the generator's bars, gradient, noise and box
+/// patterns at 320x240 with ffmpeg 5.1 (Debian 12): the difference is at most 1 in every
+/// plane, for each of bt601/bt709 x limited/full; on gradient and noise in at most 0.8% of the
+/// Y samples and 2.7% of the U or V samples; on box nowhere; on bars nowhere in limited range
+/// and, in full range, in one bar of eight (12.5%) of U and of V: yellow's U and cyan's V are
+/// exactly 0.5, which `yuv420` rounds up to 1 and swscale down to 0.
+const YUV420_TOLERANCE: (u8, f64) = (1, 0.05);
+
+/// ffmpeg's `scale` flags that make swscale convert YUV 4:2:0 to RGB as `yuv-to-rgb` does:
+/// `neighbor` with `full_chroma_int` gives each pixel the chroma of its own 2x2 block,
+/// `accurate_rnd` rounds. Matrix and range go in `in_color_matrix` and `in_range`.
+const YUV_TO_RGB_FLAGS: &str = "neighbor+accurate_rnd+full_chroma_int";
+
+/// Largest difference of any R, G or B byte between ffmpeg's conversion and `yuv-to-rgb`'s,
+/// and the largest share of bytes that may differ. Measured on ffmpeg's `testsrc` at 320x240:
+/// at most 1, in at most 0.08% of the bytes, for each of bt601/bt709 x limited/full.
+const YUV_TO_RGB_TOLERANCE: (u8, f64) = (1, 0.005);
+
+const MATRICES: [&str; 2] = ["bt601", "bt709"];
+const RANGES: [&str; 2] = ["limited", "full"];
+
+/// ffmpeg's name of a range.
+fn ff_range(range: &str) -> &'static str {
+    if range == "full" { "pc" } else { "tv" }
+}
+
+/// Whether ffmpeg and ffprobe run here. Without them: `false` and a line saying the test is
+/// skipped, or a panic where `GPUIPC_REQUIRE_FFMPEG=1`.
+fn ffmpeg_for_test(test: &str) -> bool {
+    let works = |tool: &str| {
+        Command::new(tool)
+            .arg("-version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if works("ffmpeg") && works("ffprobe") {
+        return true;
+    }
+    if std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") {
+        panic!("{REQUIRE_ENV}=1 but ffmpeg or ffprobe does not run (install Debian's ffmpeg package)");
+    }
+    eprintln!("skipped {test}: ffmpeg and ffprobe are not installed ({REQUIRE_ENV}=1 makes this a failure)");
+    false
+}
+
+/// Run a tool to completion, at most [`TOOL_TIMEOUT`]; its stdout. Fails the test on a
+/// non-zero exit, with its stderr.
+fn tool(command: &mut Command) -> Vec<u8> {
+    let what = format!("{command:?}");
+    let child = command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let Ok(output) = rx.recv_timeout(TOOL_TIMEOUT) else {
+        let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL);
+        panic!("{what} took more than {TOOL_TIMEOUT:?}");
+    };
+    let output = output.unwrap();
+    assert!(output.status.success(), "{what} failed:\n{}", String::from_utf8_lossy(&output.stderr));
+    output.stdout
+}
+
+/// ffprobe's view of the first video stream of `path`, frames counted.
+fn probe(path: &Path) -> serde_json::Value {
+    let out = tool(Command::new("ffprobe").args(["-v", "error", "-count_frames", "-select_streams", "v:0"]).args([
+        "-show_entries",
+        "stream=codec_name,width,height,pix_fmt,nb_read_frames,r_frame_rate",
+        "-of",
+        "json",
+    ]).arg(path));
+    let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    json["streams"][0].clone()
+}
+
+/// ffmpeg decoding `input` (with `args` before the output) to raw frames of `pix_fmt`.
+fn decode(input: &Path, args: &[&str], pix_fmt: &str) -> Vec<u8> {
+    tool(Command::new("ffmpeg").args(["-v", "error", "-i"]).arg(input).args(args).args(["-pix_fmt", pix_fmt, "-f", "rawvideo", "-"]))
+}
+
+/// Run `gpuipc-host run FILE ARGS` in `dir`; it must finish and leave nothing behind.
+fn run_pipeline(dir: &Path, name: &str, text: &str, args: &[&str]) {
+    let file = pipeline(dir, name, text);
+    let mut all = vec!["run", file.to_str().unwrap(), "--quiet"];
+    all.extend(args);
+    let run = run(dir, &all);
+    assert!(run.status.success(), "{name}: {}", run.output());
+    assert_nothing_left(run.pid);
+}
+
+/// The frames of a y4m file: everything after each `FRAME` line, `frame_bytes` each.
+fn y4m_frames(bytes: &[u8], frame_bytes: usize) -> Vec<&[u8]> {
+    let mut rest = &bytes[bytes.iter().position(|&b| b == b'\n').unwrap() + 1..];
+    let mut frames = Vec::new();
+    while !rest.is_empty() {
+        let line = rest.iter().position(|&b| b == b'\n').unwrap() + 1;
+        assert!(rest.starts_with(b"FRAME"));
+        frames.push(&rest[line..line + frame_bytes]);
+        rest = &rest[line + frame_bytes..];
+    }
+    frames
+}
+
+/// Largest difference and share of differing bytes between `a` and `b` (the same length).
+fn compare(a: &[u8], b: &[u8]) -> (u8, f64) {
+    assert_eq!(a.len(), b.len());
+    let (mut max, mut differ) = (0, 0usize);
+    for (x, y) in a.iter().zip(b) {
+        max = max.max(x.abs_diff(*y));
+        differ += (x != y) as usize;
+    }
+    (max, differ as f64 / a.len() as f64)
+}
+
+/// `xxh3` of packed pixels as `--checksums` writes it (`pixel_hash` of a packed layout).
+fn packed_hash(format: FrameFormat, bytes: &[u8]) -> String {
+    let mut layout = FrameLayout::for_format(format).unwrap();
+    let mut offset = 0;
+    for plane in &mut layout.planes[..layout.n_planes as usize] {
+        (plane.pitch, plane.offset) = (plane.row_bytes, offset);
+        offset += plane.row_bytes * plane.rows;
+    }
+    layout.total_bytes = offset;
+    format!("{:016x}", gpuipc_plugin_api::pixel_hash(&layout, bytes).unwrap())
+}
+
+#[test]
+fn ffprobe_reads_our_y4m_files() {
+    if !ffmpeg_for_test("ffprobe_reads_our_y4m_files") {
+        return;
+    }
+    for (width, height) in [(320, 240), (33, 17)] {
+        let dir = scratch(&format!("ffmpeg-y4m-{width}x{height}"));
+        let text = format!(
+            r#"
+[pipeline]
+name = "y4m"
+frames = 12
+[[stage]]
+name = "gen"
+plugin = "generator"
+params = {{ width = {width}, height = {height}, pattern = "gradient" }}
+[[stage]]
+name = "yuv"
+plugin = "yuv420"
+inputs = ["gen"]
+params = {{ layout = "i420" }}
+[[stage]]
+name = "file"
+plugin = "y4m"
+inputs = ["yuv"]
+params = {{ path = "out/video.y4m", fps = 30000, fps_den = 1001 }}
+"#
+        );
+        run_pipeline(&dir, "y4m.toml", &text, &["--checksums", "sums"]);
+        let video = dir.join("out/video.y4m");
+        let stream = probe(&video);
+        assert_eq!(stream["codec_name"], "rawvideo", "{stream}");
+        assert_eq!((stream["width"].as_u64(), stream["height"].as_u64()), (Some(width), Some(height)), "{stream}");
+        assert_eq!(stream["pix_fmt"], "yuv420p", "{stream}");
+        assert_eq!(stream["nb_read_frames"], "12", "{stream}");
+        assert_eq!(stream["r_frame_rate"], "30000/1001", "{stream}");
+        // And ffmpeg reads back every frame as the yuv420 stage made it.
+        let raw = decode(&video, &[], "yuv420p");
+        let format = FrameFormat::new(PixelFormat::I420, width as u32, height as u32);
+        let frame_bytes = raw.len() / 12;
+        let made = sum_lines(&dir.join("sums/yuv.sum"));
+        for (seq, hash) in made {
+            let frame = &raw[seq as usize * frame_bytes..(seq as usize + 1) * frame_bytes];
+            assert_eq!(packed_hash(format, frame), hash, "{width}x{height} frame {seq}");
+        }
+    }
+}
+
+#[test]
+fn ffprobe_reads_our_pngs_and_ffmpeg_decodes_the_generators_pixels() {
+    if !ffmpeg_for_test("ffprobe_reads_our_pngs_and_ffmpeg_decodes_the_generators_pixels") {
+        return;
+    }
+    let dir = scratch("ffmpeg-png");
+    let cases = [("rgb8", "rgb24", PixelFormat::Rgb8), ("rgba8", "rgba", PixelFormat::Rgba8), ("gray8", "gray", PixelFormat::Gray8)];
+    for (format, pix_fmt, pixel) in cases {
+        for compression in ["fast", "none"] {
+            let name = format!("{format}-{compression}");
+            let text = format!(
+                r#"
+[pipeline]
+name = "png"
+frames = 7
+[[stage]]
+name = "gen"
+plugin = "generator"
+params = {{ width = 61, height = 37, pattern = "noise", format = "{format}" }}
+[[stage]]
+name = "frames"
+plugin = "png"
+inputs = ["gen"]
+params = {{ path = "{name}/f-{{seq:03}}.png", every = 2, compression = "{compression}" }}
+"#
+            );
+            run_pipeline(&dir, &format!("{name}.toml"), &text, &["--checksums", &format!("sums-{name}")]);
+            let mut files: Vec<String> =
+                std::fs::read_dir(dir.join(&name)).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            files.sort();
+            assert_eq!(files, ["f-000.png", "f-002.png", "f-004.png", "f-006.png"], "{name}");
+            let made: std::collections::HashMap<u64, String> =
+                sum_lines(&dir.join(format!("sums-{name}/gen.sum"))).into_iter().collect();
+            for file in &files {
+                let path = dir.join(&name).join(file);
+                let stream = probe(&path);
+                assert_eq!(stream["codec_name"], "png", "{name} {file}: {stream}");
+                assert_eq!((stream["width"].as_u64(), stream["height"].as_u64()), (Some(61), Some(37)), "{name} {file}");
+                assert_eq!(stream["pix_fmt"], pix_fmt, "{name} {file}: {stream}");
+                assert_eq!(stream["nb_read_frames"], "1", "{name} {file}: {stream}");
+                let seq: u64 = file[2..5].parse().unwrap();
+                let pixels = decode(&path, &[], pix_fmt);
+                let format = FrameFormat::new(pixel, 61, 37);
+                assert_eq!(packed_hash(format, &pixels), made[&seq], "{name} {file}: ffmpeg decodes other pixels");
+            }
+        }
+    }
+}
+
+#[test]
+fn ffmpegs_rgb_to_yuv420_agrees_with_yuv420() {
+    if !ffmpeg_for_test("ffmpegs_rgb_to_yuv420_agrees_with_yuv420") {
+        return;
+    }
+    let (width, height) = (320usize, 240usize);
+    let (cw, ch) = (width / 2, height / 2);
+    let frame_bytes = width * height + 2 * cw * ch;
+    for pattern in ["bars", "gradient", "noise", "box"] {
+        for matrix in MATRICES {
+            for range in RANGES {
+                let dir = scratch(&format!("ffmpeg-yuv420-{pattern}-{matrix}-{range}"));
+                let text = format!(
+                    r#"
+[pipeline]
+name = "compare"
+frames = 2
+[[stage]]
+name = "gen"
+plugin = "generator"
+params = {{ width = {width}, height = {height}, pattern = "{pattern}" }}
+[[stage]]
+name = "png"
+plugin = "png"
+inputs = ["gen"]
+params = {{ path = "png/f-{{seq}}.png" }}
+[[stage]]
+name = "yuv"
+plugin = "yuv420"
+inputs = ["gen"]
+params = {{ matrix = "{matrix}", range = "{range}" }}
+[[stage]]
+name = "file"
+plugin = "y4m"
+inputs = ["yuv"]
+params = {{ path = "ours.y4m" }}
+"#
+                );
+                run_pipeline(&dir, "compare.toml", &text, &[]);
+                let ours = std::fs::read(dir.join("ours.y4m")).unwrap();
+                let ours = y4m_frames(&ours, frame_bytes);
+                assert_eq!(ours.len(), 2);
+                let vf = format!("scale=out_color_matrix={matrix}:out_range={}:flags={RGB_TO_YUV_FLAGS}", ff_range(range));
+                for (seq, ours) in ours.iter().enumerate() {
+                    let theirs = decode(&dir.join(format!("png/f-{seq}.png")), &["-vf", &vf], "yuv420p");
+                    let planes = [(0, width * height), (width * height, cw * ch), (width * height + cw * ch, cw * ch)];
+                    for ((start, len), plane) in planes.into_iter().zip(["Y", "U", "V"]) {
+                        let (max, share) = compare(&ours[start..start + len], &theirs[start..start + len]);
+                        eprintln!("{pattern} {matrix} {range} frame {seq} {plane}: max {max}, {:.2}% differ", share * 100.0);
+                        // Flat colours differ in whole bars or not at all: only the largest
+                        // difference says something there.
+                        let share_checked = matches!(pattern, "gradient" | "noise");
+                        assert!(
+                            max <= YUV420_TOLERANCE.0 && (!share_checked || share <= YUV420_TOLERANCE.1),
+                            "{pattern} {matrix} {range} frame {seq} plane {plane}: ffmpeg's conversion differs by up to {max} in {:.2}% of the samples",
+                            share * 100.0
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn ffmpegs_y4m_on_stdin_through_yuv_to_rgb_into_pngs() {
+    if !ffmpeg_for_test("ffmpegs_y4m_on_stdin_through_yuv_to_rgb_into_pngs") {
+        return;
+    }
+    const FRAMES: usize = 10;
+    let (width, height) = (320usize, 240usize);
+    let source = ["-f", "lavfi", "-i", "testsrc=size=320x240:rate=25", "-frames", "10", "-pix_fmt", "yuv420p"];
+    for matrix in MATRICES {
+        for range in RANGES {
+            let dir = scratch(&format!("ffmpeg-stdin-{matrix}-{range}"));
+            let text = format!(
+                r#"
+[pipeline]
+name = "from-ffmpeg"
+[[stage]]
+name = "video"
+plugin = "y4m"
+params = {{ path = "-" }}
+[[stage]]
+name = "rgb"
+plugin = "yuv-to-rgb"
+inputs = ["video"]
+params = {{ matrix = "{matrix}", range = "{range}" }}
+[[stage]]
+name = "frames"
+plugin = "png"
+inputs = ["rgb"]
+params = {{ path = "png/f-{{seq:03}}.png" }}
+"#
+            );
+            let file = pipeline(&dir, "from-ffmpeg.toml", &text);
+            // ffmpeg writes the stream into a pipe the host reads as its standard input.
+            let mut ffmpeg = Command::new("ffmpeg")
+                .args(["-v", "error"])
+                .args(source)
+                .args(["-f", "yuv4mpegpipe", "-"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let stdin = Stdio::from(ffmpeg.stdout.take().unwrap());
+            let run = start_with_stdin(&dir, &["run", file.to_str().unwrap(), "--quiet"], stdin).finish(RUN_TIMEOUT);
+            assert!(ffmpeg.wait().unwrap().success());
+            assert!(run.status.success(), "{matrix} {range}: {}", run.output());
+            assert_nothing_left(run.pid);
+
+            // The source ended with the stream: one PNG per frame, as ffprobe sees them.
+            let mut files: Vec<String> =
+                std::fs::read_dir(dir.join("png")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            files.sort();
+            let want: Vec<String> = (0..FRAMES).map(|i| format!("f-{i:03}.png")).collect();
+            assert_eq!(files, want, "{matrix} {range}");
+            let stream = probe(&dir.join("png/f-000.png"));
+            assert_eq!((stream["width"].as_u64(), stream["height"].as_u64()), (Some(320), Some(240)), "{stream}");
+            assert_eq!(stream["pix_fmt"], "rgb24", "{stream}");
+
+            // ffmpeg's own conversion of the same stream, with our matrix and range.
+            tool(Command::new("ffmpeg").args(["-v", "error", "-y"]).args(source).args(["-f", "yuv4mpegpipe"]).arg(dir.join("ts.y4m")));
+            let vf = format!("scale=in_color_matrix={matrix}:in_range={}:flags={YUV_TO_RGB_FLAGS}", ff_range(range));
+            let theirs = decode(&dir.join("ts.y4m"), &["-vf", &vf], "rgb24");
+            let ours = decode(&dir.join("png/f-%03d.png"), &[], "rgb24");
+            assert_eq!(ours.len(), FRAMES * width * height * 3);
+            let (max, share) = compare(&ours, &theirs);
+            eprintln!("testsrc {matrix} {range}: max {max}, {:.3}% differ", share * 100.0);
+            assert!(
+                max <= YUV_TO_RGB_TOLERANCE.0 && share <= YUV_TO_RGB_TOLERANCE.1,
+                "{matrix} {range}: ffmpeg's YUV to RGB differs from yuv-to-rgb by up to {max} in {:.3}% of the bytes",
+                share * 100.0
+            );
+        }
+    }
+}
