@@ -28,7 +28,7 @@ const TOOL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// ffmpeg's `scale` options that make swscale convert RGB to YUV 4:2:0 as `yuv420` does:
 /// `area` averages each 2x2 block for the 2:1 chroma downscale (its default, bicubic, weighs
-/// neighbouring blocks in too: up to 33 levels away on noise), `accurate_rnd` rounds instead
+/// neighbouring blocks in too: U and V differ by up to 28 on noise), `accurate_rnd` rounds instead
 /// of truncating. Matrix and range go in `out_color_matrix` and `out_range`.
 const RGB_TO_YUV_FLAGS: &str = "area+accurate_rnd";
 
