@@ -53,8 +53,8 @@ pub(crate) fn install(sink: Option<LogFn>) {
 
 /// The export glue catches a plugin's panics only when they unwind. Built with
 /// `panic = "abort"`, a panic ends the process at once: the stage's own (the host reports a
-/// crash, without the panic's message as the stage's error), or, under `run --in-process`, the
-/// host with every stage. Said once per library and process, when an instance is created.
+/// stage killed by SIGABRT, not the plugin's error), or, under `run --in-process`, the host
+/// with every stage. Said once per library and process, when an instance is created.
 #[cfg(panic = "abort")]
 fn warn_panic_abort() {
     static ONCE: std::sync::Once = std::sync::Once::new();
