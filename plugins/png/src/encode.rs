@@ -180,10 +180,25 @@ pub fn zlib(data: &[u8], compression: Compression) -> Vec<u8> {
     let mut out = vec![0x78, 0x01];
     match compression {
         Compression::None => stored(data, &mut out),
-        Compression::Fast => fixed_huffman(data, &mut out),
+        Compression::Fast => {
+            // Data that does not compress (noise) grows under fixed codes (bytes 144..=255 take
+            // 9 bits): then it is stored instead.
+            let mut coded = Vec::new();
+            fixed_huffman(data, &mut coded);
+            if coded.len() <= stored_len(data.len()) {
+                out.extend_from_slice(&coded);
+            } else {
+                stored(data, &mut out);
+            }
+        }
     }
     out.extend_from_slice(&adler32(data).to_be_bytes());
     out
+}
+
+/// Bytes of [`stored`] deflate for `len` bytes: 5 bytes of header per block of 65535.
+fn stored_len(len: usize) -> usize {
+    len + 5 * len.div_ceil(0xffff).max(1)
 }
 
 /// Deflate as stored blocks of at most 65535 bytes (an empty input is one empty block).
@@ -604,6 +619,20 @@ mod tests {
         assert_eq!(zlib(&long_run, Compression::None).len(), 2 + long_run.len() + 3 * 5 + 4);
         // The run and the repeated ramp shrink to almost nothing.
         assert!(zlib(&long_run, Compression::Fast).len() < 3000, "{}", zlib(&long_run, Compression::Fast).len());
+        // Noise would grow under fixed codes: it is stored, no larger than with `None`.
+        let mut state = 1u32;
+        let noise: Vec<u8> = (0..200_000)
+            .map(|_| {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (state >> 24) as u8
+            })
+            .collect();
+        let fast = zlib(&noise, Compression::Fast);
+        assert_eq!(fast.len(), zlib(&noise, Compression::None).len());
+        assert_eq!(decode::zlib(&fast).unwrap(), noise);
+        for data in &cases {
+            assert_eq!(stored_len(data.len()) + 6, zlib(data, Compression::None).len());
+        }
     }
 
     #[test]

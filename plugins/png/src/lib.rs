@@ -16,8 +16,9 @@
 //! The encoder is gpuipc's own ([`encode`]): one IDAT chunk holding a zlib stream, either of
 //! stored deflate blocks (`compression = "none"`: fastest, about the size of the raw frame)
 //! or of one block of fixed Huffman codes over greedy LZ77 matches, each row with the PNG
-//! filter that suits it (`"fast"`: synthetic frames shrink 10 to 1000 times; camera
-//! images less). Files are written whole when the frame arrives.
+//! filter that suits it (`"fast"`: the generator's bars, gradient and box at 1280x720 take
+//! 19 KB for 2.7 MB of pixels; data that does not compress, such as its noise, is stored
+//! rather than grow). Files are written whole when the frame arrives.
 //!
 //! # Params
 //!
