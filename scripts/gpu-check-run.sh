@@ -245,7 +245,8 @@ done
 kill -TERM "$hostpid"; wait "$hostpid"; code=$?
 after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
 echo "  exit $code; SIGKILL sent to:$kills"
-[ "$code" = 0 ] || { fail "the chain ($isolation) did not drain after 20 kills"; tail -5 "$work/run.txt"; tail -20 "$work/err.txt"; }
+[ "$code" = 0 ] || { fail "the chain ($isolation) did not drain after 20 kills"; tail -5 "$work/run.txt"; tail -20 "$work/err.txt";
+    cp "$work/err.txt" "$results/chain-$isolation-err.txt"; }
 grep -E "restarted" "$work/err.txt" | sed 's/^/    /' | tail -4
 accounting "$work/report.json" "$work/sums/gen.sum" "$work/sums/sink.sum" || fail "chain ($isolation): frames unaccounted for"
 produced=$(cut -d' ' -f1 "$work/sums/gen.sum" | sort -u | wc -l)

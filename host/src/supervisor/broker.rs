@@ -73,7 +73,12 @@ impl Broker {
                 ),
             };
             let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
-            send(&stages[stage], import, &borrowed)?;
+            if !send(&stages[stage], import, &borrowed)? {
+                // That end has exited (a stage that finished while its neighbour restarted):
+                // its exit is judged when it is reaped, and it needs no objects any more.
+                tracing::debug!("stage '{}' has exited; its link objects are not passed on", stages[stage].name);
+                continue;
+            }
             if entry.served.contains(&end) {
                 // A live end: it looks at its socket when this count moves.
                 stats[stage].get().updates.fetch_add(1, Ordering::Release);
@@ -99,9 +104,16 @@ impl Broker {
     }
 }
 
-fn send(stage: &StageProcess, import: Import, fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<(), String> {
-    stage
-        .socket
-        .send(&ToStage::Import(Box::new(import)), fds)
-        .map_err(|e| format!("cannot pass link objects to stage '{}': {e}", stage.name))
+/// Send `stage` its imports. `Ok(false)`: its end of the socket is closed (the process has
+/// exited), which is not an error of the run.
+fn send(stage: &StageProcess, import: Import, fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<bool, String> {
+    use crate::control::SocketError;
+    match stage.socket.send(&ToStage::Import(Box::new(import)), fds) {
+        Ok(()) => Ok(true),
+        Err(SocketError::Closed) => Ok(false),
+        Err(SocketError::Io(e)) if matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset) => {
+            Ok(false)
+        }
+        Err(e) => Err(format!("cannot pass link objects to stage '{}': {e}", stage.name)),
+    }
 }

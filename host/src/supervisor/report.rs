@@ -54,7 +54,10 @@ impl StageOutcome {
             (_, Some(FromStage::Aborted)) => StageOutcome::Stopped,
             _ if after_failure => StageOutcome::Stopped,
             (_, Some(FromStage::Failed { error })) => StageOutcome::Failed(error.clone()),
-            (Some(0), _) => StageOutcome::Failed("exited without finishing its stream".into()),
+            (Some(0), last) => StageOutcome::Failed(format!(
+                "exited without finishing its stream (exit code 0; its last message: {})",
+                last.map_or("none".to_owned(), |m| format!("{m:?}"))
+            )),
             (Some(code), _) => StageOutcome::Failed(format!("exited with code {code}")),
             (None, _) => match status.signal() {
                 Some(sig) => StageOutcome::Failed(format!(
