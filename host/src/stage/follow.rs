@@ -85,6 +85,11 @@ impl<'s> Follower<'s> {
         input_ends: &mut [Box<dyn ReadEnd>],
         output: &mut Output,
     ) -> Result<(), StageError> {
+        // Updates that came while nothing waited for them are taken now, so objects are never
+        // older than what the host has sent.
+        if stats.get().updates.load(Ordering::Acquire) != self.updates_seen {
+            self.apply(stats, input_ends, output)?;
+        }
         let (Some(seen), Some(link)) = (self.output_epoch, self.output_link) else { return Ok(()) };
         let Some(epoch) = output.followed_ring().map(RingMap::epoch) else { return Ok(()) };
         if epoch != seen {
@@ -147,6 +152,10 @@ impl<'s> Follower<'s> {
             let link = import.link;
             if Some(link) == self.output_link {
                 output.update(*import, fds)?;
+                // Taken here, perhaps while waiting for an input's update: the output's
+                // consumers are current as of this epoch, so `output_current` must not wait
+                // for another update (none would come: a drained run hung there).
+                self.output_epoch = output.followed_ring().map(RingMap::epoch);
             } else if let Some(k) = self.input_links.iter().position(|&l| l == link) {
                 input_ends[k].update(*import, fds)?;
             } else {
