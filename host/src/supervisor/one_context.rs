@@ -66,6 +66,8 @@ enum Input {
 struct Stage<'p> {
     /// Where its output goes in the frame's outputs: its index in the plan.
     index: usize,
+    /// `stage{name=...}`: the plugin's log lines name their stage, as in a stage process.
+    span: tracing::Span,
     instance: Instance<'p>,
     inputs: Vec<Input>,
     output: Output,
@@ -177,6 +179,8 @@ fn build_stage<'p>(
     probe: Probe,
 ) -> Result<Stage<'p>, StageError> {
     let s = &plan.stages[i];
+    let span = tracing::info_span!("stage", name = %s.name);
+    let _in_stage = span.enter();
     let own_gpu = (s.domain == Domain::Cuda).then(|| gpu.expect("a cuda stage has the GPU").clone());
     let mut inputs = Vec::with_capacity(s.inputs.len());
     let mut formats: Vec<FrameFormat> = Vec::with_capacity(s.inputs.len());
@@ -197,13 +201,15 @@ fn build_stage<'p>(
         (Some(g), true) => Some((crate::gpu::TimingEvent::create(g)?, crate::gpu::TimingEvent::create(g)?)),
         _ => None,
     };
-    Ok(Stage { index: i, instance, inputs, output, gpu: own_gpu, run_gpu: gpu.cloned(), tap, events })
+    Ok(Stage { index: i, span: span.clone(), instance, inputs, output, gpu: own_gpu, run_gpu: gpu.cloned(), tap, events })
 }
 
 impl Stage<'_> {
     /// Frame `seq` through this stage: its inputs are the outputs already made for `seq`.
     /// `false` when the stage, a source, ended its stream instead.
     fn process(&mut self, seq: u64, stamp: u64, outputs: &mut [Option<RawFrame>], stats: &StatsMap) -> Result<bool, StageError> {
+        let span = self.span.clone();
+        let _in_stage = span.enter();
         let mut inputs = Vec::with_capacity(self.inputs.len());
         for input in &mut self.inputs {
             inputs.push(input.frame(outputs, self.run_gpu.as_ref())?);
@@ -322,7 +328,9 @@ fn finish(
         if outcomes[i].is_some() {
             continue;
         }
+        let in_stage = stage.span.clone().entered();
         let flushed = stage.instance.flush().map_err(|error| StageError::Plugin { during: "flush", frame: None, error });
+        drop(in_stage);
         let tapped = stage.tap.as_mut().map_or(Ok(()), |t| t.finish().map_err(StageError::Setup));
         outcomes[i] = Some(match flushed.and(tapped) {
             Ok(()) if failure.is_none() => StageOutcome::Finished,
