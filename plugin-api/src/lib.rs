@@ -64,6 +64,7 @@
 #![deny(unsafe_code)]
 
 pub mod abi;
+pub mod bands;
 pub mod cuda;
 mod error;
 #[doc(hidden)]

@@ -72,7 +72,7 @@
 //! `(77 R + 150 G + 29 B + 128) >> 8` of the same triple ([`generator::luma`]).
 #![deny(unsafe_code)]
 
-pub mod bands;
+use gpuipc_plugin_api::bands;
 pub mod cpu;
 pub mod cuda;
 pub mod generator;

@@ -42,7 +42,7 @@
 //! `out = round(v * 255)` (halves away from zero).
 #![deny(unsafe_code)]
 
-pub mod bands;
+use gpuipc_plugin_api::bands;
 pub mod cuda;
 pub mod rgb_process;
 

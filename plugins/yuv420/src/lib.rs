@@ -72,7 +72,7 @@
 //! an i32 (|numerator| < 2^27); the code uses i64 for margin.
 #![deny(unsafe_code)]
 
-pub mod bands;
+use gpuipc_plugin_api::bands;
 pub mod cpu;
 pub mod cuda;
 pub mod yuv420;

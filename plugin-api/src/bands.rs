@@ -1,8 +1,8 @@
-//! A host frame's rows cut into bands of whole rows, and the bands worked on by threads.
-//!
-//! The same file is in `plugins/generator`, `plugins/rgb-process` and `plugins/yuv420`: the
-//! three cpu stages with a `threads` param. (It belongs in the plugin API, as a way to split a
-//! `PlaneMut`; until then each crate carries a copy.)
+//! A host frame's rows cut into bands of whole rows, and the bands worked on by threads: how a
+//! cpu stage with a `threads` param (generator, rgb-process, yuv420) spreads a frame over
+//! cores without `unsafe`. Split an output's planes with [`planes_mut`] and
+//! [`RowsMut::split`], size the work with [`thread_count`] and [`band_count`], and hand the
+//! bands to [`run`]; check the param with [`check_threads_param`].
 
 use std::num::NonZeroUsize;
 use std::panic;
@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::thread;
 
-use gpuipc_plugin_api::{Error, FrameDataMut, OutputFrame, Result};
+use crate::{Error, FrameDataMut, OutputFrame, Result};
 
 /// Most threads the default (`threads = 0`) gives a stage.
 pub const DEFAULT_MAX_THREADS: usize = 8;
@@ -198,8 +198,8 @@ pub fn run<T: Send>(
 
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::testing::padded;
-    use gpuipc_plugin_api::{FrameFormat, FrameInfo, PixelFormat};
+    use crate::testing::padded;
+    use crate::{FrameFormat, FrameInfo, PixelFormat};
 
     use super::*;
 
@@ -253,7 +253,7 @@ mod tests {
                 }
             }
         }
-        let input = gpuipc_plugin_api::InputFrame::host(info, &bytes).unwrap();
+        let input = crate::InputFrame::host(info, &bytes).unwrap();
         let (y, u) = (input.plane(0).unwrap(), input.plane(1).unwrap());
         assert_eq!(y.row(0), [1; 5]);
         assert_eq!(y.row(6), [7; 5]);
@@ -272,7 +272,7 @@ mod tests {
         let mut out = OutputFrame::host(info, &mut bytes).unwrap();
         let e = planes_mut(&mut out).unwrap().unwrap_err();
         assert!(e.message().contains("plane 1"), "{e}");
-        let buffer = gpuipc_plugin_api::DeviceBuffer { addr: 0x1000, len: 1 << 12 };
+        let buffer = crate::DeviceBuffer { addr: 0x1000, len: 1 << 12 };
         assert!(planes_mut(&mut OutputFrame::device(info, buffer)).is_none());
     }
 
