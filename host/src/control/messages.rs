@@ -109,6 +109,11 @@ pub struct Import {
     pub producer: Option<Export>,
     /// For a producer: each consumer's export, in consumer order.
     pub consumers: Vec<Export>,
+    /// For a producer: the ring's epoch these consumers' objects are current for (a consumer
+    /// that dies after they were sent moves the epoch past it, and the producer waits for the
+    /// next update).
+    #[serde(default)]
+    pub epoch: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -90,12 +90,15 @@ impl<'s> Follower<'s> {
         if stats.get().updates.load(Ordering::Acquire) != self.updates_seen {
             self.apply(stats, input_ends, output)?;
         }
-        let (Some(seen), Some(link)) = (self.output_epoch, self.output_link) else { return Ok(()) };
-        let Some(epoch) = output.followed_ring().map(RingMap::epoch) else { return Ok(()) };
-        if epoch != seen {
+        let Some(link) = self.output_link else { return Ok(()) };
+        // Until the consumers' objects are current for the ring's epoch: each update says the
+        // epoch it is current for (`apply` keeps it), and a consumer that died after the host
+        // sent it moves the ring past that, to wait for the next.
+        while let (Some(seen), Some(epoch)) = (self.output_epoch, output.followed_ring().map(RingMap::epoch))
+            && epoch != seen
+        {
             // The ring is `output`'s, which the update changes: looked up again each time.
             self.await_update_with(stats, link, input_ends, output, |o| o.followed_ring().is_some_and(RingMap::is_aborted))?;
-            self.output_epoch = output.followed_ring().map(RingMap::epoch);
         }
         Ok(())
     }
@@ -151,11 +154,13 @@ impl<'s> Follower<'s> {
             };
             let link = import.link;
             if Some(link) == self.output_link {
+                let current_for = import.epoch;
                 output.update(*import, fds)?;
                 // Taken here, perhaps while waiting for an input's update: the output's
-                // consumers are current as of this epoch, so `output_current` must not wait
-                // for another update (none would come: a drained run hung there).
-                self.output_epoch = output.followed_ring().map(RingMap::epoch);
+                // consumers are current as of the epoch the host sent them for, so
+                // `output_current` does not wait for this update again (it would wait for
+                // ever: a drained run hung there), but does for a consumer that died since.
+                self.output_epoch = current_for.or_else(|| output.followed_ring().map(RingMap::epoch));
             } else if let Some(k) = self.input_links.iter().position(|&l| l == link) {
                 input_ends[k].update(*import, fds)?;
             } else {

@@ -38,6 +38,7 @@ impl Broker {
         plan: &Plan,
         stages: &[StageProcess],
         stats: &[StatsMap],
+        rings: &[crate::link::RingMap],
         from: usize,
         export: Export,
         fds: Vec<OwnedFd>,
@@ -65,10 +66,19 @@ impl Broker {
         let ends = std::iter::once(None).chain((0..link.consumers.len()).map(Some));
         for end in ends {
             let (stage, import, fds) = match end {
-                None => (link.producer, Import { link: link_index, producer: None, consumers: consumers.clone() }, &[][..]),
+                None => (
+                    link.producer,
+                    Import {
+                        link: link_index,
+                        producer: None,
+                        consumers: consumers.clone(),
+                        epoch: rings.get(link_index).map(crate::link::RingMap::epoch),
+                    },
+                    &[][..],
+                ),
                 Some(c) => (
                     link.consumers[c],
-                    Import { link: link_index, producer: Some(producer.clone()), consumers: Vec::new() },
+                    Import { link: link_index, producer: Some(producer.clone()), consumers: Vec::new(), epoch: None },
                     &fds[..],
                 ),
             };

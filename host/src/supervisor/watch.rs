@@ -227,7 +227,7 @@ impl Watch<'_, '_> {
     fn serve(&mut self, stages: &mut Stages, i: usize) {
         let plan = self.launch.plan;
         for (export, fds) in drain_messages(&stages.0[i], &mut self.slots[i].track) {
-            if let Err(e) = self.broker.export(plan, &stages.0, self.launch.stats, i, export, fds) {
+            if let Err(e) = self.broker.export(plan, &stages.0, self.launch.stats, self.launch.rings, i, export, fds) {
                 self.fail(i, e);
             }
         }
