@@ -30,19 +30,18 @@ pub struct Broker {
     links: HashMap<usize, LinkExports>,
 }
 
+/// What the broker reaches the stages through: their processes, statistics blocks and rings.
+pub struct Reach<'a> {
+    pub stages: &'a [StageProcess],
+    pub stats: &'a [StatsMap],
+    pub rings: &'a [crate::link::RingMap],
+}
+
 impl Broker {
     /// Take one export from stage `from`; when every end of its link has exported, send the
     /// new ends their imports and the live ends an update.
-    pub fn export(
-        &mut self,
-        plan: &Plan,
-        stages: &[StageProcess],
-        stats: &[StatsMap],
-        rings: &[crate::link::RingMap],
-        from: usize,
-        export: Export,
-        fds: Vec<OwnedFd>,
-    ) -> Result<(), String> {
+    pub fn export(&mut self, plan: &Plan, reach: &Reach<'_>, from: usize, export: Export, fds: Vec<OwnedFd>) -> Result<(), String> {
+        let Reach { stages, stats, rings } = *reach;
         let link_index = export.link;
         let link = plan.links.get(link_index).ok_or_else(|| format!("exported unknown link {link_index}"))?;
         let entry = self.links.entry(link_index).or_default();

@@ -227,7 +227,8 @@ impl Watch<'_, '_> {
     fn serve(&mut self, stages: &mut Stages, i: usize) {
         let plan = self.launch.plan;
         for (export, fds) in drain_messages(&stages.0[i], &mut self.slots[i].track) {
-            if let Err(e) = self.broker.export(plan, &stages.0, self.launch.stats, self.launch.rings, i, export, fds) {
+            let reach = super::broker::Reach { stages: &stages.0, stats: self.launch.stats, rings: self.launch.rings };
+            if let Err(e) = self.broker.export(plan, &reach, i, export, fds) {
                 self.fail(i, e);
             }
         }
