@@ -8,6 +8,7 @@ use gpuipc_plugin_api::{
 use serde::Deserialize;
 
 use crate::cuda::GpuConverter;
+use gpuipc_plugin_api::bands;
 
 /// Fractional bits of the fixed-point coefficients.
 pub const FRAC_BITS: u32 = 16;
@@ -22,6 +23,9 @@ pub struct Params {
     pub range: ColorRange,
     /// Output pixel format. Default `rgb8`.
     pub format: RgbFormat,
+    /// Threads converting a frame in the cpu domain, 0..=[`bands::MAX_THREADS`]; 0 is a share
+    /// of the cores ([`bands::thread_count`]). Default 0.
+    pub threads: u32,
 }
 
 /// The `matrix` param: the same names and values as `yuv420`'s.
@@ -150,11 +154,16 @@ fn channel(sum: i32) -> u8 {
     (sum.max(0) >> FRAC_BITS).min(255) as u8
 }
 
+/// Pixels a band must have for the default `threads` to give it a thread of its own (as for
+/// `rgb-process` and `yuv420`: a thread costs tens of microseconds to start).
+pub const MIN_BAND_PIXELS: usize = 1 << 18;
+
 /// Convert one `i420` or `nv12` frame (host memory) into `output` (`rgb8` or `rgba8` of the
 /// same size, host memory): every pixel with the U and V of its 2x2 block, as
-/// `kernels/yuv_to_rgb.cu` does.
+/// `kernels/yuv_to_rgb.cu` does; bands of rows on `threads` threads as the param says.
 pub fn convert(
     coeffs: &Coefficients,
+    threads: u32,
     input: &InputFrame<'_>,
     output: &mut OutputFrame<'_>,
 ) -> Result<()> {
@@ -176,36 +185,43 @@ pub fn convert(
         PixelFormat::Nv12 => None,
         other => bail!("yuv-to-rgb takes i420 or nv12 frames; input is {other}"),
     };
-    let mut out = output.plane_mut(0).ok_or_else(host_only)?;
-    for y in 0..height {
-        let (luma, u_row) = (y_plane.row(y), u_plane.row(y / 2));
-        let v_row = v_plane.map(|p| p.row(y / 2));
-        let row = out.row_mut(y);
-        // Two pixels (one chroma sample) at a time; the last one alone on an odd width.
-        for (cx, (pair, px)) in luma.chunks(2).zip(row.chunks_mut(2 * bpp)).enumerate() {
-            let (u, v) = match v_row {
-                Some(v_row) => (u_row[cx], v_row[cx]),
-                None => (u_row[2 * cx], u_row[2 * cx + 1]),
-            };
-            let (dr, dg, db) = coeffs.chroma(u, v);
-            for (&y, px) in pair.iter().zip(px.chunks_exact_mut(bpp)) {
-                let t = coeffs.luma(y);
-                px[0] = channel(t + dr);
-                px[1] = channel(t + dg);
-                px[2] = channel(t + db);
-                if bpp == 4 {
-                    px[3] = 255;
+    let planes = bands::planes_mut(output).ok_or_else(host_only)??;
+    let Some(out) = planes.into_iter().next() else { bail!("the output frame has no plane") };
+    let n = bands::thread_count(threads, width * height / MIN_BAND_PIXELS, height);
+    let counts: Vec<usize> = bands::even_counts(height, bands::band_count(n, height)).collect();
+    let work: Vec<_> = bands::starts(&counts).zip(out.split(counts.iter().copied())).collect();
+    bands::run(work, n, |(first, mut band)| {
+        for (y, row) in (first..).zip(band.iter_mut()) {
+            let (luma, u_row) = (y_plane.row(y), u_plane.row(y / 2));
+            let v_row = v_plane.as_ref().map(|p| p.row(y / 2));
+            // Two pixels (one chroma sample) at a time; the last one alone on an odd width.
+            for (cx, (pair, px)) in luma.chunks(2).zip(row.chunks_mut(2 * bpp)).enumerate() {
+                let (u, v) = match v_row {
+                    Some(v_row) => (u_row[cx], v_row[cx]),
+                    None => (u_row[2 * cx], u_row[2 * cx + 1]),
+                };
+                let (dr, dg, db) = coeffs.chroma(u, v);
+                for (&y, px) in pair.iter().zip(px.chunks_exact_mut(bpp)) {
+                    let t = coeffs.luma(y);
+                    px[0] = channel(t + dr);
+                    px[1] = channel(t + dg);
+                    px[2] = channel(t + db);
+                    if bpp == 4 {
+                        px[3] = 255;
+                    }
                 }
             }
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// A yuv-to-rgb stage instance.
 #[derive(Debug)]
 pub struct YuvToRgb {
     coeffs: Coefficients,
+    /// The `threads` param.
+    threads: u32,
     input: FrameFormat,
     output: FrameFormat,
     /// The loaded kernel, in the cuda domain.
@@ -259,7 +275,20 @@ impl Plugin for YuvToRgb {
             range: "",
             description: "output pixel format; rgba8 has alpha 255",
         },
+        ParamInfo {
+            name: "threads",
+            kind: "integer",
+            default: "0",
+            range: "0..=256",
+            description: "cpu domain: threads converting each frame, each a band of rows; 0: one per core this process may use, at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain",
+        },
     ];
+
+    fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
+        let mut problems = Vec::new();
+        bands::check_threads_param(params.threads, &mut problems);
+        if problems.is_empty() { Ok(()) } else { bail!("{}", problems.join("; ")) }
+    }
 
     fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
         output_format(params, inputs).map(Some)
@@ -280,6 +309,7 @@ impl Plugin for YuvToRgb {
             Domain::Cpu => None,
         };
         Ok(YuvToRgb {
+            threads: params.threads,
             coeffs: Coefficients::new(params.matrix, params.range),
             input: inputs[0],
             output: expected,
@@ -312,7 +342,7 @@ impl Plugin for YuvToRgb {
             let (input, output) = ((&input.info, src), (output.info(), dst));
             return gpu.convert(&self.coeffs, input, output, ctx.cuda_stream);
         }
-        convert(&self.coeffs, input, output)
+        convert(&self.coeffs, self.threads, input, output)
     }
 }
 #[cfg(test)]
@@ -539,6 +569,33 @@ mod tests {
         packed_planes(&out_info.layout, &out_bytes, 0xa5).concat()
     }
 
+    /// Every thread count writes what the per-pixel equations give, on sizes whose rows do not
+    /// divide evenly among the threads.
+    #[test]
+    fn every_thread_count_writes_the_per_pixel_bytes() {
+        for (w, h) in [(1usize, 1usize), (5, 3), (33, 17), (130, 67), (257, 11)] {
+            let (cw, ch) = (w.div_ceil(2), h.div_ceil(2));
+            let luma: Vec<u8> = (0..w * h).map(|i| (i * 37 + 11) as u8).collect();
+            let u: Vec<u8> = (0..cw * ch).map(|i| (i * 53 + 7) as u8).collect();
+            let v: Vec<u8> = (0..cw * ch).map(|i| (i * 71 + 201) as u8).collect();
+            let i420 = [luma.clone(), u.clone(), v.clone()].concat();
+            let uv: Vec<u8> = u.iter().zip(&v).flat_map(|(&u, &v)| [u, v]).collect();
+            let nv12 = [luma.clone(), uv].concat();
+            let c = Coefficients::new(Matrix::Bt601, ColorRange::Full);
+            let want: Vec<u8> = (0..h)
+                .flat_map(|y| (0..w).map(move |x| (x, y)))
+                .flat_map(|(x, y)| c.rgb(luma[y * w + x], u[(y / 2) * cw + x / 2], v[(y / 2) * cw + x / 2]))
+                .collect();
+            for threads in [1, 2, 3, 4, 7, 64, 0] {
+                let text = format!("matrix = \"bt601\"\nrange = \"full\"\nthreads = {threads}");
+                assert_eq!(run(&text, PixelFormat::I420, w as u32, h as u32, &i420), want, "i420 {w}x{h} threads {threads}");
+                assert_eq!(run(&text, PixelFormat::Nv12, w as u32, h as u32, &nv12), want, "nv12 {w}x{h} threads {threads}");
+            }
+        }
+        let too_many = parse_params::<YuvToRgb>("threads = 257").unwrap();
+        assert!(YuvToRgb::check(&too_many, &[]).is_err_and(|e| e.to_string().contains("param `threads`")));
+    }
+
     #[test]
     fn odd_sized_i420_and_nv12_take_the_chroma_of_their_block() {
         // 5x3: chroma 3x2; pixel (x, y) takes sample (x / 2, y / 2).
@@ -663,7 +720,7 @@ mod tests {
         let e = parse_params::<YuvToRgb>("layout = \"nv12\"").unwrap_err();
         assert!(e.message().contains("layout"), "{e}");
         let p = parse_params::<YuvToRgb>("").unwrap();
-        assert_eq!(p, Params { matrix: Matrix::Bt709, range: ColorRange::Limited, format: RgbFormat::Rgb8 });
+        assert_eq!(p, Params { matrix: Matrix::Bt709, range: ColorRange::Limited, format: RgbFormat::Rgb8, threads: 0 });
         let e = YuvToRgb::negotiate(&p, &[FrameFormat::new(PixelFormat::Rgb8, 4, 4)]).unwrap_err();
         assert_eq!(e.message(), "yuv-to-rgb takes i420 or nv12 frames; input is rgb8 4x4");
         let rgba = Params { format: RgbFormat::Rgba8, ..p };
