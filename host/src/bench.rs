@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gpuipc_plugin_api::Domain;
 use serde::Serialize;
@@ -85,6 +85,8 @@ pub struct StageBench {
     /// Bytes its frames move per frame (inputs read, output written).
     pub bytes_per_frame: u64,
     pub gb_per_s: Option<f64>,
+    /// `gb_per_s` against the device-to-device copy measured in the same call.
+    pub share_of_copy: Option<f64>,
     /// Host CPU per unit of wall time (1.0: a core), in one process (time inside the plugin)
     /// and as a separate process (the whole process).
     pub cpu_in_process: f64,
@@ -298,13 +300,13 @@ fn stage_table(plan: &Plan, timed: &Measured, inproc: &RunReport, sep: &RunRepor
             let bytes = input_bytes + s.output.as_ref().map_or(0, |o| o.layout.total_bytes);
             let gpu_us = timed.gpu_ns[i].map(|ns| ns as f64 / 1000.0 / timed.timed_frames.max(1) as f64);
             let gb_per_s = gpu_us.filter(|&us| us > 0.0).map(|us| bytes as f64 / (us * 1000.0));
-            let _ = copy;
             StageBench {
                 name: s.name.to_string(),
                 domain: s.domain.name().to_owned(),
                 gpu_us_per_frame: gpu_us,
                 bytes_per_frame: bytes,
                 gb_per_s,
+                share_of_copy: gb_per_s.zip(copy).map(|(g, c)| g / c),
                 cpu_in_process: inproc.stages[i].cpu,
                 cpu_separate: sep.stages[i].cpu,
             }
@@ -368,8 +370,8 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new() -> Result<Scratch, String> {
-        let dir = std::env::temp_dir().join(format!("gpuipc-bench-{}-{}", std::process::id(), Instant::now().elapsed().as_nanos()));
-        std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        // Private (0700, a fresh random name): checksum and latency files of this user's run.
+        let dir = supervisor::private_dir::create("gpuipc-bench").map_err(|e| format!("cannot create a folder for the bench's files: {e}"))?;
         Ok(Scratch(dir))
     }
 
@@ -420,7 +422,7 @@ fn render(r: &BenchReport) -> String {
     for s in &r.stages {
         let gpu = s.gpu_us_per_frame.map_or("-".into(), |us| format!("{us:.1}"));
         let gbs = s.gb_per_s.map_or("-".into(), |g| format!("{g:.0}"));
-        let share = s.gb_per_s.zip(r.copy_gb_per_s).map_or("-".into(), |(g, c)| format!("{:.0}%", g / c * 100.0));
+        let share = s.share_of_copy.map_or("-".into(), |f| format!("{:.0}%", f * 100.0));
         let _ = writeln!(
             out,
             "{:12} {:6} {:>12} {:>12.2} {:>9} {:>9} {:>10.0}% {:>8.0}%",

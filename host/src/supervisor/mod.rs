@@ -10,7 +10,7 @@ mod broker;
 pub mod in_process;
 mod mps;
 pub mod one_context;
-mod private_dir;
+pub mod private_dir;
 mod reclaim;
 mod restart;
 pub mod report;
