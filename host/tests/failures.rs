@@ -27,6 +27,11 @@ fn every_kind_of_stage_failure_ends_the_run_naming_the_stage_and_cause() {
         ("sigkill_at", "stage 'bad' killed by SIGKILL"),
         // Input frames are mapped read-only: the write faults rather than change the frame.
         ("write_input_at", "stage 'bad' killed by SIGSEGV"),
+        // Only a source may end its stream; a filter that tries fails, naming the call.
+        (
+            "end_stream_at",
+            "stage 'bad' got an error from the plugin's `process` at frame 3: ended its stream (OutputFrame::end_stream), which only a source (a stage without inputs) may do",
+        ),
         ("error_on_create", "stage 'bad' got an error from the plugin's `create`: refusing to start, as asked"),
         ("panic_on_create", "stage 'bad' got an error from the plugin's `create`: plugin panicked: panicking in create, as asked"),
         ("error_in_flush", "stage 'bad' got an error from the plugin's `flush`: failing in flush, as asked"),

@@ -34,6 +34,8 @@ pub enum Mode {
     /// Write into the input frame, which is mapped read-only: the stage must die of it
     /// without changing the frame for anyone else.
     WriteInputAt,
+    /// End the stream from a stage that has an input, which only a source may do.
+    EndStreamAt,
     ErrorInFlush,
 }
 
@@ -105,6 +107,12 @@ impl Plugin for Faulty {
                     let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
                 }
                 Mode::WriteInputAt => write_into(&inputs[0]),
+                Mode::EndStreamAt => {
+                    if let Some(out) = output {
+                        out.end_stream();
+                    }
+                    return Ok(());
+                }
                 Mode::HangAt => {
                     gpuipc_plugin_api::log::warn(&format!("hanging at frame {}, as asked", ctx.frame_index));
                     loop {
