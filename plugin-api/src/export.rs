@@ -50,6 +50,13 @@ fn guarded(f: impl FnOnce() -> Result<()>) -> i32 {
 
 /// Deserialise a stage's params (TOML text) and refuse keys the params type did not read.
 pub fn parse_params<P: Plugin>(text: &str) -> Result<P::Params> {
+    // No params at all is also what `type Params = ()` reads (an empty table is not a unit
+    // to serde, so `()` alone would refuse every stage).
+    if text.trim().is_empty()
+        && let Ok(params) = <P::Params as serde::Deserialize>::deserialize(serde::de::value::UnitDeserializer::<serde::de::value::Error>::new())
+    {
+        return Ok(params);
+    }
     let deserializer = toml::de::Deserializer::parse(text).map_err(|e| params_error(text, &e))?;
     let mut unknown = Vec::new();
     let params = serde_ignored::deserialize(deserializer, |path| unknown.push(path.to_string()))
@@ -97,6 +104,7 @@ fn in_words(message: &str) -> String {
         ("expected i32", "expected a whole number"),
         ("expected i64", "expected a whole number"),
         ("expected a boolean", "expected true or false"),
+        ("invalid type: map, expected unit", "this plugin takes no params"),
     ] {
         if let Some(at) = text.find(rust)
             && !text[at + rust.len()..].starts_with(|c: char| c.is_ascii_alphanumeric())
@@ -538,6 +546,14 @@ mod tests {
             }
             Ok(())
         }
+    }
+
+    #[test]
+    fn a_plugin_without_params_takes_none_and_refuses_some() {
+        parse_params::<Ends>("").unwrap();
+        parse_params::<Ends>("  \n").unwrap();
+        let e = parse_params::<Ends>("level = 3").unwrap_err().to_string();
+        assert!(e.contains("this plugin takes no params"), "{e}");
     }
 
     #[test]
