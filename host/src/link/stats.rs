@@ -123,6 +123,26 @@ impl StatsMap {
         s.phase.store(phase, Ordering::Relaxed);
     }
 
+    /// The plugin was called on a frame from `started_ns` to `ended_ns` (wall clock, ns since
+    /// the epoch): the first call marks the stage's first frame, every call adds busy time.
+    pub fn plugin_called(&self, started_ns: u64, ended_ns: u64) {
+        let s = self.get();
+        if s.first_ns.load(Ordering::Relaxed) == 0 {
+            s.first_ns.store(started_ns, Ordering::Relaxed);
+        }
+        // A wall clock stepped backwards counts as no time, not as a huge one.
+        s.busy_ns.fetch_add(ended_ns.saturating_sub(started_ns), Ordering::Relaxed);
+    }
+
+    /// Frame `seq` is done (its output published), at `ended_ns`. Release: the host reads
+    /// `last_seq_plus_one` to tell a frame a dead stage finished from one it lost.
+    pub fn frame_done(&self, seq: u64, ended_ns: u64) {
+        let s = self.get();
+        s.last_seq_plus_one.store(seq + 1, Ordering::Release);
+        s.frames.fetch_add(1, Ordering::Relaxed);
+        s.last_ns.store(ended_ns, Ordering::Relaxed);
+    }
+
     /// Whatever moved since the last look: the watchdog compares these.
     pub fn progress(&self) -> (u64, u64) {
         let s = self.get();

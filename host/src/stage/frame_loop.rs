@@ -203,16 +203,12 @@ impl FrameLoop<'_, '_> {
         let mut out = self.output.raw_frame(&pending, seq, timestamp_ns);
         let stream = gpu.map_or(std::ptr::null_mut(), |g| g.stream_ptr());
         let ctx = RawProcessContext { frame_index: index, cuda_stream: stream };
-        if self.stats.get().first_ns.load(Ordering::Relaxed) == 0 {
-            self.stats.get().first_ns.store(started_ns, Ordering::Relaxed);
-        }
         // The input slots are claimed and the output slot is ours until publish, so the
         // memory the raw frames point at stays valid and unshared for the call.
         let result = self.instance.process(&inputs, out.as_mut(), &ctx);
         let ended_ns = now_ns();
         self.phases.lap(Phase::Process);
-        // A wall clock stepped backwards counts as no time, not as a huge one.
-        self.stats.get().busy_ns.fetch_add(ended_ns.saturating_sub(started_ns), Ordering::Relaxed);
+        self.stats.plugin_called(started_ns, ended_ns);
         match result {
             Ok(Processed::Frame) => {}
             Ok(Processed::EndOfStream) => {
@@ -247,12 +243,9 @@ impl FrameLoop<'_, '_> {
     }
 
     fn count(&self, seq: u64, ended_ns: u64) {
-        let s = self.stats.get();
-        s.last_seq_plus_one.store(seq + 1, Ordering::Release);
-        s.frames.fetch_add(1, Ordering::Relaxed);
+        self.stats.frame_done(seq, ended_ns);
         let dropped: u64 = self.inputs.iter().map(|c| c.dropped()).sum::<u64>();
-        s.dropped.store(dropped, Ordering::Relaxed);
-        s.last_ns.store(ended_ns, Ordering::Relaxed);
+        self.stats.get().dropped.store(dropped, Ordering::Relaxed);
     }
 }
 

@@ -251,7 +251,7 @@ impl Input {
             Input::Same(from) => source(*from)?,
             Input::Download { from, bytes } => {
                 let frame = source(*from)?;
-                let gpu = gpu_of_producer(gpu)?;
+                let gpu = transfer_gpu(gpu)?;
                 gpu.download(frame.addr, bytes)?;
                 RawFrame { domain: abi::DOMAIN_CPU, addr: bytes.as_mut_ptr() as u64, len: bytes.len() as u64, ..frame }
             }
@@ -262,29 +262,24 @@ impl Input {
                 // `len` bytes, which nothing writes while this stage runs (one thread runs
                 // the stages in turn).
                 let bytes = unsafe { std::slice::from_raw_parts(frame.addr as *const u8, frame.len as usize) };
-                gpu_of_producer(gpu)?.upload(memory.addr(), bytes)?;
+                transfer_gpu(gpu)?.upload(memory.addr(), bytes)?;
                 RawFrame { domain: abi::DOMAIN_CUDA, addr: memory.addr(), len: memory.len() as u64, ..frame }
             }
         })
     }
 }
 
-fn gpu_of_producer(gpu: Option<&Arc<Gpu>>) -> Result<&Arc<Gpu>, StageError> {
+/// The run's GPU, which copies frames between the cpu and cuda domains.
+fn transfer_gpu(gpu: Option<&Arc<Gpu>>) -> Result<&Arc<Gpu>, StageError> {
     gpu.ok_or_else(|| StageError::Setup("a copy between the cpu and cuda domains, but the run has no GPU".into()))
 }
 
 /// A frame done, as the frame loop counts it.
 fn count(stats: &StatsMap, seq: u64, started: u64, ended: u64) {
-    let s = stats.get();
-    if s.first_ns.load(Ordering::Relaxed) == 0 {
-        s.first_ns.store(started, Ordering::Relaxed);
-    }
-    s.busy_ns.fetch_add(ended.saturating_sub(started), Ordering::Relaxed);
+    stats.plugin_called(started, ended);
     // One thread runs every stage: a stage's CPU is its time inside the plugin.
-    s.cpu_ns.fetch_add(ended.saturating_sub(started), Ordering::Relaxed);
-    s.last_seq_plus_one.store(seq + 1, Ordering::Relaxed);
-    s.frames.fetch_add(1, Ordering::Relaxed);
-    s.last_ns.store(ended, Ordering::Relaxed);
+    stats.get().cpu_ns.fetch_add(ended.saturating_sub(started), Ordering::Relaxed);
+    stats.frame_done(seq, ended);
 }
 
 /// After a frame's work is enqueued: wait for it, and add up what the probe asked for.
