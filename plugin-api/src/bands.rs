@@ -18,6 +18,13 @@ pub const DEFAULT_MAX_THREADS: usize = 8;
 /// Largest `threads` param accepted.
 pub const MAX_THREADS: u32 = 256;
 
+/// The `threads` param as a stage's `Plugin::PARAMS` declares it: type, default and range are
+/// those [`check_threads_param`] and [`thread_count`] apply; `description` says what the
+/// threads do in that stage.
+pub const fn threads_param(description: &'static str) -> crate::ParamInfo {
+    crate::ParamInfo { name: "threads", kind: "integer", default: "0", range: "0..=256", description }
+}
+
 /// The check of a `threads` param, as the stages' `validate` words it.
 pub fn check_threads_param(threads: u32, problems: &mut Vec<String>) {
     if threads > MAX_THREADS {
@@ -198,6 +205,18 @@ pub fn run<T: Send>(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_declared_threads_param_has_the_checked_range() {
+        let declared = threads_param("");
+        assert_eq!(declared.range, format!("0..={MAX_THREADS}"));
+        let mut problems = Vec::new();
+        check_threads_param(MAX_THREADS, &mut problems);
+        check_threads_param(0, &mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        check_threads_param(MAX_THREADS + 1, &mut problems);
+        assert_eq!(problems.len(), 1);
+    }
     use crate::testing::padded;
     use crate::{FrameFormat, FrameInfo, PixelFormat};
 

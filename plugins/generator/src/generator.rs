@@ -404,13 +404,7 @@ impl Plugin for Generator {
             range: "0..=2^63-1",
             description: "seed of the `noise` pattern",
         },
-        ParamInfo {
-            name: "threads",
-            kind: "integer",
-            default: "0",
-            range: "0..=256",
-            description: "cpu domain: threads drawing each frame, each a band of rows; 0: one per core this process may use, at most 8 and at most one per 2^16 pixels for `noise`, per 2^20 for the others (whose rows are copies or nearly); ignored in the cuda domain",
-        },
+        bands::threads_param("cpu domain: threads drawing each frame, each a band of rows; 0: one per core this process may use, at most 8 and at most one per 2^16 pixels for `noise`, per 2^20 for the others (whose rows are copies or nearly); ignored in the cuda domain"),
     ];
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
