@@ -70,20 +70,25 @@ bench 8k-mps "$frames" "$(sized 7680 4320)" --isolation mps
 bench chain8-mps $(( frames * 3 )) "$(chain 8)" --isolation mps
 bench fanout4-mps $(( frames * 3 )) "$(fanout 4)" --isolation mps
 
-# N runs started at once, each with the file's defaults (isolation auto): summed frames/s.
-for size in "3840 2160" "1920 1080"; do
-    set -- $size
-    file=$(sized "$1" "$2")
-    for n in 2 4 8; do
-        label="concurrent-$n-$1x$2"
-        pids=()
-        for i in $(seq 1 "$n"); do
-            (cd "$work" && "$host" run "$file" --device cuda --frames "$frames" --quiet --report "$results/$label-$i.json" > /dev/null 2> "$work/$label-$i.err") &
-            pids+=($!)
-        done
-        for p in "${pids[@]}"; do wait "$p" || echo "FAILED: $label (see $work/$label-*.err)"; done
-        echo; echo "== $label"
-        python3 - "$results" "$label" "$n" <<'PY'
+# N runs started at once, each with the file's defaults (isolation auto, one MPS daemon shared
+# by the runs): summed frames/s. `-private` rows give each run a daemon of its own.
+concurrent() {  # N W H SCOPE
+    local n=$1 file label
+    file=$(sized "$2" "$3")
+    label="concurrent-$n-$2x$3"
+    if [ "$4" = private ]; then
+        label="$label-private"
+        sed 's/^\[pipeline\]$/[pipeline]\nmps = "private"/' "$file" > "$work/$label.toml"
+        file=$work/$label.toml
+    fi
+    pids=()
+    for i in $(seq 1 "$n"); do
+        (cd "$work" && "$host" run "$file" --device cuda --frames "$frames" --quiet --report "$results/$label-$i.json" > /dev/null 2> "$work/$label-$i.err") &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || echo "FAILED: $label (see $work/$label-*.err)"; done
+    echo; echo "== $label"
+    python3 - "$results" "$label" "$n" <<'PY'
 import json, sys
 results, label, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rates = []
@@ -93,7 +98,10 @@ for i in range(1, n + 1):
 print(f"{n} runs at once: " + " + ".join(f"{r:,.0f}" for r in rates) + f" = {sum(rates):,.0f} frames/s")
 json.dump({"runs": n, "frames_per_s": rates, "sum": sum(rates)}, open(f"{results}/{label}.json", "w"))
 PY
-    done
+}
+for size in "3840 2160" "1920 1080"; do
+    for n in 2 4 8; do concurrent "$n" $size shared; done
+    concurrent 2 $size private
 done
 
 echo; echo "== summary"
@@ -116,7 +124,8 @@ for path in sorted(glob.glob(f"{results}/*.json")):
     print(f"{name:24} {r['in_process']['frames_per_s']:>12,.0f} {r['separate']['frames_per_s']:>12,.0f} {r['ratio']*100:>6.1f}% {lat:>34} {hop[1] if hop else float('nan'):>10.1f} {cpu*100:>7.0f}%{same}")
 for path in sorted(glob.glob(f"{results}/concurrent-*.json")):
     name = os.path.basename(path)[:-5]
-    if name.count("-") != 2:
+    parts = name.split("-")
+    if len(parts) < 3 or not parts[1].isdigit() or (len(parts) == 4 and parts[3] != "private") or len(parts) > 4:
         continue
     r = json.load(open(path))
     size = name.split("-")[2]

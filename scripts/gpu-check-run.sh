@@ -13,6 +13,8 @@
 #     frames lost, time to recover, GPU memory before and after, outputs = cpu reference
 #  7. 20 random SIGKILLs of cuda stages in one run with restarts: produced = delivered +
 #     counted, every output frame = the cpu reference for its sequence number
+#  8. two runs at once sharing one MPS daemon (mps = "shared"), a GPU fault in one of them:
+#     both finish by their restart policy, outputs = cpu reference, no daemon left after
 set -uo pipefail
 cd "$(dirname "$0")"
 here=$PWD
@@ -257,6 +259,36 @@ compare_taps "$here/work/chain-ref" "$work/sums" || fail "chain ($isolation): ou
 echo "    GPU memory used: before $before MiB, after $after MiB"
 [ "$after" -le $((before + 64)) ] || fail "chain ($isolation): GPU memory not returned"
 done
+
+section "8. two runs sharing one MPS daemon, a GPU fault in one of them"
+fault_pipeline mps cuda > "$here/work/shared-a.toml"
+fault_pipeline mps cuda | sed -e 's/at = 500/at = 1000000/' -e 's/^frames = 1500/frames = 3000/' > "$here/work/shared-b.toml"
+(cd "$here/work" && rm -rf shared-ref && "$host" run gpu-fault-cpu.toml --in-process --quiet --frames 3000 --checksums shared-ref > /dev/null) ||
+    fail "cpu reference of the shared runs"
+for run in a b; do rm -rf "$here/work/shared-$run" && mkdir -p "$here/work/shared-$run"; done
+before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+for run in a b; do
+    (cd "$here/work/shared-$run" && exec env GPUIPC_LOG=info timeout -k 5 60 "$host" run "../shared-$run.toml" --quiet --checksums sums --report report.json > run.txt 2> err.txt) &
+    eval "pid_$run=$!"
+done
+wait "$pid_a"; code_a=$?
+wait "$pid_b"; code_b=$?
+after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+for run in a b; do
+    work=$here/work/shared-$run
+    code=$([ "$run" = a ] && echo "$code_a" || echo "$code_b")
+    echo "run $run ($([ "$run" = a ] && echo "illegal address at frame 500" || echo "no fault of its own")): exit $code"
+    grep -E "MPS daemon|fatal GPU fault|restarted \(" "$work/err.txt" | sed 's/^.*INFO //; s/^.*WARN //; s/^/    /' | head -8
+    [ "$code" = 0 ] || { fail "shared MPS, run $run did not finish"; tail -20 "$work/err.txt"; cp "$work/err.txt" "$results/shared-$run-err.txt"; }
+    accounting "$work/report.json" "$work/sums/gen.sum" "$work/sums/sink.sum" || fail "shared MPS, run $run: frames unaccounted for"
+    compare_taps "$here/work/shared-ref" "$work/sums" || fail "shared MPS, run $run: output differs from cpu"
+done
+[ "$(grep -l "joined the MPS daemon" "$here"/work/shared-*/err.txt | wc -l)" = 1 ] || fail "the two runs did not share one MPS daemon"
+echo "    GPU memory used: before $before MiB, after $after MiB"
+[ "$after" -le $((before + 64)) ] || fail "shared MPS: GPU memory not returned"
+left=$(pgrep -u "$(id -u)" -x nvidia-cuda-mps-control || true)
+[ -z "$left" ] || fail "an MPS control daemon is left running: $left"
+[ ! -e "${TMPDIR:-/tmp}/gpuipc-mps-$(id -u)/current" ] || fail "the shared MPS folder still names a daemon"
 
 echo
 if [ "$failed" = 0 ]; then echo "ALL GPU CHECKS PASSED"; else echo "SOME GPU CHECKS FAILED"; fi

@@ -13,6 +13,7 @@ pub const PIPELINE_KEYS: &[&str] = &[
     "frames",
     "device",
     "isolation",
+    "mps",
     "spin_us",
     "restart",
     "max_restarts",

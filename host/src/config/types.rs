@@ -29,6 +29,8 @@ pub struct PipelineSection {
     /// Default device of stages.
     pub device: Option<Spanned<DeviceSpec>>,
     pub isolation: Option<Spanned<Isolation>>,
+    /// Whether this run's MPS daemon is shared with the user's other runs (default) or its own.
+    pub mps: Option<Spanned<MpsScope>>,
     /// Microseconds a waiting stage spins before it sleeps on a futex (default 20).
     pub spin_us: Option<Spanned<u32>>,
     // Defaults of every stage's supervision keys (docs/reliability.md).
@@ -133,6 +135,28 @@ impl Isolation {
             Isolation::Auto => "auto",
             Isolation::Mps => "mps",
             Isolation::Process => "process",
+        }
+    }
+}
+
+/// Whose MPS daemon a run's stages use, when isolation uses MPS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MpsScope {
+    /// One daemon for all of this user's runs on the machine: their kernels run side by side
+    /// instead of time-slicing between daemons; a fatal GPU fault reaches every run on that GPU.
+    #[default]
+    Shared,
+    /// A daemon for this run alone: another run's GPU fault cannot reach its stages.
+    Private,
+}
+
+impl MpsScope {
+    /// As the pipeline file writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MpsScope::Shared => "shared",
+            MpsScope::Private => "private",
         }
     }
 }

@@ -30,18 +30,28 @@ fn supervision(s: &super::Supervision) -> String {
     if parts.is_empty() { String::new() } else { format!("  [{}]", parts.join(", ")) }
 }
 
+/// `, mps = "…"` where the run may start an MPS daemon: whose daemon it would be.
+fn mps_scope(plan: &Plan) -> String {
+    let cuda = plan.stages.iter().any(|s| s.domain == gpuipc_plugin_api::Domain::Cuda);
+    if plan.isolation == crate::config::Isolation::Process || !cuda {
+        return String::new();
+    }
+    format!(", mps = \"{}\"", plan.mps.name())
+}
+
 /// The plan as a person reads it: stages in run order, then links.
 pub fn render_text(plan: &Plan) -> String {
     let mut out = String::new();
     let frames = plan.frames.map_or("until stopped".to_owned(), |n| format!("{n} frames per source"));
     let _ = writeln!(
         out,
-        "pipeline '{}' ({}): {}, {}, {frames}, isolation = \"{}\"",
+        "pipeline '{}' ({}): {}, {}, {frames}, isolation = \"{}\"{}",
         plan.name,
         plan.file.display(),
         count(plan.stages.len(), "stage"),
         count(plan.links.len(), "link"),
-        plan.isolation.name()
+        plan.isolation.name(),
+        mps_scope(plan)
     );
     // A reason several stages share (no CUDA driver) is said once, below them.
     let shared_notes: Vec<&String> = {

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use gpuipc_plugin_api::{Domain, FrameFormat, FrameLayout};
 use petgraph::graph::DiGraph;
 
-use crate::config::{Isolation, Policy, StageName, Transport};
+use crate::config::{Isolation, MpsScope, Policy, StageName, Transport};
 
 /// Default slots in a stage's output ring.
 pub const DEFAULT_DEPTH: u32 = 4;
@@ -48,6 +48,8 @@ pub struct Plan {
     /// Frames each source emits; `None`: until stopped.
     pub frames: Option<u64>,
     pub isolation: Isolation,
+    /// Whose MPS daemon the stages use when `isolation` uses one.
+    pub mps: MpsScope,
     /// The file's `spin_us`; `None`: [`DEFAULT_SPIN_US`] or [`CUDA_SPIN_US`] by domain.
     pub spin_us: Option<u32>,
     /// In topological order: every stage comes after the stages it reads.

@@ -109,6 +109,7 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
         file: source.path().to_owned(),
         frames: settings.frames,
         isolation: settings.isolation,
+        mps: settings.mps,
         spin_us: settings.spin_us,
         stages: stages_out,
         links,
@@ -158,6 +159,7 @@ struct Settings {
     frames: Option<u64>,
     device: DeviceSpec,
     isolation: crate::config::Isolation,
+    mps: crate::config::MpsScope,
     spin_us: Option<u32>,
 }
 
@@ -185,6 +187,7 @@ fn pipeline_settings(source: &SourceFile, file: &PipelineFile, diags: &mut Diagn
         frames: p.frames.as_ref().map(|f| *f.get_ref()),
         device: p.device.as_ref().map_or(DeviceSpec::Auto, |d| *d.get_ref()),
         isolation: p.isolation.as_ref().map(|i| *i.get_ref()).unwrap_or_default(),
+        mps: p.mps.as_ref().map(|m| *m.get_ref()).unwrap_or_default(),
         spin_us: p.spin_us.as_ref().map(|s| *s.get_ref()),
     }
 }

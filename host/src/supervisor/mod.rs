@@ -125,7 +125,7 @@ pub fn mps_installed() -> bool {
     mps::available()
 }
 
-/// Start a private MPS daemon when the plan's isolation asks for one. `auto` does when two or
+/// Start or join an MPS daemon when the plan's isolation asks for one. `auto` does when two or
 /// more stages share a GPU and MPS is installed: without it the driver time-slices their
 /// contexts, four times slower for three 4K stages.
 fn start_isolation(plan: &Plan) -> Result<Option<mps::MpsDaemon>, RunError> {
@@ -143,5 +143,5 @@ fn start_isolation(plan: &Plan) -> Result<Option<mps::MpsDaemon>, RunError> {
     if !wanted || per_device.is_empty() {
         return Ok(None);
     }
-    mps::MpsDaemon::start().map(Some).map_err(RunError::Setup)
+    mps::MpsDaemon::start(plan.mps).map(Some).map_err(RunError::Setup)
 }

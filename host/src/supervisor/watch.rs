@@ -308,8 +308,12 @@ impl Watch<'_, '_> {
         let plan = self.launch.plan;
         let stage = &plan.stages[i];
         if self.launch.mps() && stage.domain == gpuipc_plugin_api::Domain::Cuda && cause.contains("CUDA_ERROR") {
+            let who = match plan.mps {
+                crate::config::MpsScope::Shared => "any stage on that GPU, of this run or of another run of this user sharing its MPS daemon, may have caused it (mps = \"private\" keeps other runs' faults out; with isolation = \"process\" only the faulting stage fails)",
+                crate::config::MpsScope::Private => "any stage on that GPU may have caused it (with isolation = \"process\" only the faulting stage fails)",
+            };
             tracing::warn!(
-                "a fatal GPU fault under MPS ends every stage on cuda:{}; stage '{}' reported it first, but any stage on that GPU may have caused it (with isolation = \"process\" only the faulting stage fails)",
+                "a fatal GPU fault under MPS ends every stage on cuda:{}; stage '{}' reported it first, but {who}",
                 stage.device.unwrap_or(0),
                 stage.name
             );
