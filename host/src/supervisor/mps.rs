@@ -295,7 +295,7 @@ mod tests {
         });
         // Every daemon started was stopped once, in the order start, quit, start, quit...
         let calls = calls(&log);
-        assert!(!calls.is_empty() && calls.len() % 2 == 0, "{calls:?}");
+        assert!(!calls.is_empty() && calls.len().is_multiple_of(2), "{calls:?}");
         for pair in calls.chunks(2) {
             assert_eq!(pair[0].replace("start ", ""), pair[1].replace("quit ", ""), "{calls:?}");
         }
