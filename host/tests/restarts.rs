@@ -98,6 +98,20 @@ fn the_watchdog_names_a_stalled_stage_and_stops_the_run_without_a_restart_policy
 }
 
 #[test]
+fn the_watchdog_ends_a_setup_that_never_finishes() {
+    let dir = scratch("stall-setup");
+    let file = pipeline(&dir, "p.toml", &faulty_run("hang_on_create", 0, "stall_timeout = \"300ms\""));
+    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.output());
+    assert!(
+        run.stdout.contains("run 'restarts' failed: stage 'bad' stalled: not ready 2.0 s after its process started"),
+        "{}",
+        run.output()
+    );
+    assert_nothing_left(run.pid);
+}
+
+#[test]
 fn a_stalled_stage_is_restarted_and_the_run_finishes() {
     let dir = scratch("stall-restart");
     let supervision = "stall_timeout = \"300ms\"\nrestart = \"on-failure\"\nrestart_backoff = \"1ms\"";

@@ -59,7 +59,12 @@ pub fn main() -> i32 {
         Err(e) => (FromStage::Failed { error: e.to_string() }, 1),
     };
     // The host may be gone already; the exit code still tells the story.
-    let _ = socket.send(&message, &[]);
+    match socket.send(&message, &[]) {
+        Ok(()) => {}
+        // The host closed it: an abort, where a stage not yet started learns of it this way.
+        Err(crate::control::SocketError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(e) => tracing::warn!("could not tell the host how this stage ended ({message:?}): {e}"),
+    }
     code
 }
 

@@ -82,6 +82,11 @@ impl Track {
     }
 }
 
+/// The least time a stage's setup is given before the watchdog ends it, whatever its
+/// `stall_timeout`: a process start, a plugin load and a CUDA context take a while on a busy
+/// machine, and a short `stall_timeout` is about frames.
+const SETUP_AT_LEAST: Duration = Duration::from_secs(2);
+
 /// Where one stage stands.
 enum Life {
     /// Its process runs; `started` once it was told to begin its frame loop.
@@ -109,6 +114,8 @@ struct Slot {
     /// The stages it restarts with, itself first ([`restart::group`]), chosen when the
     /// failure that restarts it was seen.
     group: Vec<usize>,
+    /// When its current process was started: its setup is timed from here.
+    spawned: Instant,
 }
 
 /// Why the run is ending early, if it is.
@@ -145,6 +152,7 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
             outcome: None,
             failed_at: None,
             group: Vec::new(),
+            spawned: Instant::now(),
         })
         .collect();
     let mut w = Watch {
@@ -369,6 +377,7 @@ impl Watch<'_, '_> {
                 stages.0[i] = process;
                 slot.track = Track::new();
                 slot.life = Life::Alive { started: false, watch: None };
+                slot.spawned = Instant::now();
                 self.launch.stats[i].get().restarts.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => {
@@ -414,13 +423,24 @@ impl Watch<'_, '_> {
         }
     }
 
-    /// Kill every started stage that has made no progress for its stall timeout.
+    /// Kill every started stage that has made no progress for its stall timeout, and every
+    /// stage whose setup (plugin, CUDA context, link objects) has taken longer than that: a
+    /// setup that waits for ever would otherwise hold the run for ever.
     fn watch_stalls(&mut self, stages: &mut Stages) {
         let now = Instant::now();
         for (i, slot) in self.slots.iter_mut().enumerate() {
             let Some(timeout) = self.launch.plan.stages[i].supervision.stall_timeout else { continue };
-            let Life::Alive { started: true, watch: Some(watch) } = &mut slot.life else { continue };
-            if let Some(why) = watch.check(&self.launch.stats[i], timeout, now) {
+            let why = match &mut slot.life {
+                Life::Alive { started: true, watch: Some(watch) } => watch.check(&self.launch.stats[i], timeout, now),
+                Life::Alive { started: false, .. } if !slot.track.ready && now.duration_since(slot.spawned) >= timeout.max(SETUP_AT_LEAST) => {
+                    Some(format!(
+                        "stalled: not ready {} after its process started (loading the plugin, creating its instance, a CUDA context, link objects); killed by the watchdog",
+                        crate::config::format_duration(timeout.max(SETUP_AT_LEAST))
+                    ))
+                }
+                _ => None,
+            };
+            if let Some(why) = why {
                 let _ = stages.0[i].child.kill();
                 slot.life = Life::Killed { why: Some(why) };
             }
@@ -484,7 +504,12 @@ fn drain_messages(p: &super::spawn::StageProcess, track: &mut Track) -> Vec<(Exp
                 other => track.last_message = Some(other),
             },
             Ok(None) => break,
-            Err(_) => track.socket_open = false,
+            Err(crate::control::SocketError::Closed) => track.socket_open = false,
+            Err(e) => {
+                // Nothing more is read from it: its end is judged by its exit status alone.
+                tracing::warn!("stage '{}': its control socket: {e}; not read any further", p.name);
+                track.socket_open = false;
+            }
         }
     }
     exports

@@ -20,6 +20,8 @@ pub enum Mode {
     UndeclaredOutput,
     ErrorOnCreate,
     PanicOnCreate,
+    /// Never return from `create`: a setup that never ends.
+    HangOnCreate,
     /// Per-frame faults, at frame `at`:
     ErrorAt,
     PanicAt,
@@ -92,6 +94,9 @@ impl Plugin for Faulty {
         match params.mode {
             Mode::ErrorOnCreate => bail!("refusing to start, as asked"),
             Mode::PanicOnCreate => panic!("panicking in create, as asked"),
+            Mode::HangOnCreate => loop {
+                std::thread::park();
+            },
             _ => Ok(Faulty { mode: params.mode, at: params.at, delay: std::time::Duration::from_micros(params.delay_us) }),
         }
     }
