@@ -254,7 +254,7 @@ echo "isolation $isolation, round $round:"
 work=$here/work/chain-$isolation
 rm -rf "$work" && mkdir -p "$work"
 before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
-(cd "$work" && exec env GPUIPC_LOG=info timeout -k 5 90 "$host" run ../chain.toml --quiet --checksums sums --report report.json > run.txt 2> err.txt) &
+(cd "$work" && exec env GPUIPC_LOG=${KILL_LOG:-info} timeout -k 5 90 "$host" run ../chain.toml --quiet --checksums sums --report report.json > run.txt 2> err.txt) &
 hostpid=$!
 for _ in $(seq 1 300); do grep -q "stages ready; running" "$work/err.txt" 2>/dev/null && break; sleep 0.1; done
 kills=""
