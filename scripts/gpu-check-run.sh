@@ -21,7 +21,7 @@ cd "$(dirname "$0")"
 here=$PWD
 host=$here/bin/gpuipc-host
 results=${OUT:-$here/results}
-mkdir -p "$results"
+mkdir -p "$results" "$here/work"
 export GPUIPC_KERNEL_CACHE=$here/kernel-cache
 # NVRTC comes with the CUDA toolkit of the GPU machine.
 for dir in $(ldconfig -p | awk '/libnvrtc.so/ {print $NF}' | xargs -r -n1 dirname) /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
@@ -290,6 +290,7 @@ fi
 
 if want 8; then
 section "8. two runs sharing one MPS daemon, a GPU fault in one of them"
+fault_pipeline process cpu > "$here/work/gpu-fault-cpu.toml"
 fault_pipeline mps cuda > "$here/work/shared-a.toml"
 fault_pipeline mps cuda | sed -e 's/at = 500/at = 1000000/' -e 's/^frames = 1500/frames = 3000/' > "$here/work/shared-b.toml"
 (cd "$here/work" && rm -rf shared-ref && "$host" run gpu-fault-cpu.toml --in-process --quiet --frames 3000 --checksums shared-ref > /dev/null) ||

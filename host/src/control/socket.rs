@@ -104,6 +104,10 @@ impl ControlSocket {
         let msg = loop {
             match rustix::net::recvmsg(&self.fd, &mut [IoSliceMut::new(&mut bytes)], &mut ancillary, flags) {
                 Err(rustix::io::Errno::INTR) => continue,
+                // The peer closed its end with messages of ours unread (a stage that exited
+                // before it read an update). The kernel reports that once, before the peer's
+                // own last messages, which are still queued: read on.
+                Err(rustix::io::Errno::CONNRESET) => continue,
                 Err(rustix::io::Errno::AGAIN) => return Ok(None),
                 other => break other?,
             }
@@ -153,6 +157,19 @@ impl AsFd for ControlSocket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_words_of_a_peer_that_left_messages_unread_still_arrive() {
+        let (host, stage) = ControlSocket::pair().unwrap();
+        host.send(&"an update the stage never reads", &[]).unwrap();
+        stage.send(&"finished", &[]).unwrap();
+        drop(stage);
+        // Without reading on past the reset, the host lost "finished" (seen on a GPU: a stage
+        // judged to have exited without finishing its stream, and restarted).
+        let (got, _): (String, Vec<OwnedFd>) = host.try_recv().unwrap().expect("the stage's last message");
+        assert_eq!(got, "finished");
+        assert!(matches!(host.try_recv::<String>(), Err(SocketError::Closed)));
+    }
 
     #[test]
     fn a_message_of_any_size_arrives_whole_with_its_descriptors() {

@@ -261,7 +261,11 @@ impl Watch<'_, '_> {
         };
         match outcome {
             StageOutcome::Failed(cause) => self.after_failure(stages, i, cause),
-            other => self.slots[i].outcome = Some(other),
+            other => {
+                // Its link objects died with it: a neighbour restarted later must not get them.
+                self.broker.forget(plan, i);
+                self.slots[i].outcome = Some(other);
+            }
         }
     }
 
@@ -287,7 +291,10 @@ impl Watch<'_, '_> {
             }
         };
         let gpu_fault = cause.contains("CUDA_ERROR");
-        let group = restart::group(plan, self.launch.mps(), gpu_fault, i);
+        let mut group = restart::group(plan, self.launch.mps(), gpu_fault, i);
+        // A member that already finished its stream has nothing left to do: it is not
+        // started again, and the group does not wait for it to die (it never would).
+        group.retain(|&m| m == i || !matches!(self.slots[m].life, Life::Ended));
         self.explain_mps_fault(i, &cause);
         let now = Instant::now();
         for &m in &group {
