@@ -104,7 +104,7 @@ fn the_watchdog_ends_a_setup_that_never_finishes() {
     let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
     assert_eq!(run.status.code(), Some(1), "{}", run.output());
     assert!(
-        run.stdout.contains("run 'restarts' failed: stage 'bad' stalled: not ready 2.0 s after its process started"),
+        run.stdout.contains("run 'restarts' failed: stage 'bad' stalled: not ready 10.0 s after its process started"),
         "{}",
         run.output()
     );

@@ -84,8 +84,8 @@ impl Track {
 
 /// The least time a stage's setup is given before the watchdog ends it, whatever its
 /// `stall_timeout`: a process start, a plugin load and a CUDA context take a while on a busy
-/// machine, and a short `stall_timeout` is about frames.
-const SETUP_AT_LEAST: Duration = Duration::from_secs(2);
+/// machine (a kernel compiled for the first time, seconds), and a short `stall_timeout` is about frames.
+const SETUP_AT_LEAST: Duration = Duration::from_secs(10);
 
 /// Where one stage stands.
 enum Life {
