@@ -14,7 +14,7 @@ use crate::config::{SourceFile, parse};
 /// checks, not only the tokenizer.
 const TOKENS: &[&str] = &[
     "[pipeline]\n", "[[stage]]\n", "name", "plugin", "inputs", "depth", "device", "policy", "transport", "params",
-    "frames", "isolation", "mps", "\"private\"", "spin_us", "restart", "max_restarts", "restart_window", "restart_backoff",
+    "frames", "replicas", "on_loss", "\"drop\"", "isolation", "mps", "\"private\"", "spin_us", "restart", "max_restarts", "restart_window", "restart_backoff",
     "stall_timeout", " = ", "\"gen\"", "\"yuv\"", "\"generator\"", "\"yuv420\"", "\"null\"", "\"cuda:7\"", "\"auto\"",
     "\"latest\"", "\"on-failure\"", "\"2s\"", "\"off\"", "[\"gen\"]", "[\"yuv\", \"gen\"]", "{ width = 0 }",
     "{ width = 64, height = 48 }", "1", "0", "-1", "99999999999999999999", "1.5", "true", "[", "]", "{", "}",

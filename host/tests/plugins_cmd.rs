@@ -161,9 +161,10 @@ fn inspect_shows_a_plugins_formats_and_every_param_with_its_default() {
     for expected in [
         "generator 0.1.0\n",
         &format!("file        {} (built-in)\n", bin_dir().join(library("generator")).display()),
-        "plugin ABI  1.1\n",
+        "plugin ABI  1.2\n",
         "domains     cpu, cuda\n",
         "inputs      none (a source)\n",
+        "replicas    one instance only (a source)\n",
         "produces    rgb8, rgba8, gray8\n",
         "  width: integer, 1..=32768, default 1280\n      frame width in pixels\n",
         "  height: integer, 1..=32768, default 720\n",
@@ -179,6 +180,11 @@ fn inspect_shows_a_plugins_formats_and_every_param_with_its_default() {
     assert!(out.stdout.contains("inputs      1 to 8 (aligned by sequence number)\n"), "{}", out.text());
     assert!(out.stdout.contains("produces    nothing (a sink)\n"), "{}", out.text());
     assert!(out.stdout.contains("  path: string, required\n"), "{}", out.text());
+    assert!(out.stdout.contains("replicas    one instance only (it keeps state from one frame to the next)\n"), "{}", out.text());
+    let out = host(&dir, &["inspect", "yuv420"], None);
+    assert!(out.stdout.contains("replicas    allowed (replicas = N shares its frames among N processes)\n"), "{}", out.text());
+    let out = host(&dir, &["inspect", "test-abi-1-0"], None);
+    assert!(out.stdout.contains("replicas    one instance only (built for plugin ABI 1.0, which cannot say otherwise)\n"), "{}", out.text());
 }
 
 #[test]

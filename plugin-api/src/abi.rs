@@ -15,7 +15,8 @@ pub const ABI_MAJOR: u32 = 1;
 ///
 /// - 1.1: [`PluginDescriptor::param_info`], the declared params; [`STATUS_END_OF_STREAM`], a
 ///   source ending its stream.
-pub const ABI_MINOR: u32 = 1;
+/// - 1.2: [`PluginDescriptor::flags`], with [`FLAG_REPLICABLE`].
+pub const ABI_MINOR: u32 = 2;
 
 /// The one symbol a plugin exports: `extern "C" fn() -> *const PluginDescriptor`.
 pub const ENTRY_SYMBOL: &str = "gpuipc_plugin_entry_v1";
@@ -38,6 +39,10 @@ pub const STATUS_END_OF_STREAM: i32 = 3;
 /// Domain bits, used in [`PluginDescriptor::domains`] and [`RawFrame::domain`].
 pub const DOMAIN_CPU: u32 = 1;
 pub const DOMAIN_CUDA: u32 = 2;
+
+/// [`PluginDescriptor::flags`]: its instances keep no state from one frame to the next, so a
+/// stage may run several of them as replicas (`replicas = N`), each given some of the frames.
+pub const FLAG_REPLICABLE: u32 = 1;
 
 /// Log levels of the host's log callback.
 pub const LOG_ERROR: u32 = 1;
@@ -199,11 +204,17 @@ pub struct PluginDescriptor {
     /// Since 1.1. Writes declared param number `index` to `*out` and returns 1, or returns 0
     /// when there are no more (`index` is the count). Never fails or panics.
     pub param_info: unsafe extern "C" fn(index: usize, out: *mut RawParamInfo) -> u32,
+    // ABI 1.1 ends here ([`DESCRIPTOR_1_1_SIZE`]).
+    /// Since 1.2. `FLAG_*` bits; unknown bits are ignored.
+    pub flags: u32,
 }
 
 /// `size` of a 1.0 descriptor: every field up to `last_error`. A descriptor this size or larger
 /// has all of them.
 pub const DESCRIPTOR_1_0_SIZE: usize = std::mem::offset_of!(PluginDescriptor, param_info);
+
+/// `size` of a 1.1 descriptor: every field up to `param_info`.
+pub const DESCRIPTOR_1_1_SIZE: usize = std::mem::offset_of!(PluginDescriptor, flags);
 
 /// Lets a descriptor full of raw pointers live in a `static`.
 pub struct DescriptorCell(pub PluginDescriptor);

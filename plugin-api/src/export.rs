@@ -153,6 +153,7 @@ pub const fn descriptor<P: Plugin>() -> PluginDescriptor {
         destroy: destroy::<P>,
         last_error,
         param_info: param_info::<P>,
+        flags: if P::REPLICABLE { abi::FLAG_REPLICABLE } else { 0 },
     }
 }
 

@@ -112,6 +112,13 @@ pub trait Plugin: Sized + Send + 'static {
     /// order of the plugin's docs. Empty by default (inspect then says none are declared).
     const PARAMS: &'static [ParamInfo] = &[];
 
+    /// Whether a stage may run several instances of this plugin as replicas (`replicas = N`),
+    /// each given some of the frames and none seeing all of them: true only when an instance
+    /// carries no state from one frame to the next that changes its output. The host refuses
+    /// `replicas > 1` for a plugin that leaves this `false` (the default). (A trait constant,
+    /// not a field of [`PluginInfo`], so plugins written before it need no change.)
+    const REPLICABLE: bool = false;
+
     /// Check the params' values that their types cannot (ranges, combinations, a path that
     /// can never be written), reporting every problem at once and naming each param.
     ///

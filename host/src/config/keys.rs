@@ -29,6 +29,8 @@ pub const STAGE_KEYS: &[&str] = &[
     "device",
     "policy",
     "transport",
+    "replicas",
+    "on_loss",
     "params",
     "restart",
     "max_restarts",

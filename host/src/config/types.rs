@@ -63,6 +63,10 @@ pub struct StageSection {
     pub policy: Option<Spanned<Policy>>,
     /// How this stage's output ring is shared on the GPU (default `auto`).
     pub transport: Option<Spanned<Transport>>,
+    /// Processes running this stage, sharing its frames (default 1).
+    pub replicas: Option<Spanned<u32>>,
+    /// What becomes of the frame a replica held when it died (default `retry`).
+    pub on_loss: Option<Spanned<OnLoss>>,
     /// The plugin's own settings.
     pub params: Option<Spanned<toml::Table>>,
     // What the host does when this stage fails or stalls; each overrides `[pipeline]`'s.
@@ -135,6 +139,27 @@ impl Isolation {
             Isolation::Auto => "auto",
             Isolation::Mps => "mps",
             Isolation::Process => "process",
+        }
+    }
+}
+
+/// What becomes of the frame a replica was working on when it died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnLoss {
+    /// A sibling takes it again, in its place in the output order.
+    #[default]
+    Retry,
+    /// It is counted as dropped; the output goes on without it.
+    Drop,
+}
+
+impl OnLoss {
+    /// As the pipeline file writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnLoss::Retry => "retry",
+            OnLoss::Drop => "drop",
         }
     }
 }

@@ -30,6 +30,23 @@ fn supervision(s: &super::Supervision) -> String {
     if parts.is_empty() { String::new() } else { format!("  [{}]", parts.join(", ")) }
 }
 
+/// How a stage with replicas runs: its processes, their work queue and the merge.
+fn replicas(s: &super::StagePlan, device: &str) -> String {
+    let merge = if s.output.is_some() { "; their outputs merge into its one output ring in sequence order" } else { "" };
+    let lost = match s.on_loss {
+        crate::config::OnLoss::Retry => "a sibling takes it again",
+        crate::config::OnLoss::Drop => "it is counted as dropped",
+    };
+    format!(
+        "x{} replicas (processes {}#0..{}#{}, each on {device}): each frame goes to the first free one{merge}; the frame of a replica that dies: {lost} (on_loss = \"{}\")",
+        s.replicas,
+        s.name.as_str(),
+        s.name.as_str(),
+        s.replicas - 1,
+        s.on_loss.name()
+    )
+}
+
 /// `, mps = "…"` where the run may start an MPS daemon: whose daemon it would be.
 fn mps_scope(plan: &Plan) -> String {
     let cuda = plan.stages.iter().any(|s| s.domain == gpuipc_plugin_api::Domain::Cuda);
@@ -94,6 +111,9 @@ pub fn render_text(plan: &Plan) -> String {
             s.plugin.version,
             supervision(&s.supervision)
         );
+        if s.replicas > 1 {
+            let _ = writeln!(out, "  {:width$}  {}", "", replicas(s, &device));
+        }
     }
     for note in &shared_notes {
         let names: Vec<&str> = plan.stages.iter().filter(|s| s.domain_note.as_ref() == Some(*note)).map(|s| s.name.as_str()).collect();

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use gpuipc_plugin_api::{Domain, FrameFormat, FrameLayout};
 use petgraph::graph::DiGraph;
 
-use crate::config::{Isolation, MpsScope, Policy, StageName, Transport};
+use crate::config::{Isolation, MpsScope, OnLoss, Policy, StageName, Transport};
 
 /// Default slots in a stage's output ring.
 pub const DEFAULT_DEPTH: u32 = 4;
@@ -78,6 +78,10 @@ pub struct StagePlan {
     pub policy: Policy,
     /// How the output ring is shared when it lives on a GPU.
     pub transport: Transport,
+    /// Processes running this stage, sharing its frames (1: no replicas).
+    pub replicas: u32,
+    /// What becomes of a dead replica's frame.
+    pub on_loss: OnLoss,
     /// Restart policy and watchdog.
     pub supervision: Supervision,
 }

@@ -474,6 +474,7 @@ fn plan_stage(
     if !ok {
         return None;
     }
+    let (replicas, on_loss) = stage_replicas(source, stage, meta, name, diags)?;
     let policy = stage.policy.as_ref().map(|p| *p.get_ref()).unwrap_or_default();
     Some(StagePlan {
         name: StageName::parse(name).expect("names were checked before planning"),
@@ -494,8 +495,51 @@ fn plan_stage(
         depth,
         policy,
         transport: stage.transport.as_ref().map(|t| *t.get_ref()).unwrap_or_default(),
+        replicas,
+        on_loss,
         supervision: Supervision::default(),
     })
+}
+
+/// Most processes one stage may run as replicas.
+pub const MAX_REPLICAS: u32 = 64;
+
+/// The stage's `replicas` and `on_loss`, checked against its plugin.
+fn stage_replicas(
+    source: &SourceFile,
+    stage: &StageSection,
+    meta: &crate::plugin::PluginMeta,
+    name: &str,
+    diags: &mut Diagnostics,
+) -> Option<(u32, crate::config::OnLoss)> {
+    let on_loss = stage.on_loss.as_ref().map(|o| *o.get_ref()).unwrap_or_default();
+    let Some(replicas) = &stage.replicas else {
+        if let Some(o) = &stage.on_loss {
+            diags.error_at(source, o.span(), format!("stage '{name}' runs one process, so `on_loss` has no effect; remove it, or set `replicas`"));
+            return None;
+        }
+        return Some((1, on_loss));
+    };
+    let n = *replicas.get_ref();
+    let mut refuse = |why: String| {
+        diags.error_at(source, replicas.span(), format!("stage '{name}': {why}"));
+        None
+    };
+    if !(1..=MAX_REPLICAS).contains(&n) {
+        return refuse(format!("replicas must be between 1 and {MAX_REPLICAS}, not {n}"));
+    }
+    if n > 1 && meta.max_inputs == 0 {
+        return refuse(format!("plugin `{}` is a source: each replica would make the whole stream; a source runs as one process", meta.name));
+    }
+    if n > 1 && !meta.replicable {
+        let why = if meta.abi < (1, 2) {
+            format!("it was built for plugin ABI {}.{}, which cannot say that its instances may run as replicas", meta.abi.0, meta.abi.1)
+        } else {
+            "it does not allow replicas (an instance may keep state from one frame to the next: `Plugin::REPLICABLE` is false)".to_owned()
+        };
+        return refuse(format!("replicas = {n}, but plugin `{}` runs as one process only: {why}", meta.name));
+    }
+    Some((n, on_loss))
 }
 
 /// A negotiated output must be a format the plugin declared, with a non-empty size.

@@ -115,6 +115,7 @@ pub fn inspect(plugin: &str) -> Result<String, String> {
         ("inputs", inputs(meta)),
         ("accepts", formats(&meta.accepts, "-")),
         ("produces", formats(&meta.produces, "nothing (a sink)")),
+        ("replicas", replicas(meta)),
     ];
     for (key, value) in rows {
         let _ = writeln!(out, "{key:10}  {value}");
@@ -161,6 +162,19 @@ fn domains(bits: u32) -> String {
         .map(|(_, name)| name)
         .collect();
     if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+}
+
+/// Whether `replicas = N` may run it, and why not.
+fn replicas(meta: &PluginMeta) -> String {
+    if meta.min_inputs == 0 {
+        "one instance only (a source)".into()
+    } else if meta.replicable {
+        "allowed (replicas = N shares its frames among N processes)".into()
+    } else if meta.abi < (1, 2) {
+        format!("one instance only (built for plugin ABI {}.{}, which cannot say otherwise)", meta.abi.0, meta.abi.1)
+    } else {
+        "one instance only (it keeps state from one frame to the next)".into()
+    }
 }
 
 fn inputs(meta: &PluginMeta) -> String {

@@ -51,6 +51,8 @@ pub struct PluginMeta {
     pub produces: Vec<PixelFormat>,
     /// Its declared params; `None` when it was built for ABI 1.0, which cannot declare them.
     pub params: Option<Vec<ParamMeta>>,
+    /// Whether its instances may run as replicas ([`abi::FLAG_REPLICABLE`]; false before 1.2).
+    pub replicable: bool,
 }
 
 /// One declared param, copied out of the plugin (see `gpuipc_plugin_api::ParamInfo`).
@@ -196,7 +198,13 @@ impl LoadedPlugin {
 /// plugin's has them (it may have more, from a newer minor version), else the 1.0 fields.
 /// (A field added in a later minor version gets a step here.)
 fn copied_len(size: usize) -> usize {
-    if size >= size_of::<PluginDescriptor>() { size_of::<PluginDescriptor>() } else { abi::DESCRIPTOR_1_0_SIZE }
+    if size >= size_of::<PluginDescriptor>() {
+        size_of::<PluginDescriptor>()
+    } else if size >= abi::DESCRIPTOR_1_1_SIZE {
+        abi::DESCRIPTOR_1_1_SIZE
+    } else {
+        abi::DESCRIPTOR_1_0_SIZE
+    }
 }
 
 /// Stands in for `param_info` of a plugin built for ABI 1.0: no params.
@@ -215,11 +223,12 @@ unsafe extern "C" fn no_params(_index: usize, _out: *mut RawParamInfo) -> u32 {
 unsafe fn copy_descriptor(descriptor: *const PluginDescriptor, size: usize) -> PluginDescriptor {
     let len = copied_len(size);
     let mut copy = std::mem::MaybeUninit::<PluginDescriptor>::uninit();
-    // SAFETY: the fields of 1.1 get the host's stand-ins first, then the first `len` bytes
+    // SAFETY: the fields of 1.1 and 1.2 get the host's stand-ins first, then the first `len` bytes
     // come from the plugin (readable: `len <= size`); together they are every field, each
     // holding a valid value, so the copy is initialised.
     unsafe {
         std::ptr::addr_of_mut!((*copy.as_mut_ptr()).param_info).write(no_params);
+        std::ptr::addr_of_mut!((*copy.as_mut_ptr()).flags).write(0);
         std::ptr::copy_nonoverlapping(descriptor.cast::<u8>(), copy.as_mut_ptr().cast::<u8>(), len);
         copy.assume_init()
     }
@@ -258,6 +267,7 @@ fn read_meta(d: &PluginDescriptor, abi: (u32, u32), size: usize) -> Result<Plugi
         accepts: formats(d.accepts, "accepts")?,
         produces: formats(d.produces, "produces")?,
         params,
+        replicable: d.flags & abi::FLAG_REPLICABLE != 0,
     })
 }
 

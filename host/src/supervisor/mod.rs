@@ -84,6 +84,7 @@ fn ring_params(plan: &Plan, link: usize) -> RingParams {
 /// Run `plan` with one process per stage. Returns the report, whether the run succeeded or not
 /// (see [`RunReport::succeeded`]); `Err` only when the run could not be set up at all.
 pub fn run(plan: &Plan, options: &RunOptions, shutdown: &Shutdown) -> Result<RunReport, RunError> {
+    refuse_replicas(plan)?;
     let (stats, rings) = create_links(plan)?;
     let frames = options.frames.or(plan.frames);
     let mps = start_isolation(plan)?;
@@ -98,6 +99,17 @@ pub fn run(plan: &Plan, options: &RunOptions, shutdown: &Shutdown) -> Result<Run
     drop(stages);
     drop(mps);
     Ok(report)
+}
+
+/// Replicas are planned and checked, but not run yet (docs/links.md says how they will be).
+pub fn refuse_replicas(plan: &Plan) -> Result<(), RunError> {
+    match plan.stages.iter().find(|s| s.replicas > 1) {
+        Some(s) => Err(RunError::Setup(format!(
+            "stage '{}': replicas = {}: this version checks replicas but cannot run them yet; remove `replicas` to run the stage as one process",
+            s.name, s.replicas
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Every stage's statistics block and every link's ring, made before any stage starts.

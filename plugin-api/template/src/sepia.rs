@@ -66,6 +66,9 @@ pub struct Sepia {
 impl Plugin for Sepia {
     type Params = Params;
 
+    // Replicas allowed: each frame is toned on its own: several instances may share a stage's frames.
+    const REPLICABLE: bool = true;
+
     const INFO: PluginInfo = PluginInfo {
         name: "sepia",
         version: env!("CARGO_PKG_VERSION"),

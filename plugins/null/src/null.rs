@@ -18,6 +18,9 @@ pub struct Null;
 impl Plugin for Null {
     type Params = Params;
 
+    // Replicas allowed: it keeps nothing.
+    const REPLICABLE: bool = true;
+
     const INFO: PluginInfo = PluginInfo {
         name: "null",
         version: env!("CARGO_PKG_VERSION"),

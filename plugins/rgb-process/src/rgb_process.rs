@@ -121,6 +121,9 @@ fn check_input(inputs: &[FrameFormat]) -> Result<FrameFormat> {
 impl Plugin for RgbProcess {
     type Params = Params;
 
+    // Replicas allowed: each frame is graded on its own.
+    const REPLICABLE: bool = true;
+
     const INFO: PluginInfo = PluginInfo {
         name: "rgb-process",
         version: env!("CARGO_PKG_VERSION"),

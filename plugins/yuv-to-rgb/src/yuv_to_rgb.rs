@@ -241,6 +241,9 @@ fn output_format(params: &Params, inputs: &[FrameFormat]) -> Result<FrameFormat>
 impl Plugin for YuvToRgb {
     type Params = Params;
 
+    // Replicas allowed: each frame is converted on its own.
+    const REPLICABLE: bool = true;
+
     const INFO: PluginInfo = PluginInfo {
         name: "yuv-to-rgb",
         version: env!("CARGO_PKG_VERSION"),

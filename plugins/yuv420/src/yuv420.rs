@@ -250,6 +250,9 @@ fn output_format(params: &Params, inputs: &[FrameFormat]) -> Result<FrameFormat>
 impl Plugin for Yuv420 {
     type Params = Params;
 
+    // Replicas allowed: each frame is converted on its own.
+    const REPLICABLE: bool = true;
+
     const INFO: PluginInfo = PluginInfo {
         name: "yuv420",
         version: env!("CARGO_PKG_VERSION"),

@@ -68,6 +68,9 @@ pub struct Faulty {
 impl Plugin for Faulty {
     type Params = Params;
 
+    // Replicas allowed: tests of replicas use it.
+    const REPLICABLE: bool = true;
+
     const INFO: PluginInfo = PluginInfo {
         name: "test-faulty",
         version: env!("CARGO_PKG_VERSION"),

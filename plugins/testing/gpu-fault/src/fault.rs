@@ -96,6 +96,9 @@ fn check_input(inputs: &[FrameFormat]) -> Result<FrameFormat> {
 impl Plugin for GpuFaultStage {
     type Params = Params;
 
+    // Replicas allowed: tests of replicas use it.
+    const REPLICABLE: bool = true;
+
     const INFO: PluginInfo = PluginInfo {
         name: "test-gpu-fault",
         version: env!("CARGO_PKG_VERSION"),
