@@ -228,6 +228,12 @@ pub struct Producer {
     /// Consumers the producer must wait for (`block` policy).
     block_mask: u64,
     all_mask: u64,
+    /// The slots this producer writes: all of them, or a replica's own part. Replicas write in
+    /// parallel but publish in turn, so each waits for its turn holding a written slot; from a
+    /// common pool, the turn's holder could find every slot held by siblings waiting for later
+    /// turns (a deadlock). Own parts rule that out, and on a GPU each part is one process's
+    /// memory.
+    slots: std::ops::Range<usize>,
 }
 
 impl Producer {
@@ -241,7 +247,17 @@ impl Producer {
         let next_seq = h.producer.0.seq_end.load(Ordering::Acquire);
         let published = h.producer.0.published.load(Ordering::Acquire);
         let generation = h.producer.0.epoch.load(Ordering::Acquire);
-        Producer { ring: Arc::new(ring), waiter, generation, next_seq, published, block_mask, all_mask: (1u64 << n) - 1 }
+        let slots = 0..ring.depth();
+        Producer { ring: Arc::new(ring), waiter, generation, next_seq, published, block_mask, all_mask: (1u64 << n) - 1, slots }
+    }
+
+    /// As [`Producer::new`], writing only `slots` of the ring: replica `r` of a stage whose
+    /// replicas have `k` slots each writes `r * k .. (r + 1) * k`.
+    pub fn with_slots(ring: RingMap, waiter: Waiter, slots: std::ops::Range<usize>) -> Result<Producer, LinkError> {
+        if slots.is_empty() || slots.end > ring.depth() {
+            return Err(LinkError::Invalid(format!("slots {slots:?} of a ring of {}", ring.depth())));
+        }
+        Ok(Producer { slots, ..Producer::new(ring, waiter) })
     }
 
     pub fn ring(&self) -> &RingMap {
@@ -263,13 +279,13 @@ impl Producer {
     pub fn acquire(&mut self, deadline: Option<Instant>) -> Result<WriteSlot, LinkError> {
         let h = self.ring.header();
         let r = &h.release.0;
-        let preferred = (self.next_seq % self.ring.depth() as u64) as usize;
+        let preferred = self.slots.start + (self.next_seq % self.slots.len() as u64) as usize;
         let block_mask = self.block_mask;
         let index = self.waiter.wait(&r.release_futex, &r.producer_sleeping, deadline, || {
             if self.ring.is_aborted() {
                 return Some(Err(LinkError::Aborted));
             }
-            let pick = pick_write_slot(h, self.ring.depth(), preferred, block_mask)?;
+            let pick = pick_write_slot(h, self.slots.clone(), preferred, block_mask)?;
             let slot = &h.slots[pick.0].0;
             // Acquire: pairs with consumers' release of their claim, so their reads of the
             // old frame happen before we overwrite it.
@@ -282,6 +298,11 @@ impl Producer {
     pub fn publish(&mut self, mut slot: WriteSlot, seq: u64, timestamp_ns: u64) {
         let h = self.ring.header();
         let s = &h.slots[slot.index].0;
+        let p = &h.producer.0;
+        // Producers taking turns (a stage's replicas) publish one at a time, so the shared
+        // count is this publish's ordinal (Relaxed: the turn's hand-over orders it after the
+        // previous publish); for a lone producer it equals its own count.
+        self.published = self.published.max(p.published.load(Ordering::Relaxed));
         // SAFETY: the slot is ours (state WRITING): no consumer can claim it, so nobody reads
         // the metadata while we write it.
         unsafe {
@@ -300,7 +321,6 @@ impl Producer {
         // slot with Acquire.
         s.state.store(header::published_state(seq, self.all_mask), Ordering::Release);
         slot.armed = false;
-        let p = &h.producer.0;
         self.published += 1;
         p.published.store(self.published, Ordering::Relaxed);
         // Release: a consumer that loads `seq_end` with Acquire and sees this frame also sees
@@ -343,17 +363,18 @@ impl Producer {
 }
 
 /// A slot a producer may take now and the exact state seen, or `None` to wait.
-fn pick_write_slot(h: &RingHeader, depth: usize, preferred: usize, block_mask: u64) -> Option<(usize, u64)> {
+fn pick_write_slot(h: &RingHeader, slots: std::ops::Range<usize>, preferred: usize, block_mask: u64) -> Option<(usize, u64)> {
     let load = |i: usize| h.slots[i].0.state.load(Ordering::Relaxed);
+    let (start, len) = (slots.start, slots.len());
     // A slot nobody needs any more, the preferred one first.
-    for i in (0..depth).map(|k| (preferred + k) % depth) {
+    for i in (0..len).map(|k| start + (preferred - start + k) % len) {
         let st = load(i);
         if st & WRITING == 0 && header::claims(st) == 0 && header::pendings(st) == 0 {
             return Some((i, st));
         }
     }
     // Else the oldest frame that only non-blocking consumers still want and nobody reads now.
-    (0..depth)
+    slots
         .filter_map(|i| {
             let st = load(i);
             let free = st & WRITING == 0 && header::claims(st) == 0 && header::pendings(st) & block_mask == 0;
@@ -423,6 +444,10 @@ pub struct Consumer {
     expected: u64,
     /// The publish ordinal expected next; gaps are drops on this link.
     next_ordinal: u64,
+    /// Whether sibling processes (a stage's replicas) share this consumer's index: each takes
+    /// frames no sibling holds, and the position in the stream lives in the shared
+    /// `ConsumerState` (takes are serialised by the replicas' take lock, `queue`).
+    shared: bool,
 }
 
 impl Consumer {
@@ -437,7 +462,22 @@ impl Consumer {
         let c = &h.consumers[index].0;
         let expected = c.next_seq.load(Ordering::Acquire);
         let next_ordinal = c.next_ordinal.load(Ordering::Acquire);
-        Ok(Consumer { ring: Arc::new(ring), waiter, index, latest, expected, next_ordinal })
+        Ok(Consumer { ring: Arc::new(ring), waiter, index, latest, expected, next_ordinal, shared: false })
+    }
+
+    /// As [`Consumer::new`], for one of several replicas sharing consumer `index`: a frame goes
+    /// to one of them. The caller serialises their takes (`acquire` to `take`).
+    pub fn new_shared(ring: RingMap, index: usize, waiter: Waiter) -> Result<Consumer, LinkError> {
+        Ok(Consumer { shared: true, ..Consumer::new(ring, index, waiter)? })
+    }
+
+    /// A shared consumer starts each take where its siblings left the stream.
+    fn catch_up(&mut self) {
+        if self.shared {
+            let c = &self.ring.header().consumers[self.index].0;
+            self.expected = self.expected.max(c.next_seq.load(Ordering::Acquire));
+            self.next_ordinal = self.next_ordinal.max(c.next_ordinal.load(Ordering::Acquire));
+        }
     }
 
     pub fn ring(&self) -> &RingMap {
@@ -452,6 +492,7 @@ impl Consumer {
     /// The next frame at or after sequence number `at_least` (and after the last one read):
     /// the oldest such, or the newest for a `latest` consumer. `None` at end of stream.
     pub fn acquire(&mut self, at_least: u64, deadline: Option<Instant>) -> Result<Option<ReadSlot>, LinkError> {
+        self.catch_up();
         let h = self.ring.header();
         let p = &h.producer.0;
         let want = at_least.max(self.expected);
@@ -518,10 +559,12 @@ impl Consumer {
     fn pending_slots(&self) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
         let h = self.ring.header();
         let pending = header::pending_bit(self.index);
+        // A sibling's claim under our index: that frame is its, not ours to take or give up.
+        let siblings = if self.shared { header::claim_bit(self.index) } else { 0 };
         (0..self.ring.depth()).filter_map(move |i| {
             let slot = &h.slots[i].0;
             let st = slot.state.load(Ordering::Acquire);
-            (st & WRITING == 0 && st & pending != 0).then(|| (i, st, slot.seq.load(Ordering::Relaxed)))
+            (st & WRITING == 0 && st & pending != 0 && st & siblings == 0).then(|| (i, st, slot.seq.load(Ordering::Relaxed)))
         })
     }
 
@@ -633,7 +676,8 @@ impl Consumer {
         c.dropped.fetch_add(slot.meta.ordinal.saturating_sub(self.next_ordinal), Ordering::Relaxed);
         c.received.fetch_add(1, Ordering::Relaxed);
         self.next_ordinal = self.next_ordinal.max(slot.meta.ordinal + 1);
-        self.expected = slot.meta.seq + 1;
+        // Never backwards: a replica may take a frame again that a sibling died holding.
+        self.expected = self.expected.max(slot.meta.seq + 1);
         // Where a restarted process of this stage carries on from; a claimed frame numbered
         // below `next_seq` was taken (the host counts it lost if this process dies with it),
         // one at or above it was not (the host gives it back to the ring).
@@ -794,6 +838,91 @@ mod tests {
         }
         producer.close();
         consumers.into_iter().map(|t| t.join().unwrap()).unzip()
+    }
+
+    #[test]
+    fn replicas_sharing_a_consumer_each_take_different_frames_and_together_all() {
+        for replicas in [1, 2, 4] {
+            let map = ring(4, &[POLICY_BLOCK]);
+            let waiter = Waiter::new(5);
+            // Stands in for the replicas' take lock (`queue`): acquire to take, one at a time.
+            let take_lock = Arc::new(std::sync::Mutex::new(()));
+            let takers: Vec<_> = (0..replicas)
+                .map(|_| {
+                    let mut consumer = Consumer::new_shared(reopen(&map), 0, waiter.clone()).unwrap();
+                    let take_lock = take_lock.clone();
+                    thread::spawn(move || {
+                        let mut got = Vec::new();
+                        let deadline = Some(Instant::now() + std::time::Duration::from_secs(60));
+                        loop {
+                            let slot = {
+                                let _taking = take_lock.lock().unwrap();
+                                consumer.acquire(0, deadline).unwrap()
+                            };
+                            let Some(slot) = slot else { break };
+                            check(consumer.ring(), &slot);
+                            got.push(slot.meta().seq);
+                            drop(slot);
+                        }
+                        (got, consumer.dropped())
+                    })
+                })
+                .collect();
+            let mut producer = Producer::new(reopen(&map), waiter);
+            for seq in 0..2000 {
+                let slot = producer.acquire(Some(Instant::now() + std::time::Duration::from_secs(60))).unwrap();
+                fill(producer.ring(), slot.index(), seq);
+                producer.publish(slot, seq, seq);
+            }
+            producer.close();
+            let results: Vec<(Vec<u64>, u64)> = takers.into_iter().map(|t| t.join().unwrap()).collect();
+            let mut all: Vec<u64> = results.iter().flat_map(|(got, _)| got.iter().copied()).collect();
+            for (got, dropped) in &results {
+                assert!(got.windows(2).all(|w| w[0] < w[1]), "{replicas} replicas: one took out of order: {got:?}");
+                assert_eq!(*dropped, 0);
+            }
+            all.sort_unstable();
+            assert_eq!(all, (0..2000).collect::<Vec<u64>>(), "{replicas} replicas: every frame taken exactly once");
+        }
+    }
+
+    #[test]
+    fn producers_taking_turns_publish_one_stream() {
+        // One slot each: the turn's holder always has its own slot written.
+        let map = ring(3, &[POLICY_BLOCK]);
+        let waiter = Waiter::new(5);
+        let mut consumer = Consumer::new(reopen(&map), 0, waiter.clone()).unwrap();
+        // Stands in for the replicas' turn (`queue`): producer r publishes the numbers n with
+        // n % 3 == r, each when the turn reaches it; each writes its slot before its turn.
+        let turn = Arc::new((std::sync::Mutex::new(0u64), std::sync::Condvar::new()));
+        let producers: Vec<_> = (0..3u64)
+            .map(|r| {
+                let mut producer = Producer::with_slots(reopen(&map), waiter.clone(), r as usize..r as usize + 1).unwrap();
+                let turn = turn.clone();
+                thread::spawn(move || {
+                    for seq in (r..600).step_by(3) {
+                        let slot = producer.acquire(Some(Instant::now() + std::time::Duration::from_secs(60))).unwrap();
+                        fill(producer.ring(), slot.index(), seq);
+                        let (lock, changed) = &*turn;
+                        let mut now = changed.wait_while(lock.lock().unwrap(), |t| *t != seq).unwrap();
+                        producer.publish(slot, seq, seq);
+                        *now += 1;
+                        changed.notify_all();
+                    }
+                })
+            })
+            .collect();
+        let mut got = Vec::new();
+        while got.len() < 600 {
+            let slot = consumer.acquire(0, Some(Instant::now() + std::time::Duration::from_secs(60))).unwrap().unwrap();
+            check(consumer.ring(), &slot);
+            got.push(slot.meta().seq);
+        }
+        for p in producers {
+            p.join().unwrap();
+        }
+        assert_eq!(got, (0..600).collect::<Vec<u64>>());
+        assert_eq!(consumer.dropped(), 0, "the publish ordinals run on across producers");
     }
 
     #[test]
