@@ -125,9 +125,11 @@ pub fn render_text(plan: &Plan) -> String {
     }
     for (i, l) in plan.links.iter().enumerate() {
         let memory = link_memory(plan, i);
+        let producer = &plan.stages[l.producer];
+        let parts = if producer.replicas > 1 { format!(" ({} per replica)", producer.replica_slots) } else { String::new() };
         let _ = writeln!(
             out,
-            "  {}  {}, {} slots x {}, {memory}",
+            "  {}  {}, {} slots{parts} x {}, {memory}",
             plan.link_name(i),
             l.format,
             l.depth,

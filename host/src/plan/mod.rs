@@ -80,6 +80,9 @@ pub struct StagePlan {
     pub transport: Transport,
     /// Processes running this stage, sharing its frames (1: no replicas).
     pub replicas: u32,
+    /// Slots of the output ring each replica writes (all `depth` of them without replicas):
+    /// replica `r` writes `r * replica_slots .. (r + 1) * replica_slots`.
+    pub replica_slots: u32,
     /// What becomes of a dead replica's frame.
     pub on_loss: OnLoss,
     /// Restart policy and watchdog.

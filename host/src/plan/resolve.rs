@@ -58,7 +58,10 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
     let mut stages_out: Vec<StagePlan> =
         order.iter().map(|&i| planned[i].take().expect("every stage planned when no error was found")).collect();
     let mut links = wire_links(&mut stages_out, &edges, &order, &position);
-    deepen_time_sliced_links(&mut links, &mut stages_out, |producer| stages[order[producer]].get_ref().depth.is_none(), settings.isolation);
+    let replicas_of: Vec<u32> = stages_out.iter().map(|s| s.replicas).collect();
+    // A replicated stage's ring is already sized by its parts.
+    let left_to_plan = |producer: usize| stages[order[producer]].get_ref().depth.is_none() && replicas_of[producer] == 1;
+    deepen_time_sliced_links(&mut links, &mut stages_out, left_to_plan, settings.isolation);
     let mut diags = Diagnostics::default();
     for link in &links {
         if link.consumers.len() > MAX_CONSUMERS {
@@ -475,6 +478,7 @@ fn plan_stage(
         return None;
     }
     let (replicas, on_loss) = stage_replicas(source, stage, meta, name, diags)?;
+    let (depth, replica_slots) = replica_depth(source, stage, name, depth, replicas, diags)?;
     let policy = stage.policy.as_ref().map(|p| *p.get_ref()).unwrap_or_default();
     Some(StagePlan {
         name: StageName::parse(name).expect("names were checked before planning"),
@@ -496,6 +500,7 @@ fn plan_stage(
         policy,
         transport: stage.transport.as_ref().map(|t| *t.get_ref()).unwrap_or_default(),
         replicas,
+        replica_slots,
         on_loss,
         supervision: Supervision::default(),
     })
@@ -503,6 +508,39 @@ fn plan_stage(
 
 /// Most processes one stage may run as replicas.
 pub const MAX_REPLICAS: u32 = 64;
+
+/// The output ring's slots and each replica's part of them: with replicas, `depth` is each
+/// replica's (by default as many as fit, at most the usual 4), and the ring has them all.
+fn replica_depth(
+    source: &SourceFile,
+    stage: &StageSection,
+    name: &str,
+    depth: u32,
+    replicas: u32,
+    diags: &mut Diagnostics,
+) -> Option<(u32, u32)> {
+    if replicas == 1 {
+        return Some((depth, depth));
+    }
+    let each = match &stage.depth {
+        Some(_) => depth,
+        None => (MAX_DEPTH / replicas).clamp(1, DEFAULT_DEPTH),
+    };
+    if each * replicas > MAX_DEPTH {
+        let span = stage.depth.as_ref().map_or(stage.name.span(), |d| d.span());
+        diags.error_at(
+            source,
+            span,
+            format!(
+                "stage '{name}': {replicas} replicas with depth = {each} each need {} output slots; a ring has at most {MAX_DEPTH} (lower depth to {} or less)",
+                each * replicas,
+                MAX_DEPTH / replicas
+            ),
+        );
+        return None;
+    }
+    Some((each * replicas, each))
+}
 
 /// The stage's `replicas` and `on_loss`, checked against its plugin.
 fn stage_replicas(
