@@ -154,7 +154,36 @@ pub struct LinkPlan {
     pub memory: LinkMemory,
 }
 
+/// One process of a run: a stage, or one replica of a stage with `replicas > 1`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessPlan {
+    /// Index in [`Plan::stages`].
+    pub stage: usize,
+    /// Which replica; `None` for a stage that runs one process.
+    pub replica: Option<u32>,
+    /// The stage's name, with `#N` for replica N (`yuv#2`): what logs and reports say.
+    pub name: String,
+}
+
 impl Plan {
+    /// Every process a run starts, stage by stage in run order, a stage's replicas together.
+    pub fn processes(&self) -> Vec<ProcessPlan> {
+        let mut out = Vec::new();
+        for (stage, s) in self.stages.iter().enumerate() {
+            if s.replicas == 1 {
+                out.push(ProcessPlan { stage, replica: None, name: s.name.to_string() });
+            } else {
+                out.extend((0..s.replicas).map(|r| ProcessPlan { stage, replica: Some(r), name: format!("{}#{r}", s.name) }));
+            }
+        }
+        out
+    }
+
+    /// One process for each stage, ignoring `replicas`: how a run in one process runs it.
+    pub fn one_process_per_stage(&self) -> Vec<ProcessPlan> {
+        self.stages.iter().enumerate().map(|(stage, s)| ProcessPlan { stage, replica: None, name: s.name.to_string() }).collect()
+    }
+
     /// A short name for a link: `producer -> consumer, consumer`.
     pub fn link_name(&self, link: usize) -> String {
         let l = &self.links[link];

@@ -30,18 +30,20 @@ pub struct Broker {
     links: HashMap<usize, LinkExports>,
 }
 
-/// What the broker reaches the stages through: their processes, statistics blocks and rings.
+/// What the broker reaches the stages through: their processes and statistics blocks (by
+/// process), rings (by link), and each stage's process (stages at GPU links run one).
 pub struct Reach<'a> {
     pub stages: &'a [StageProcess],
     pub stats: &'a [StatsMap],
     pub rings: &'a [crate::link::RingMap],
+    pub process_of: &'a [Option<usize>],
 }
 
 impl Broker {
     /// Take one export from stage `from`; when every end of its link has exported, send the
     /// new ends their imports and the live ends an update.
     pub fn export(&mut self, plan: &Plan, reach: &Reach<'_>, from: usize, export: Export, fds: Vec<OwnedFd>) -> Result<(), String> {
-        let Reach { stages, stats, rings } = *reach;
+        let Reach { stages, stats, rings, process_of } = *reach;
         let link_index = export.link;
         let link = plan.links.get(link_index).ok_or_else(|| format!("exported unknown link {link_index}"))?;
         let entry = self.links.entry(link_index).or_default();
@@ -82,6 +84,9 @@ impl Broker {
                 ),
             };
             let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+            let Some(stage) = process_of[stage] else {
+                return Err(format!("link {} joins a stage with replicas, which GPU links do not support yet", plan.link_name(link_index)));
+            };
             if !send(&stages[stage], import, &borrowed)? {
                 // That end has exited (a stage that finished while its neighbour restarted):
                 // its exit is judged when it is reaped, and it needs no objects any more.

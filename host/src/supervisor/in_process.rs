@@ -29,7 +29,9 @@ pub fn run(plan: &Plan, frames: Option<u64>, checksums: Option<&Path>, stop: &At
         let probe = super::one_context::Probe::default();
         return super::one_context::run(plan, frames, checksums, stop, probe).map(|(report, _)| report);
     }
-    let (stats, rings) = create_links(plan).map_err(|e| e.to_string())?;
+    // One thread per stage, replicas or not: the reference a run with replicas must equal.
+    let procs = plan.one_process_per_stage();
+    let (stats, rings) = create_links(plan, &procs).map_err(|e| e.to_string())?;
     let options = RunOptions {
         frames,
         stage_exe: PathBuf::new(),
@@ -39,7 +41,7 @@ pub fn run(plan: &Plan, frames: Option<u64>, checksums: Option<&Path>, stop: &At
         latency: None,
         pace_fps: None,
     };
-    let launch = Launch { plan, options: &options, frames, stats: &stats, rings: &rings, env: &[] };
+    let launch = Launch { plan, procs: &procs, options: &options, frames, stats: &stats, rings: &rings, env: &[] };
     let started = Instant::now();
     let mut outcomes: Vec<Option<StageOutcome>> = vec![None; plan.stages.len()];
     let mut failure: Option<(usize, String)> = None;
@@ -83,7 +85,7 @@ pub fn run(plan: &Plan, frames: Option<u64>, checksums: Option<&Path>, stop: &At
         }
     })?;
     let interrupted = (interrupted && failure.is_none()).then_some("a stop signal");
-    Ok(RunReport::new(plan, &stats, outcomes, failure, interrupted, Some(started.elapsed())))
+    Ok(RunReport::new(plan, &procs, &stats, outcomes, failure, interrupted, Some(started.elapsed())))
 }
 
 /// A stage thread's end as an outcome, as the supervisor judges a stage process.

@@ -24,7 +24,7 @@ use crate::config::Policy;
 use crate::control::LinkMemoryWire;
 use crate::link::header::{POLICY_BLOCK, POLICY_DROP_OLDEST, POLICY_LATEST};
 use crate::link::{RingMap, RingParams, StatsMap};
-use crate::plan::{LinkMemory, Plan};
+use crate::plan::{LinkMemory, Plan, ProcessPlan};
 
 pub use report::RunReport;
 pub use watch::{STOP_SIGNALS, Shutdown};
@@ -85,14 +85,15 @@ fn ring_params(plan: &Plan, link: usize) -> RingParams {
 /// (see [`RunReport::succeeded`]); `Err` only when the run could not be set up at all.
 pub fn run(plan: &Plan, options: &RunOptions, shutdown: &Shutdown) -> Result<RunReport, RunError> {
     refuse_replicas(plan)?;
-    let (stats, rings) = create_links(plan)?;
+    let procs = plan.processes();
+    let (stats, rings) = create_links(plan, &procs)?;
     let frames = options.frames.or(plan.frames);
     let mps = start_isolation(plan)?;
     let env = mps.as_ref().map(|d| d.env()).unwrap_or_default();
-    let launch = spawn::Launch { plan, options, frames, stats: &stats, rings: &rings, env: &env };
+    let launch = spawn::Launch { plan, procs: &procs, options, frames, stats: &stats, rings: &rings, env: &env };
     let mut stages = spawn::Stages::default();
-    for i in 0..plan.stages.len() {
-        stages.push(launch.start(i, 0).map_err(RunError::Setup)?);
+    for p in 0..procs.len() {
+        stages.push(launch.start(p, 0).map_err(RunError::Setup)?);
     }
     let report = watch::watch(&launch, &mut stages, shutdown);
     // Every stage has exited (the watch loop returns only then); the daemon can go.
@@ -112,12 +113,11 @@ pub fn refuse_replicas(plan: &Plan) -> Result<(), RunError> {
     }
 }
 
-/// Every stage's statistics block and every link's ring, made before any stage starts.
-fn create_links(plan: &Plan) -> Result<(Vec<StatsMap>, Vec<RingMap>), RunError> {
-    let stats: Vec<StatsMap> = plan
-        .stages
+/// Every process's statistics block and every link's ring, made before any stage starts.
+fn create_links(plan: &Plan, procs: &[ProcessPlan]) -> Result<(Vec<StatsMap>, Vec<RingMap>), RunError> {
+    let stats: Vec<StatsMap> = procs
         .iter()
-        .map(|s| StatsMap::create(&format!("gpuipc-{}-stats-{}", std::process::id(), s.name)))
+        .map(|p| StatsMap::create(&format!("gpuipc-{}-stats-{}", std::process::id(), p.name)))
         .collect::<Result<_, _>>()
         .map_err(|e| RunError::Setup(format!("stats memory: {e}")))?;
     let rings: Vec<RingMap> = plan

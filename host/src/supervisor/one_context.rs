@@ -166,7 +166,7 @@ pub fn run(
     }
     finish(&mut stages, gpu.as_ref(), &mut outcomes, &mut failure);
     measured.seconds = started.elapsed().as_secs_f64();
-    let report = RunReport::new(plan, &stats, outcomes, failure, interrupted, Some(started.elapsed()));
+    let report = RunReport::new(plan, &plan.one_process_per_stage(), &stats, outcomes, failure, interrupted, Some(started.elapsed()));
     Ok((report, measured))
 }
 

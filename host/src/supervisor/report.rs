@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::control::FromStage;
 use crate::link::StatsMap;
 use crate::link::stats::{Plausible, StatsSnapshot};
-use crate::plan::Plan;
+use crate::plan::{Plan, ProcessPlan};
 
 /// How one stage ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -104,8 +104,10 @@ pub struct RunReport {
 }
 
 impl RunReport {
+    /// One row per process of `procs` (a stage, or each of its replicas), with its stats.
     pub fn new(
         plan: &Plan,
+        procs: &[ProcessPlan],
         stats: &[StatsMap],
         outcomes: Vec<Option<StageOutcome>>,
         failure: Option<(usize, String)>,
@@ -114,25 +116,25 @@ impl RunReport {
     ) -> RunReport {
         let plausible = plausible_since(elapsed.unwrap_or_default());
         let mut warnings = Vec::new();
-        let stages = plan
-            .stages
+        let stages = procs
             .iter()
             .zip(stats)
             .zip(outcomes)
-            .map(|((s, st), outcome)| {
+            .map(|((p, st), outcome)| {
+                let s = &plan.stages[p.stage];
                 let (snap, bad) = plausible.check(st.snapshot());
                 for (field, value) in bad {
                     warnings.push(format!(
                         "stage '{}': its statistics block says {field} = {value}, which a run of {:.2} s cannot have; shown as 0 (the stage wrote over its own counters)",
-                        s.name,
+                        p.name,
                         elapsed.unwrap_or_default().as_secs_f64()
                     ));
                 }
-                StageReport::new(s.name.as_str(), &s.plugin.name, s.domain.name(), &snap, outcome.unwrap_or(StageOutcome::Stopped))
+                StageReport::new(&p.name, &s.plugin.name, s.domain.name(), &snap, outcome.unwrap_or(StageOutcome::Stopped))
             })
             .collect();
         let failure = failure.map(|(i, why)| {
-            let who = plan.stages.get(i).map_or("host".to_owned(), |s| s.name.to_string());
+            let who = procs.get(i).map_or("host".to_owned(), |p| p.name.clone());
             (who, why)
         });
         RunReport {
@@ -232,16 +234,15 @@ pub struct Live {
 }
 
 impl Live {
-    pub fn new(plan: &Plan, enabled: bool) -> Live {
+    pub fn new(procs: &[ProcessPlan], enabled: bool) -> Live {
         let target = if enabled { ProgressDrawTarget::stderr_with_hz(5) } else { ProgressDrawTarget::hidden() };
         let multi = MultiProgress::with_draw_target(target);
         let style = ProgressStyle::with_template("{prefix:>16.bold} {msg}").expect("the template is valid");
-        let bars = plan
-            .stages
+        let bars = procs
             .iter()
-            .map(|s| {
+            .map(|p| {
                 let bar = multi.add(ProgressBar::new_spinner().with_style(style.clone()));
-                bar.set_prefix(s.name.to_string());
+                bar.set_prefix(p.name.clone());
                 bar
             })
             .collect();

@@ -21,7 +21,7 @@ use std::io::ErrorKind;
 
 use crate::control::{ControlSocket, SocketError, InputSetup, OutputSetup, RingWire, StageSetup, ToStage};
 use crate::link::{RingMap, StatsMap};
-use crate::plan::Plan;
+use crate::plan::{Plan, ProcessPlan, StagePlan};
 use crate::stage::{CONTROL_FD, HOST_PID_ENV};
 
 /// A running stage process.
@@ -57,6 +57,8 @@ pub fn spawn_stage(exe: &Path, name: &str, source: bool, env: &[(String, String)
 /// Everything needed to start a stage's process, the first time or again.
 pub struct Launch<'a> {
     pub plan: &'a Plan,
+    /// The run's processes ([`Plan::processes`]); the supervisor's indices are into this.
+    pub procs: &'a [ProcessPlan],
     pub options: &'a RunOptions,
     /// Frames each source emits.
     pub frames: Option<u64>,
@@ -67,6 +69,32 @@ pub struct Launch<'a> {
 }
 
 impl Launch<'_> {
+    /// The stage process `p` runs.
+    pub fn stage(&self, p: usize) -> &StagePlan {
+        &self.plan.stages[self.procs[p].stage]
+    }
+
+    /// Process `p`'s name: the stage's, with `#N` for a replica.
+    pub fn name(&self, p: usize) -> &str {
+        &self.procs[p].name
+    }
+
+    /// For each stage, its process when it runs one (GPU links join such stages only).
+    pub fn process_of_stage(&self) -> Vec<Option<usize>> {
+        let mut of = vec![None; self.plan.stages.len()];
+        for (p, proc) in self.procs.iter().enumerate() {
+            if proc.replica.is_none() {
+                of[proc.stage] = Some(p);
+            }
+        }
+        of
+    }
+
+    /// The processes of stage `stage` (one, or its replicas).
+    pub fn processes_of(&self, stage: usize) -> impl Iterator<Item = usize> + '_ {
+        (0..self.procs.len()).filter(move |&p| self.procs[p].stage == stage)
+    }
+
     /// Whether the run's cuda stages are clients of a private MPS daemon.
     pub fn mps(&self) -> bool {
         self.env.iter().any(|(k, _)| k == "CUDA_MPS_PIPE_DIRECTORY")
@@ -74,29 +102,30 @@ impl Launch<'_> {
 }
 
 impl Launch<'_> {
-    /// Start process number `incarnation` of stage `i` and send it its setup.
-    pub fn start(&self, i: usize, incarnation: u32) -> Result<StageProcess, String> {
-        let stage = &self.plan.stages[i];
-        let fds = self.fds(i);
-        let child = spawn_stage(&self.options.stage_exe, stage.name.as_str(), stage.is_source(), self.env)
-            .map_err(|e| format!("cannot start stage '{}': {e}", stage.name))?;
-        match child.socket.send(&ToStage::Setup(Box::new(self.setup(i, incarnation))), &fds) {
+    /// Start incarnation `incarnation` of process `p` and send it its setup.
+    pub fn start(&self, p: usize, incarnation: u32) -> Result<StageProcess, String> {
+        let stage = self.stage(p);
+        let name = self.name(p);
+        let fds = self.fds(p);
+        let child = spawn_stage(&self.options.stage_exe, name, stage.is_source(), self.env)
+            .map_err(|e| format!("cannot start stage '{name}': {e}"))?;
+        match child.socket.send(&ToStage::Setup(Box::new(self.setup(p, incarnation))), &fds) {
             Ok(()) => Ok(child),
             // A stage that died before reading its setup shows up in the watch loop.
             Err(SocketError::Io(e)) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) => {
-                tracing::debug!("setup of stage '{}' not delivered: {e}", stage.name);
+                tracing::debug!("setup of stage '{name}' not delivered: {e}");
                 Ok(child)
             }
             // Anything else would leave the stage waiting for its setup, and the run for it.
-            Err(e) => Err(format!("cannot send stage '{}' its setup: {e}", stage.name)),
+            Err(e) => Err(format!("cannot send stage '{name}' its setup: {e}")),
         }
     }
 
-    /// The descriptors stage `i` gets, in the order its setup says: its stats block, one ring
+    /// The descriptors process `p` gets, in the order its setup says: its stats block, one ring
     /// per input, its output ring.
-    pub fn fds(&self, i: usize) -> Vec<BorrowedFd<'_>> {
-        let stage = &self.plan.stages[i];
-        let mut fds = vec![self.stats[i].shared_memory().as_fd()];
+    pub fn fds(&self, p: usize) -> Vec<BorrowedFd<'_>> {
+        let stage = self.stage(p);
+        let mut fds = vec![self.stats[p].shared_memory().as_fd()];
         fds.extend(stage.inputs.iter().map(|inp| self.rings[inp.link].shared_memory().as_fd()));
         if let Some(link) = stage.output.as_ref().and_then(|o| o.link) {
             fds.push(self.rings[link].shared_memory().as_fd());
@@ -104,11 +133,11 @@ impl Launch<'_> {
         fds
     }
 
-    pub fn setup(&self, i: usize, incarnation: u32) -> StageSetup {
+    pub fn setup(&self, p: usize, incarnation: u32) -> StageSetup {
         let plan = self.plan;
-        let stage = &plan.stages[i];
+        let stage = self.stage(p);
         StageSetup {
-            stage: stage.name.to_string(),
+            stage: self.name(p).to_owned(),
             plugin_path: stage.plugin.path.clone(),
             params: stage.params.clone(),
             domain: stage.domain.name().to_owned(),

@@ -164,7 +164,7 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
         killed_all: false,
         broker: super::broker::Broker::default(),
     };
-    let live = Live::new(plan, launch.options.live);
+    let live = Live::new(launch.procs, launch.options.live);
     while !w.slots.iter().all(|s| matches!(s.life, Life::Ended)) {
         poll_once(stages, &w.slots, shutdown, w.next_restart());
         w.take_signals(shutdown.take());
@@ -183,7 +183,7 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
         _ => None,
     };
     let outcomes = w.slots.into_iter().map(|s| s.outcome).collect();
-    RunReport::new(plan, launch.stats, outcomes, w.first_failure, interrupted, w.started.map(|s| s.elapsed()))
+    RunReport::new(plan, launch.procs, launch.stats, outcomes, w.first_failure, interrupted, w.started.map(|s| s.elapsed()))
 }
 
 impl Watch<'_, '_> {
@@ -235,8 +235,9 @@ impl Watch<'_, '_> {
     fn serve(&mut self, stages: &mut Stages, i: usize) {
         let plan = self.launch.plan;
         for (export, fds) in drain_messages(&stages.0[i], &mut self.slots[i].track) {
-            let reach = super::broker::Reach { stages: &stages.0, stats: self.launch.stats, rings: self.launch.rings };
-            if let Err(e) = self.broker.export(plan, &reach, i, export, fds) {
+            let process_of = self.launch.process_of_stage();
+            let reach = super::broker::Reach { stages: &stages.0, stats: self.launch.stats, rings: self.launch.rings, process_of: &process_of };
+            if let Err(e) = self.broker.export(plan, &reach, self.launch.procs[i].stage, export, fds) {
                 self.fail(i, e);
             }
         }
@@ -263,7 +264,7 @@ impl Watch<'_, '_> {
             StageOutcome::Failed(cause) => self.after_failure(stages, i, cause),
             other => {
                 // Its link objects died with it: a neighbour restarted later must not get them.
-                self.broker.forget(plan, i);
+                self.broker.forget(plan, self.launch.procs[i].stage);
                 self.slots[i].outcome = Some(other);
             }
         }
@@ -271,8 +272,7 @@ impl Watch<'_, '_> {
 
     /// Stage `i` failed: restart it (and its group) by its policy, or stop the run.
     fn after_failure(&mut self, stages: &mut Stages, i: usize, cause: String) {
-        let plan = self.launch.plan;
-        let supervision = plan.stages[i].supervision;
+        let supervision = self.launch.stage(i).supervision;
         let slot = &mut self.slots[i];
         let restartable = !matches!(self.ending, Ending::Aborting { .. })
             && restart::wants_restart(supervision.restart, slot.ran);
@@ -291,7 +291,7 @@ impl Watch<'_, '_> {
             }
         };
         let gpu_fault = cause.contains("CUDA_ERROR");
-        let mut group = restart::group(plan, self.launch.mps(), gpu_fault, i);
+        let mut group = self.restart_group(gpu_fault, i);
         // A member that already finished its stream has nothing left to do: it is not
         // started again, and the group does not wait for it to die (it never would).
         group.retain(|&m| m == i || !matches!(self.slots[m].life, Life::Ended));
@@ -303,8 +303,8 @@ impl Watch<'_, '_> {
         }
         tracing::warn!(
             "stage '{}' {cause}; restarting it{} in {}",
-            plan.stages[i].name,
-            if group.len() > 1 { format!(" with {}", names(plan, &group[1..])) } else { String::new() },
+            self.launch.name(i),
+            if group.len() > 1 { format!(" with {}", names(self.launch, &group[1..])) } else { String::new() },
             crate::config::format_duration(wait)
         );
         for &m in &group[1..] {
@@ -321,7 +321,7 @@ impl Watch<'_, '_> {
     /// it (measured: it named the source when the stage after it faulted). Say so.
     fn explain_mps_fault(&self, i: usize, cause: &str) {
         let plan = self.launch.plan;
-        let stage = &plan.stages[i];
+        let stage = self.launch.stage(i);
         if self.launch.mps() && stage.domain == gpuipc_plugin_api::Domain::Cuda && cause.contains("CUDA_ERROR") {
             let who = match plan.mps {
                 crate::config::MpsScope::Shared => "any stage on that GPU, of this run or of another run of this user sharing its MPS daemon, may have caused it (mps = \"private\" keeps other runs' faults out; with isolation = \"process\" only the faulting stage fails)",
@@ -335,6 +335,18 @@ impl Watch<'_, '_> {
         }
     }
 
+    /// The processes that restart with process `i` (itself first): its stage's restart group
+    /// ([`restart::group`]), each stage of it with all its processes, except that a replica
+    /// that fails other than by a GPU fault restarts alone.
+    fn restart_group(&self, gpu_fault: bool, i: usize) -> Vec<usize> {
+        let stages = restart::group(self.launch.plan, self.launch.mps(), gpu_fault, self.launch.procs[i].stage);
+        let mut group = vec![i];
+        if stages.len() > 1 {
+            group.extend(stages.iter().flat_map(|&s| self.launch.processes_of(s)).filter(|&p| p != i));
+        }
+        group
+    }
+
     /// A dead member of a restart group: take back its link ends, and start it again with
     /// its group, after `wait` (the failed stage's backoff; `None` for the members killed to
     /// restart with it, which take the group's time).
@@ -342,11 +354,13 @@ impl Watch<'_, '_> {
         let plan = self.launch.plan;
         let group = self.slots[i].group.clone();
         let taps = self.launch.options.checksums.as_deref();
-        let lost = super::reclaim::reclaim_stage(plan, i, &group, &self.launch.stats[i], self.launch.rings, taps);
+        let stage = self.launch.procs[i].stage;
+        let group_stages: Vec<usize> = group.iter().map(|&m| self.launch.procs[m].stage).collect();
+        let lost = super::reclaim::reclaim_stage(plan, stage, &group_stages, &self.launch.stats[i], self.launch.rings, taps);
         if lost > 0 {
-            tracing::info!("stage '{}': {lost} frame(s) lost with its process", plan.stages[i].name);
+            tracing::info!("stage '{}': {lost} frame(s) lost with its process", self.launch.name(i));
         }
-        self.broker.forget(plan, i);
+        self.broker.forget(plan, stage);
         let group_at = group.iter().filter_map(|&m| match self.slots[m].life {
             Life::Restarting { at } => Some(at),
             _ => None,
@@ -436,7 +450,7 @@ impl Watch<'_, '_> {
     fn watch_stalls(&mut self, stages: &mut Stages) {
         let now = Instant::now();
         for (i, slot) in self.slots.iter_mut().enumerate() {
-            let Some(timeout) = self.launch.plan.stages[i].supervision.stall_timeout else { continue };
+            let Some(timeout) = self.launch.stage(i).supervision.stall_timeout else { continue };
             let why = match &mut slot.life {
                 Life::Alive { started: true, watch: Some(watch) } => watch.check(&self.launch.stats[i], timeout, now),
                 Life::Alive { started: false, .. } if !slot.track.ready && now.duration_since(slot.spawned) >= timeout.max(SETUP_AT_LEAST) => {
@@ -478,8 +492,8 @@ impl Watch<'_, '_> {
     }
 }
 
-fn names(plan: &crate::plan::Plan, stages: &[usize]) -> String {
-    stages.iter().map(|&s| format!("'{}'", plan.stages[s].name)).collect::<Vec<_>>().join(", ")
+fn names(launch: &Launch<'_>, processes: &[usize]) -> String {
+    processes.iter().map(|&p| format!("'{}'", launch.name(p))).collect::<Vec<_>>().join(", ")
 }
 
 /// Wait until a pidfd or socket is readable, a signal arrives, a restart is due, or a tick
