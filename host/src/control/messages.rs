@@ -142,6 +142,18 @@ pub struct StageSetup {
     pub pace_fps: Option<f64>,
     /// 0 for the stage's first process, then one more for each restart.
     pub incarnation: u32,
+    /// Set for one of a stage's replicas; its queue block's descriptor follows the rings'.
+    #[serde(default)]
+    pub replica: Option<ReplicaSetup>,
+}
+
+/// Which replica a process is, and how it shares its stage's links (docs/links.md).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReplicaSetup {
+    pub index: u32,
+    pub count: u32,
+    /// Slots of the output ring each replica writes; replica `index` writes its own part.
+    pub slots_each: u32,
 }
 
 /// What a ring must look like, so a stage can check the header it maps against the plan.

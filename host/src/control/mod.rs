@@ -7,6 +7,6 @@ mod messages;
 mod socket;
 
 pub use messages::{
-    Export, FromStage, Handle64, RingWire, Import, InputSetup, LinkEnd, LinkMemoryWire, OutputSetup, SlotMemory, StageSetup, ToStage,
+    Export, FromStage, Handle64, RingWire, Import, InputSetup, LinkEnd, LinkMemoryWire, OutputSetup, SlotMemory, ReplicaSetup, StageSetup, ToStage,
 };
 pub use socket::{ControlSocket, SocketError};

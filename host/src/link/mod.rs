@@ -7,12 +7,14 @@
 //! - [`backing`]: where frame bytes live (host memory, staged through it, GPU memory) and
 //!   what each end does per frame to reach them.
 //! - [`ring`]: the protocol, as a [`Producer`] and [`Consumer`] endpoint.
+//! - [`queue`]: what the replicas of one stage share: the take lock, tickets and the turn.
 //! - `reclaim`: the host taking back the slots of an end that died.
 //! - [`stats`]: per-stage counters the host reads for live statistics, and its stop flag.
 
 pub mod check;
 pub mod backing;
 pub mod header;
+pub mod queue;
 mod reclaim;
 pub mod ring;
 pub mod shm;

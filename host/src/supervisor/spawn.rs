@@ -169,6 +169,11 @@ impl Launch<'_> {
             latency: self.options.latency.clone(),
             pace_fps: self.options.pace_fps,
             incarnation,
+            replica: self.procs[p].replica.map(|index| crate::control::ReplicaSetup {
+                index,
+                count: stage.replicas,
+                slots_each: stage.replica_slots,
+            }),
         }
     }
 }
