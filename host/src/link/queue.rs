@@ -293,20 +293,29 @@ impl QueueMap {
 
     // ---- the host's side ----
 
-    /// Replica `replica` (process `pid`) died. Its frame is owed or abandoned by `on_loss`,
-    /// unless its output was published already (`published_below`: the output ring's
-    /// `seq_end`; `None` for a stage without output).
-    pub fn settle_dead(&self, replica: u32, pid: u32, retry: bool, published_below: Option<u64>) -> Settled {
-        self.break_lock_of(pid);
+    /// Replica `replica` (process `pid`) died. Its frame is owed or abandoned by `on_loss`
+    /// (`retry`), unless its output was published already (`published_below`: the output
+    /// ring's `seq_end`; `None` for a stage without output). `untracked`: a frame the host found
+    /// claimed under the stage's consumer index that no replica holds: the dead one took it
+    /// and died before it could draw its ticket (it held the take lock then).
+    pub fn settle_dead(&self, replica: u32, pid: u32, retry: bool, published_below: Option<u64>, untracked: Option<u64>) -> Settled {
         let h = self.header();
+        let died_taking = h.lock_holder.0.load(Ordering::Acquire) == pid;
         let _ = h.lists_holder.0.compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed);
         let settled = self.with_lists(std::process::id(), || {
             let holding = &h.holding[replica as usize].0;
             let ticket = holding.ticket.load(Ordering::Acquire);
-            if ticket == NONE {
+            let held = if ticket != NONE {
+                let held = Held { ticket: ticket - 1, seq: holding.seq.load(Ordering::Relaxed) };
+                // Died between recording its ticket and moving `next_ticket` past it.
+                h.next_ticket.0.fetch_max(held.ticket + 1, Ordering::AcqRel);
+                held
+            } else if let (true, Some(seq)) = (died_taking, untracked) {
+                // Nobody can draw a ticket meanwhile: the dead process still holds the lock.
+                Held { ticket: h.next_ticket.0.fetch_add(1, Ordering::AcqRel), seq }
+            } else {
                 return Settled::Nothing;
-            }
-            let held = Held { ticket: ticket - 1, seq: holding.seq.load(Ordering::Relaxed) };
+            };
             holding.ticket.store(NONE, Ordering::Release);
             if self.is_owed(held.ticket) {
                 // It died giving the frame back, after the frame was owed.
@@ -324,11 +333,22 @@ impl QueueMap {
                 Settled::Abandoned(held)
             }
         });
+        // Last: until now the dead process's lock kept takers out of what was repaired above.
+        self.break_lock_of(pid);
         self.skip_abandoned();
         self.wake_turn();
-        h.lock.0.word.fetch_add(1, Ordering::SeqCst);
-        h.lock.0.wake();
         settled
+    }
+
+    /// The sequence numbers live replicas hold, but `dead`'s: a claim under the stage's
+    /// consumer index on none of them is the dead replica's.
+    pub fn held_by_others(&self, dead: u32) -> Vec<u64> {
+        let h = self.header();
+        (0..self.replicas as usize)
+            .filter(|&r| r != dead as usize)
+            .filter(|&r| h.holding[r].0.ticket.load(Ordering::Acquire) != NONE)
+            .map(|r| h.holding[r].0.seq.load(Ordering::Relaxed))
+            .collect()
     }
 
     /// One replica ended for good (finished, or died without a restart to come). Returns
@@ -392,14 +412,19 @@ impl TakeGuard<'_> {
         })
     }
 
-    /// A new ticket, for a frame taken fresh from the inputs.
-    pub fn new_ticket(&self) -> u64 {
-        // The lock serialises takers: a plain increment.
-        self.queue.header().next_ticket.0.fetch_add(1, Ordering::Relaxed)
+    /// Draw a new ticket for the frame numbered `seq`, taken fresh from the inputs, and hold
+    /// it as replica `replica`. Recorded before `next_ticket` moves, so a replica that dies in
+    /// between leaves its ticket where the host finds it (and repairs `next_ticket`).
+    pub fn hold_new(&self, replica: u32, seq: u64) -> Held {
+        let h = self.queue.header();
+        // Only takers change it, one at a time under the lock.
+        let held = Held { ticket: h.next_ticket.0.load(Ordering::Acquire), seq };
+        self.hold(replica, held);
+        h.next_ticket.0.store(held.ticket + 1, Ordering::Release);
+        held
     }
 
-    /// Record what replica `replica` holds now.
-    pub fn hold(&self, replica: u32, held: Held) {
+    fn hold(&self, replica: u32, held: Held) {
         let e = &self.queue.header().holding[replica as usize].0;
         e.seq.store(held.seq, Ordering::Relaxed);
         // Release: the host that sees the ticket sees the seq.
@@ -478,9 +503,7 @@ mod tests {
                                     continue;
                                 }
                                 next_input.store(seq + 1, Ordering::Relaxed);
-                                let held = Held { ticket: guard.new_ticket(), seq };
-                                guard.hold(r, held);
-                                held
+                                guard.hold_new(r, seq)
                             }
                         };
                         if die == Some("holding the lock") {
@@ -528,7 +551,7 @@ mod tests {
 
     /// The host's part for a thread that "died".
     fn settle(q: &QueueMap, r: u32, pid: u32, retry: bool, abandoned: &Mutex<Vec<u64>>, published_below: Option<u64>) {
-        if let Settled::Abandoned(h) = q.settle_dead(r, pid, retry, published_below) {
+        if let Settled::Abandoned(h) = q.settle_dead(r, pid, retry, published_below, None) {
             abandoned.lock().unwrap().push(h.ticket);
         }
     }

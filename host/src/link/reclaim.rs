@@ -55,6 +55,25 @@ impl RingMap {
         self.bump_epoch_and_wake();
     }
 
+    /// A replica sharing consumer index `c` died holding the frame numbered `seq`: its claim
+    /// goes, and with `keep_pending` the frame stays for a sibling to take again (owed), else
+    /// it is given up (dropped). Siblings' claims under the same index stay.
+    pub fn release_replica_claim(&self, c: usize, seq: u64, keep_pending: bool) {
+        let h = self.header();
+        let bits = header::claim_bit(c) | if keep_pending { 0 } else { header::pending_bit(c) };
+        for i in 0..self.depth() {
+            let slot = &h.slots[i].0;
+            let mut st = slot.state.load(Ordering::Acquire);
+            while st & header::claim_bit(c) != 0 && slot.seq.load(Ordering::Relaxed) == seq {
+                match slot.state.compare_exchange(st, st & !bits, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => break,
+                    Err(now) => st = now,
+                }
+            }
+        }
+        self.bump_epoch_and_wake();
+    }
+
     /// The producer of a GPU ring died while its consumers live: a frame it published may
     /// never have been written (its GPU work dies with it), so every frame no consumer holds
     /// yet is given up; consumers count them as dropped by the gap in publish ordinals.

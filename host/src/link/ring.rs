@@ -391,6 +391,8 @@ pub struct ReadSlot {
     consumer: usize,
     index: usize,
     meta: SlotMeta,
+    /// Whether letting go of it also says the frame was read (its pending bit goes).
+    read: bool,
 }
 
 impl ReadSlot {
@@ -401,6 +403,12 @@ impl ReadSlot {
     /// The frame's metadata, copied when it was claimed.
     pub fn meta(&self) -> &SlotMeta {
         &self.meta
+    }
+
+    /// Let go of the frame without having read it: it stays pending for this consumer index,
+    /// for a sibling replica to take (a replica told to yield its turn).
+    pub fn release_unread(mut self) {
+        self.read = false;
     }
 }
 
@@ -413,7 +421,8 @@ impl std::fmt::Debug for ReadSlot {
 impl Drop for ReadSlot {
     fn drop(&mut self) {
         let h = self.ring.header();
-        let bits = header::claim_bit(self.consumer) | header::pending_bit(self.consumer);
+        let pending = if self.read { header::pending_bit(self.consumer) } else { 0 };
+        let bits = header::claim_bit(self.consumer) | pending;
         // Release: our reads of the frame happen before the producer's Acquire takes the slot.
         h.slots[self.index].0.state.fetch_and(!bits, Ordering::Release);
         let r = &h.release.0;
@@ -448,6 +457,9 @@ pub struct Consumer {
     /// frames no sibling holds, and the position in the stream lives in the shared
     /// `ConsumerState` (takes are serialised by the replicas' take lock, `queue`).
     shared: bool,
+    /// The replicas' queue block: frames it owes (a dead sibling's, to be taken again) are not
+    /// given up when a take passes over them.
+    queue: Option<Arc<super::queue::QueueMap>>,
 }
 
 impl Consumer {
@@ -462,13 +474,19 @@ impl Consumer {
         let c = &h.consumers[index].0;
         let expected = c.next_seq.load(Ordering::Acquire);
         let next_ordinal = c.next_ordinal.load(Ordering::Acquire);
-        Ok(Consumer { ring: Arc::new(ring), waiter, index, latest, expected, next_ordinal, shared: false })
+        Ok(Consumer { ring: Arc::new(ring), waiter, index, latest, expected, next_ordinal, shared: false, queue: None })
     }
 
     /// As [`Consumer::new`], for one of several replicas sharing consumer `index`: a frame goes
-    /// to one of them. The caller serialises their takes (`acquire` to `take`).
-    pub fn new_shared(ring: RingMap, index: usize, waiter: Waiter) -> Result<Consumer, LinkError> {
-        Ok(Consumer { shared: true, ..Consumer::new(ring, index, waiter)? })
+    /// to one of them. The caller serialises their takes (`acquire` to `take`) with the take
+    /// lock of `queue` (`None` in tests of the ring alone).
+    pub fn new_shared(ring: RingMap, index: usize, waiter: Waiter, queue: Option<Arc<super::queue::QueueMap>>) -> Result<Consumer, LinkError> {
+        Ok(Consumer { shared: true, queue, ..Consumer::new(ring, index, waiter)? })
+    }
+
+    /// Whether a frame numbered `seq` must stay pending although a take passes over it.
+    fn keeps(&self, seq: u64) -> bool {
+        self.queue.as_ref().is_some_and(|q| q.owes(seq))
     }
 
     /// A shared consumer starts each take where its siblings left the stream.
@@ -533,7 +551,9 @@ impl Consumer {
         let mut gave_up = false;
         for (i, st, seq) in self.pending_slots() {
             if seq < want {
-                gave_up |= self.give_up(i, st);
+                if !self.keeps(seq) {
+                    gave_up |= self.give_up(i, st);
+                }
                 continue;
             }
             let better = match best {
@@ -590,7 +610,7 @@ impl Consumer {
         slot.state.compare_exchange(st, st | header::claim_bit(self.index), Ordering::Acquire, Ordering::Relaxed).ok()?;
         // SAFETY: our claim keeps the producer out of this slot until we release it.
         let meta = unsafe { *slot.meta.get() };
-        Some(ReadSlot { ring: self.ring.clone(), consumer: self.index, index: i, meta })
+        Some(ReadSlot { ring: self.ring.clone(), consumer: self.index, index: i, meta, read: true })
     }
 
     // Fan-in (`stage::inputs`): a stage with several inputs takes the frame with one exact
@@ -651,7 +671,9 @@ impl Consumer {
                     continue;
                 }
                 if s < seq {
-                    gave_up |= self.give_up(i, st);
+                    if !self.keeps(s) {
+                        gave_up |= self.give_up(i, st);
+                    }
                 } else if s == seq {
                     found = Some((i, st));
                 }
@@ -849,7 +871,7 @@ mod tests {
             let take_lock = Arc::new(std::sync::Mutex::new(()));
             let takers: Vec<_> = (0..replicas)
                 .map(|_| {
-                    let mut consumer = Consumer::new_shared(reopen(&map), 0, waiter.clone()).unwrap();
+                    let mut consumer = Consumer::new_shared(reopen(&map), 0, waiter.clone(), None).unwrap();
                     let take_lock = take_lock.clone();
                     thread::spawn(move || {
                         let mut got = Vec::new();
