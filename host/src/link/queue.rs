@@ -235,6 +235,27 @@ impl QueueMap {
         self.wake_turn();
     }
 
+    /// A replica took its owed frame again and found it gone from an input (overwritten
+    /// upstream meanwhile): its ticket is abandoned.
+    pub fn give_up(&self, replica: u32, pid: u32, held: Held) {
+        self.with_lists(pid, || {
+            self.abandon(held.ticket);
+            self.header().holding[replica as usize].0.ticket.store(NONE, Ordering::Release);
+        });
+        self.skip_abandoned();
+        self.wake_turn();
+    }
+
+    /// Replica `replica` is done with a frame that has no turn (a sink's).
+    pub fn release(&self, replica: u32) {
+        self.header().holding[replica as usize].0.ticket.store(NONE, Ordering::Release);
+    }
+
+    /// Whether process `pid` holds the take lock.
+    pub fn lock_held_by(&self, pid: u32) -> bool {
+        self.header().lock_holder.0.load(Ordering::Acquire) == pid
+    }
+
     /// Run `change` holding the list lock as `pid`.
     fn with_lists<T>(&self, pid: u32, change: impl FnOnce() -> T) -> T {
         let holder = &self.header().lists_holder.0;

@@ -23,8 +23,14 @@ use super::wait::wake_all;
 impl RingMap {
     /// The producer died.
     pub fn reclaim_producer(&self) {
+        self.reclaim_producer_slots(0..self.depth());
+    }
+
+    /// A producer writing `slots` of the ring died (a replica, its own part): the slot it was
+    /// writing is emptied; its siblings' are theirs.
+    pub fn reclaim_producer_slots(&self, slots: std::ops::Range<usize>) {
         let h = self.header();
-        for i in 0..self.depth() {
+        for i in slots {
             let slot = &h.slots[i].0;
             // Only the dead producer sets WRITING, so nobody else changes this word now.
             let _ = slot.state.compare_exchange(WRITING, 0, Ordering::AcqRel, Ordering::Relaxed);
@@ -53,6 +59,43 @@ impl RingMap {
             }
         }
         self.bump_epoch_and_wake();
+    }
+
+    /// Give up the frame numbered `seq` for consumer `c`, unclaimed: nobody will read it.
+    pub fn give_up_pending(&self, c: usize, seq: u64) {
+        let h = self.header();
+        for i in 0..self.depth() {
+            let slot = &h.slots[i].0;
+            let mut st = slot.state.load(Ordering::Acquire);
+            while st & header::pending_bit(c) != 0 && st & header::claim_bit(c) == 0 && slot.seq.load(Ordering::Relaxed) == seq {
+                match slot.state.compare_exchange(st, st & !header::pending_bit(c), Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => break,
+                    Err(now) => st = now,
+                }
+            }
+        }
+        self.bump_epoch_and_wake();
+    }
+
+    /// Sequence numbers of the frames claimed under consumer index `c`.
+    pub fn claimed_seqs(&self, c: usize) -> Vec<u64> {
+        let h = self.header();
+        (0..self.depth())
+            .filter(|&i| h.slots[i].0.state.load(Ordering::Acquire) & header::claim_bit(c) != 0)
+            .map(|i| h.slots[i].0.seq.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Count `n` frames dropped for consumer `c` (the host giving up a dead replica's frame).
+    pub fn count_dropped(&self, c: usize, n: u64) {
+        self.header().consumers[c].0.dropped.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// End the stream as its producer would (the host, for replicas that all died for good).
+    pub fn close_for_producer(&self) {
+        let p = &self.header().producer.0;
+        let _ = p.closed.compare_exchange(header::OPEN, header::END_OF_STREAM, Ordering::Release, Ordering::Relaxed);
+        wake_all(&p.publish_futex, &p.consumers_sleeping);
     }
 
     /// A replica sharing consumer index `c` died holding the frame numbered `seq`: its claim

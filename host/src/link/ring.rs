@@ -489,8 +489,13 @@ impl Consumer {
         self.queue.as_ref().is_some_and(|q| q.owes(seq))
     }
 
+    /// Count `n` frames as dropped on this link (a replica's frame given up).
+    pub fn count_dropped(&self, n: u64) {
+        self.ring.header().consumers[self.index].0.dropped.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// A shared consumer starts each take where its siblings left the stream.
-    fn catch_up(&mut self) {
+    pub fn catch_up(&mut self) {
         if self.shared {
             let c = &self.ring.header().consumers[self.index].0;
             self.expected = self.expected.max(c.next_seq.load(Ordering::Acquire));

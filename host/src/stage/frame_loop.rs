@@ -11,6 +11,8 @@ use gpuipc_plugin_api::abi::RawProcessContext;
 use super::measure::Phase;
 use crate::link::backing::ReadEnd;
 use super::inputs::acquire_aligned;
+use super::replica::Take;
+use crate::link::queue::{Held, Turn};
 use super::output::Output;
 use crate::gpu::Gpu;
 use crate::link::stats::{PHASE_FLUSH, PHASE_PROCESS, PHASE_WAITING_INPUT, PHASE_WAITING_OUTPUT};
@@ -102,6 +104,18 @@ pub struct FrameLoop<'a, 'p> {
     /// A source's pace (`gpuipc-host bench`).
     pub pace: Option<super::measure::Pace>,
     pub phases: super::measure::PhaseClock,
+    /// Set when this process is one of its stage's replicas.
+    pub replica: Option<super::replica::Replica>,
+}
+
+/// What became of one frame.
+enum Done {
+    /// Made and published; when the plugin's work ended (ns since the epoch).
+    Made(u64),
+    /// A source ended its stream instead of making the frame.
+    SourceEnded,
+    /// A replica gave the frame back for a sibling's owed one to go first.
+    Yielded,
 }
 
 pub fn now_ns() -> u64 {
@@ -113,7 +127,10 @@ impl FrameLoop<'_, '_> {
         // On a failure the stream is not over: the host either restarts this stage, which
         // carries on where this process stopped, or aborts every ring.
         let end = self.frames_until_end()?;
-        self.output.close()?;
+        // Replicas: the last one to end closes the stream, once every sibling has published.
+        if self.replica.as_ref().is_none_or(|r| self.last_replica_ends(r)) {
+            self.output.close()?;
+        }
         self.stats.set_phase(PHASE_FLUSH, 0);
         self.instance.flush().map_err(|error| StageError::Plugin { during: "flush", frame: None, error })?;
         if let Some(tap) = &mut self.tap {
@@ -127,6 +144,23 @@ impl FrameLoop<'_, '_> {
         Ok(end)
     }
 
+    /// This replica has ended; `true` when it was the last, after giving up what is still
+    /// owed (frames of siblings that died and will not come back).
+    fn last_replica_ends(&self, replica: &super::replica::Replica) -> bool {
+        if !replica.queue.replica_ended() {
+            return false;
+        }
+        for owed in replica.queue.abandon_all_owed() {
+            for input in &self.inputs {
+                if let Some(slot) = input.claim_seq(owed.seq) {
+                    drop(slot);
+                }
+                input.count_dropped(1);
+            }
+        }
+        true
+    }
+
     fn frames_until_end(&mut self) -> Result<LoopEnd, StageError> {
         let mut index = self.first_index;
         let mut next_source_seq = self.first_seq;
@@ -134,6 +168,7 @@ impl FrameLoop<'_, '_> {
             // The time since the last frame's publish: counting it, releasing its inputs.
             self.phases.lap(Phase::Release);
             // A source's frames are stamped when it starts making them (`None` here).
+            let mut ticket = None;
             let (seq, source_timestamp, held) = if self.inputs.is_empty() {
                 if self.frames.is_some_and(|n| next_source_seq >= n) {
                     return Ok(LoopEnd::FrameCount);
@@ -146,6 +181,15 @@ impl FrameLoop<'_, '_> {
                 }
                 next_source_seq += 1;
                 (next_source_seq - 1, None, Vec::new())
+            } else if let Some(replica) = &self.replica {
+                self.stats.set_phase(PHASE_WAITING_INPUT, 0);
+                match replica.take(&mut self.inputs)? {
+                    Take::End => return Ok(LoopEnd::EndOfStream),
+                    Take::Frames(held, taken) => {
+                        ticket = Some(taken);
+                        (held[0].meta().seq, Some(held[0].meta().timestamp_ns), held)
+                    }
+                }
             } else {
                 self.stats.set_phase(PHASE_WAITING_INPUT, 0);
                 match acquire_aligned(&mut self.inputs)? {
@@ -167,8 +211,14 @@ impl FrameLoop<'_, '_> {
             }
             self.cpu.frame(self.stats);
             // On an error the held frames drop here, released; the host counts the frame lost.
-            let Some(ended_ns) = self.process_one(index, seq, source_timestamp, &held)? else {
-                return Ok(LoopEnd::SourceEnded);
+            let ended_ns = match self.process_one(index, seq, source_timestamp, &held, ticket)? {
+                Done::Made(ended_ns) => ended_ns,
+                Done::SourceEnded => return Ok(LoopEnd::SourceEnded),
+                Done::Yielded => {
+                    let (replica, taken) = (self.replica.as_ref().expect("only replicas yield"), ticket.expect("with a ticket"));
+                    replica.give_back(held, taken);
+                    continue;
+                }
             };
             index += 1;
             // Counted done before the inputs are released: see `StageStats::last_seq_plus_one`.
@@ -182,7 +232,14 @@ impl FrameLoop<'_, '_> {
     /// epoch), or `None` when a source ended its stream instead of making the frame. Two clock
     /// reads a frame: they stamp a source's frames, time the plugin (busy) and mark the
     /// stage's first and last frame, which matters when a frame costs 0.5 µs.
-    fn process_one(&mut self, index: u64, seq: u64, source_timestamp: Option<u64>, held: &[ReadSlot]) -> Result<Option<u64>, StageError> {
+    fn process_one(
+        &mut self,
+        index: u64,
+        seq: u64,
+        source_timestamp: Option<u64>,
+        held: &[ReadSlot],
+        ticket: Option<Held>,
+    ) -> Result<Done, StageError> {
         let gpu = self.gpu.as_ref();
         let mut inputs = Vec::with_capacity(held.len());
         for ((input, end), slot) in self.inputs.iter().zip(&self.input_ends).zip(held) {
@@ -217,7 +274,7 @@ impl FrameLoop<'_, '_> {
                 if !self.inputs.is_empty() {
                     return Err(StageError::Plugin { during: "process", frame: Some(seq), error: only_sources_end() });
                 }
-                return Ok(None);
+                return Ok(Done::SourceEnded);
             }
             Err(error) => {
                 self.output.cancel(pending);
@@ -230,22 +287,42 @@ impl FrameLoop<'_, '_> {
         self.phases.lap(Phase::CloseInput);
         self.output.finish(&pending)?;
         self.phases.lap(Phase::FinishOutput);
+        // A replica publishes in its turn (ticket order), or yields it to an owed frame.
+        let turn = match (&self.replica, ticket) {
+            (Some(replica), Some(taken)) if self.output.has_ring() => Some((replica, taken)),
+            _ => None,
+        };
+        if let Some((replica, taken)) = turn
+            && replica.wait_turn(taken, || self.inputs.iter().any(|c| c.ring().is_aborted()))? == Turn::Yield
+        {
+            self.output.cancel(pending);
+            return Ok(Done::Yielded);
+        }
         if let Some(tap) = &mut self.tap {
             let hash = self.output.pixel_hash(gpu, out.as_ref())?;
             tap.record(seq, hash).map_err(StageError::Setup)?;
         }
         self.output.publish(pending, seq, timestamp_ns);
+        match (&self.replica, ticket) {
+            (Some(replica), Some(taken)) if turn.is_some() => replica.finish(taken),
+            (Some(replica), Some(_)) => replica.queue.release(replica.index),
+            _ => {}
+        }
         self.phases.lap(Phase::Publish);
         if let Some(latency) = &mut self.latency {
             latency.frame_done(timestamp_ns)?;
         }
-        Ok(Some(ended_ns))
+        Ok(Done::Made(ended_ns))
     }
 
     fn count(&self, seq: u64, ended_ns: u64) {
         self.stats.frame_done(seq, ended_ns);
-        let dropped: u64 = self.inputs.iter().map(|c| c.dropped()).sum::<u64>();
-        self.stats.get().dropped.store(dropped, Ordering::Relaxed);
+        // Replicas share their inputs' counts: the first one reports them, so a sum over the
+        // stage's processes counts each drop once.
+        if self.replica.as_ref().is_none_or(|r| r.index == 0) {
+            let dropped: u64 = self.inputs.iter().map(|c| c.dropped()).sum::<u64>();
+            self.stats.get().dropped.store(dropped, Ordering::Relaxed);
+        }
     }
 }
 

@@ -20,6 +20,10 @@ pub fn acquire_aligned(inputs: &mut [Consumer]) -> Result<Option<Vec<ReadSlot>>,
     if let [input] = inputs {
         return Ok(input.acquire(0, None)?.map(|slot| vec![slot]));
     }
+    // Replicas sharing the inputs: from where the siblings left them.
+    for input in inputs.iter_mut() {
+        input.catch_up();
+    }
     let mut held: Vec<Option<ReadSlot>> = (0..inputs.len()).map(|_| None).collect();
     match align(inputs, &mut held) {
         Ok(true) => {

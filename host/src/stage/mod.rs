@@ -5,6 +5,7 @@
 mod follow;
 mod frame_loop;
 mod inputs;
+mod replica;
 pub mod measure;
 pub mod output;
 pub mod tap;
@@ -135,7 +136,7 @@ fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<
         Ok((other, _)) => return Err(setup_error(format!("expected start, got {other:?}"))),
         Err(e) => return Err(setup_error(e)),
     }
-    run_frames(setup, Some(socket), &links.stats, instance, links.consumers, input_ends, gpu, output)
+    run_frames(setup, Some(socket), &links.stats, instance, links.consumers, input_ends, gpu, output, links.replica)
 }
 
 /// `run --in-process`: one stage as a thread of the host, over the same rings and the same
@@ -153,7 +154,7 @@ pub fn run_in_thread(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<(), StageE
     let input_ends = links.consumers.iter().map(|_| Box::new(Host) as Box<dyn ReadEnd>).collect();
     let producer = links.producer.map(|p| (Box::new(Host) as Box<dyn WriteEnd>, p));
     let output = output::Output::new(producer, setup.output.as_ref().map(|o| o.format.into()), None)?;
-    run_frames(setup, None, &links.stats, instance, links.consumers, input_ends, None, output)
+    run_frames(setup, None, &links.stats, instance, links.consumers, input_ends, None, output, links.replica)
 }
 
 /// A stage's statistics block and its ends of its rings, mapped and checked against the plan.
@@ -161,12 +162,17 @@ struct MappedLinks {
     stats: Arc<StatsMap>,
     consumers: Vec<Consumer>,
     producer: Option<Producer>,
+    /// For one of a stage's replicas: its place in their work queue.
+    replica: Option<replica::Replica>,
 }
 
 /// Map what `fds` hold, in the order the setup message says: the stats block, one ring per
-/// input, the output ring.
+/// input, the output ring, and for a replica its queue block.
 fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, StageError> {
-    let expected = 1 + setup.inputs.len() + setup.output.as_ref().is_some_and(|o| o.link.is_some()) as usize;
+    let expected = 1
+        + setup.inputs.len()
+        + setup.output.as_ref().is_some_and(|o| o.link.is_some()) as usize
+        + setup.replica.is_some() as usize;
     if fds.len() != expected {
         return Err(setup_error(format!("received {} descriptors, expected {expected}", fds.len())));
     }
@@ -174,20 +180,43 @@ fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, Stage
     let stats =
         Arc::new(StatsMap::open(fds.next().expect("counted")).map_err(|e| setup_error(format!("stats block: {e}")))?);
     let waiter = Waiter::with_pulse(setup.spin_us, stats.clone());
-    let mut consumers = Vec::new();
+    let mut rings = Vec::new();
     for input in &setup.inputs {
-        let ring = open_ring(fds.next().expect("counted"), &input.ring, input.memory, FrameAccess::Read)?;
-        consumers.push(Consumer::new(ring, input.consumer, waiter.clone()).map_err(setup_error)?);
+        rings.push(open_ring(fds.next().expect("counted"), &input.ring, input.memory, FrameAccess::Read)?);
     }
-    let producer = match &setup.output {
+    let output_ring = match &setup.output {
         Some(o) if o.link.is_some() => {
             let wire = o.ring.as_ref().ok_or_else(|| setup_error("an output link without its ring"))?;
-            let ring = open_ring(fds.next().expect("counted"), wire, o.memory, FrameAccess::Write)?;
-            Some(Producer::new(ring, waiter))
+            Some(open_ring(fds.next().expect("counted"), wire, o.memory, FrameAccess::Write)?)
         }
         _ => None,
     };
-    Ok(MappedLinks { stats, consumers, producer })
+    let queue = match &setup.replica {
+        Some(r) => Some(Arc::new(
+            crate::link::queue::QueueMap::open(fds.next().expect("counted"), r.count).map_err(|e| setup_error(format!("queue block: {e}")))?,
+        )),
+        None => None,
+    };
+    let mut consumers = Vec::new();
+    for (input, ring) in setup.inputs.iter().zip(rings) {
+        consumers.push(match &queue {
+            Some(q) => Consumer::new_shared(ring, input.consumer, waiter.clone(), Some(q.clone())),
+            None => Consumer::new(ring, input.consumer, waiter.clone()),
+        }.map_err(setup_error)?);
+    }
+    let producer = match (output_ring, &setup.replica) {
+        (Some(ring), Some(r)) => {
+            let part = (r.index * r.slots_each) as usize..((r.index + 1) * r.slots_each) as usize;
+            Some(Producer::with_slots(ring, waiter.clone(), part).map_err(setup_error)?)
+        }
+        (Some(ring), None) => Some(Producer::new(ring, waiter.clone())),
+        (None, _) => None,
+    };
+    let replica = match (queue, &setup.replica) {
+        (Some(queue), Some(r)) => Some(replica::Replica { queue, index: r.index, pid: std::process::id(), waiter }),
+        _ => None,
+    };
+    Ok(MappedLinks { stats, consumers, producer, replica })
 }
 
 fn create_instance<'p>(
@@ -234,6 +263,7 @@ fn run_frames(
     input_ends: Vec<Box<dyn ReadEnd>>,
     gpu: Option<Arc<Gpu>>,
     output: output::Output,
+    replica: Option<replica::Replica>,
 ) -> Result<(), StageError> {
     let tap = match &setup.checksums {
         Some(dir) => Some(tap::Tap::create(dir, &setup.stage, setup.incarnation > 0).map_err(StageError::Setup)?),
@@ -270,6 +300,7 @@ fn run_frames(
         latency,
         pace,
         phases: measure::PhaseClock::from_env(),
+        replica,
     };
     let end = frame_loop.run();
     // Let the GPU finish what was enqueued before the context goes (consumers hold their own

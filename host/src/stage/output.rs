@@ -145,6 +145,11 @@ impl Output {
         }
     }
 
+    /// Whether frames go into a ring someone reads.
+    pub fn has_ring(&self) -> bool {
+        matches!(self, Output::Ring(..))
+    }
+
     /// The sequence number the output ring expects next, if there is a ring.
     pub fn next_seq(&self) -> Option<u64> {
         match self {

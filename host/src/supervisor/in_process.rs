@@ -41,7 +41,7 @@ pub fn run(plan: &Plan, frames: Option<u64>, checksums: Option<&Path>, stop: &At
         latency: None,
         pace_fps: None,
     };
-    let launch = Launch { plan, procs: &procs, options: &options, frames, stats: &stats, rings: &rings, env: &[] };
+    let launch = Launch { plan, procs: &procs, queues: &[], options: &options, frames, stats: &stats, rings: &rings, env: &[] };
     let started = Instant::now();
     let mut outcomes: Vec<Option<StageOutcome>> = vec![None; plan.stages.len()];
     let mut failure: Option<(usize, String)> = None;

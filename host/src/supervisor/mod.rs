@@ -23,6 +23,7 @@ use std::path::PathBuf;
 use crate::config::Policy;
 use crate::control::LinkMemoryWire;
 use crate::link::header::{POLICY_BLOCK, POLICY_DROP_OLDEST, POLICY_LATEST};
+use crate::link::queue::QueueMap;
 use crate::link::{RingMap, RingParams, StatsMap};
 use crate::plan::{LinkMemory, Plan, ProcessPlan};
 
@@ -84,13 +85,13 @@ fn ring_params(plan: &Plan, link: usize) -> RingParams {
 /// Run `plan` with one process per stage. Returns the report, whether the run succeeded or not
 /// (see [`RunReport::succeeded`]); `Err` only when the run could not be set up at all.
 pub fn run(plan: &Plan, options: &RunOptions, shutdown: &Shutdown) -> Result<RunReport, RunError> {
-    refuse_replicas(plan)?;
     let procs = plan.processes();
     let (stats, rings) = create_links(plan, &procs)?;
+    let queues = create_queues(plan)?;
     let frames = options.frames.or(plan.frames);
     let mps = start_isolation(plan)?;
     let env = mps.as_ref().map(|d| d.env()).unwrap_or_default();
-    let launch = spawn::Launch { plan, procs: &procs, options, frames, stats: &stats, rings: &rings, env: &env };
+    let launch = spawn::Launch { plan, procs: &procs, options, frames, stats: &stats, rings: &rings, queues: &queues, env: &env };
     let mut stages = spawn::Stages::default();
     for p in 0..procs.len() {
         stages.push(launch.start(p, 0).map_err(RunError::Setup)?);
@@ -102,15 +103,17 @@ pub fn run(plan: &Plan, options: &RunOptions, shutdown: &Shutdown) -> Result<Run
     Ok(report)
 }
 
-/// Replicas are planned and checked, but not run yet (docs/links.md says how they will be).
-pub fn refuse_replicas(plan: &Plan) -> Result<(), RunError> {
-    match plan.stages.iter().find(|s| s.replicas > 1) {
-        Some(s) => Err(RunError::Setup(format!(
-            "stage '{}': replicas = {}: this version checks replicas but cannot run them yet; remove `replicas` to run the stage as one process",
-            s.name, s.replicas
-        ))),
-        None => Ok(()),
-    }
+/// The queue block of each stage with replicas (`None` for the others).
+fn create_queues(plan: &Plan) -> Result<Vec<Option<QueueMap>>, RunError> {
+    plan.stages
+        .iter()
+        .map(|s| {
+            (s.replicas > 1)
+                .then(|| QueueMap::create(&format!("gpuipc-{}-queue-{}", std::process::id(), s.name), s.replicas))
+                .transpose()
+                .map_err(|e| RunError::Setup(format!("stage '{}': queue block: {e}", s.name)))
+        })
+        .collect()
 }
 
 /// Every process's statistics block and every link's ring, made before any stage starts.

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
+use crate::link::queue::{QueueMap, Settled};
 use crate::link::{RingMap, StatsMap};
 use crate::plan::{LinkMemory, Plan};
 
@@ -56,4 +57,71 @@ pub fn reclaim_stage(plan: &Plan, i: usize, group: &[usize], stats: &StatsMap, r
     s.lost_below.store(seq + 1, Ordering::Release);
     s.lost.fetch_add(1, Ordering::Relaxed);
     1
+}
+
+/// After one of a stage's replicas died (process `pid`, replica `replica` of stage `stage`):
+/// settle the frame it held through the queue block (owed to a sibling, given up, or already
+/// published), release its claims under the stage's shared consumer indices (siblings' stay),
+/// and empty the output slot it was writing in its own part of the ring. Returns the frames
+/// given up (counted dropped on the stage's input links).
+pub fn reclaim_replica(plan: &Plan, stage: usize, replica: u32, pid: u32, queue: &QueueMap, rings: &[RingMap]) -> u64 {
+    let s = &plan.stages[stage];
+    let died_taking = queue.lock_held_by(pid);
+    let others = queue.held_by_others(replica);
+    // Frames claimed under the stage's index that no live sibling holds: the dead one's.
+    let stray: Vec<Vec<u64>> = s
+        .inputs
+        .iter()
+        .map(|input| rings[input.link].claimed_seqs(input.consumer).into_iter().filter(|seq| !others.contains(seq)).collect())
+        .collect();
+    let untracked = if died_taking { stray.first().and_then(|seqs| seqs.iter().max().copied()) } else { None };
+    let output = s.output.as_ref().and_then(|o| o.link);
+    let published_below = output.map(|l| rings[l].header().producer.0.seq_end.load(Ordering::Acquire));
+    let retry = s.on_loss == crate::config::OnLoss::Retry;
+    let settled = queue.settle_dead(replica, pid, retry, published_below, untracked);
+    let owed = match settled {
+        Settled::Owed(held) => Some(held.seq),
+        _ => None,
+    };
+    for (input, seqs) in s.inputs.iter().zip(&stray) {
+        for &seq in seqs {
+            rings[input.link].release_replica_claim(input.consumer, seq, owed == Some(seq));
+        }
+    }
+    let dropped = match settled {
+        Settled::Abandoned(held) => {
+            for input in &s.inputs {
+                // Given up on every input: a frame nobody will take again.
+                rings[input.link].release_replica_claim(input.consumer, held.seq, false);
+                rings[input.link].count_dropped(input.consumer, 1);
+            }
+            1
+        }
+        _ => 0,
+    };
+    if let Some(link) = output {
+        let each = s.replica_slots as usize;
+        rings[link].reclaim_producer_slots(replica as usize * each..(replica as usize + 1) * each);
+    }
+    tracing::debug!("stage '{}', replica {replica}: {settled:?}", s.name);
+    dropped
+}
+
+/// A replica that will not run again counts as ended; when it was the last, its stage's
+/// stream ends here: owed frames are given up (counted dropped) and the output ring closed.
+pub fn replica_gone(plan: &Plan, stage: usize, queue: &QueueMap, rings: &[RingMap]) {
+    if !queue.replica_ended() {
+        return;
+    }
+    let s = &plan.stages[stage];
+    for owed in queue.abandon_all_owed() {
+        for input in &s.inputs {
+            rings[input.link].release_replica_claim(input.consumer, owed.seq, false);
+            rings[input.link].give_up_pending(input.consumer, owed.seq);
+            rings[input.link].count_dropped(input.consumer, 1);
+        }
+    }
+    if let Some(link) = s.output.as_ref().and_then(|o| o.link) {
+        rings[link].close_for_producer();
+    }
 }

@@ -24,6 +24,8 @@ pub enum StageOutcome {
     Stopped,
     /// This stage failed; the text says why.
     Failed(String),
+    /// One of a stage's replicas failed for good; its stage went on with the others.
+    Gone(String),
 }
 
 fn signal_name(signal: i32) -> String {
@@ -148,7 +150,7 @@ impl RunReport {
     }
 
     pub fn succeeded(&self) -> bool {
-        self.failure.is_none() && self.stages.iter().all(|s| s.outcome == StageOutcome::Finished)
+        self.failure.is_none() && self.stages.iter().all(|s| matches!(s.outcome, StageOutcome::Finished | StageOutcome::Gone(_)))
     }
 
     /// The end-of-run table.
@@ -165,6 +167,7 @@ impl RunReport {
                 StageOutcome::Finished => "finished".to_owned(),
                 StageOutcome::Stopped => "stopped".to_owned(),
                 StageOutcome::Failed(why) => format!("FAILED: {why}"),
+                StageOutcome::Gone(why) => format!("GONE: {why} (its stage went on without it)"),
             };
             let _ = writeln!(
                 out,

@@ -20,6 +20,7 @@ use super::{RunOptions, wire_memory};
 use std::io::ErrorKind;
 
 use crate::control::{ControlSocket, SocketError, InputSetup, OutputSetup, RingWire, StageSetup, ToStage};
+use crate::link::queue::QueueMap;
 use crate::link::{RingMap, StatsMap};
 use crate::plan::{Plan, ProcessPlan, StagePlan};
 use crate::stage::{CONTROL_FD, HOST_PID_ENV};
@@ -64,6 +65,8 @@ pub struct Launch<'a> {
     pub frames: Option<u64>,
     pub stats: &'a [StatsMap],
     pub rings: &'a [RingMap],
+    /// By stage: the queue block its replicas share.
+    pub queues: &'a [Option<QueueMap>],
     /// Extra environment (the MPS daemon's directories).
     pub env: &'a [(String, String)],
 }
@@ -129,6 +132,11 @@ impl Launch<'_> {
         fds.extend(stage.inputs.iter().map(|inp| self.rings[inp.link].shared_memory().as_fd()));
         if let Some(link) = stage.output.as_ref().and_then(|o| o.link) {
             fds.push(self.rings[link].shared_memory().as_fd());
+        }
+        if self.procs[p].replica.is_some()
+            && let Some(queue) = &self.queues[self.procs[p].stage]
+        {
+            fds.push(queue.shared_memory().as_fd());
         }
         fds
     }

@@ -116,6 +116,8 @@ struct Slot {
     group: Vec<usize>,
     /// When its current process was started: its setup is timed from here.
     spawned: Instant,
+    /// Its current process's pid (a replica's take lock names its holder by it).
+    pid: u32,
 }
 
 /// Why the run is ending early, if it is.
@@ -143,7 +145,7 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
     let slots = stages
         .0
         .iter()
-        .map(|_| Slot {
+        .map(|p| Slot {
             track: Track::new(),
             life: Life::Alive { started: false, watch: None },
             incarnation: 0,
@@ -153,6 +155,7 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
             failed_at: None,
             group: Vec::new(),
             spawned: Instant::now(),
+            pid: p.child.id(),
         })
         .collect();
     let mut w = Watch {
@@ -277,16 +280,13 @@ impl Watch<'_, '_> {
         let restartable = !matches!(self.ending, Ending::Aborting { .. })
             && restart::wants_restart(supervision.restart, slot.ran);
         if !restartable {
-            slot.outcome = Some(StageOutcome::Failed(cause.clone()));
-            self.fail(i, cause);
+            self.lose(i, cause);
             return;
         }
         let wait = match slot.budget.take(&supervision, Instant::now()) {
             Ok(wait) => wait,
             Err(gave_up) => {
-                let cause = format!("{cause}; {gave_up}");
-                slot.outcome = Some(StageOutcome::Failed(cause.clone()));
-                self.fail(i, cause);
+                self.lose(i, format!("{cause}; {gave_up}"));
                 return;
             }
         };
@@ -335,6 +335,31 @@ impl Watch<'_, '_> {
         }
     }
 
+    /// Process `i` failed and will not run again: the run stops, unless it is a replica with
+    /// siblings still running, whose stage goes on without it.
+    fn lose(&mut self, i: usize, cause: String) {
+        self.slots[i].outcome = Some(StageOutcome::Failed(cause.clone()));
+        let stage = self.launch.procs[i].stage;
+        let siblings_left = self.launch.processes_of(stage).filter(|&p| p != i && !matches!(self.slots[p].life, Life::Ended)).count();
+        let queue = self.launch.queues.get(stage).and_then(Option::as_ref);
+        let (Some(queue), true) = (queue, siblings_left > 0 && !matches!(self.ending, Ending::Aborting { .. })) else {
+            self.fail(i, cause);
+            return;
+        };
+        let replica = self.launch.procs[i].replica.expect("a stage with a queue block runs replicas");
+        self.slots[i].outcome = Some(StageOutcome::Gone(cause.clone()));
+        let plan = self.launch.plan;
+        super::reclaim::reclaim_replica(plan, stage, replica, self.slots[i].pid, queue, self.launch.rings);
+        super::reclaim::replica_gone(plan, stage, queue, self.launch.rings);
+        self.slots[i].life = Life::Ended;
+        tracing::warn!(
+            "stage '{}' {cause}; stage '{}' goes on with {siblings_left} replica{}",
+            self.launch.name(i),
+            plan.stages[stage].name,
+            if siblings_left == 1 { "" } else { "s" }
+        );
+    }
+
     /// The processes that restart with process `i` (itself first): its stage's restart group
     /// ([`restart::group`]), each stage of it with all its processes, except that a replica
     /// that fails other than by a GPU fault restarts alone.
@@ -356,7 +381,14 @@ impl Watch<'_, '_> {
         let taps = self.launch.options.checksums.as_deref();
         let stage = self.launch.procs[i].stage;
         let group_stages: Vec<usize> = group.iter().map(|&m| self.launch.procs[m].stage).collect();
-        let lost = super::reclaim::reclaim_stage(plan, stage, &group_stages, &self.launch.stats[i], self.launch.rings, taps);
+        let lost = match (self.launch.procs[i].replica, self.launch.queues.get(stage).and_then(Option::as_ref)) {
+            (Some(replica), Some(queue)) => {
+                // Given up, not lost: counted dropped on the input links by `on_loss = "drop"`.
+                super::reclaim::reclaim_replica(plan, stage, replica, self.slots[i].pid, queue, self.launch.rings);
+                0
+            }
+            _ => super::reclaim::reclaim_stage(plan, stage, &group_stages, &self.launch.stats[i], self.launch.rings, taps),
+        };
         if lost > 0 {
             tracing::info!("stage '{}': {lost} frame(s) lost with its process", self.launch.name(i));
         }
@@ -395,6 +427,7 @@ impl Watch<'_, '_> {
         slot.incarnation += 1;
         match self.launch.start(i, slot.incarnation) {
             Ok(process) => {
+                slot.pid = process.child.id();
                 stages.0[i] = process;
                 slot.track = Track::new();
                 slot.life = Life::Alive { started: false, watch: None };

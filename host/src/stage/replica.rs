@@ -1,0 +1,91 @@
+//! A replica's part in its stage's work queue (docs/links.md, "Replicas"): take the next
+//! frame (a sibling's owed one first) under the take lock, and publish in ticket order.
+
+use std::sync::Arc;
+
+use super::StageError;
+use super::inputs::acquire_aligned;
+use crate::link::queue::{Held, QueueMap, Turn};
+use crate::link::wait::Waiter;
+use crate::link::{Consumer, ReadSlot};
+
+/// Which replica this process is, and the queue block it shares with its siblings.
+pub struct Replica {
+    pub queue: Arc<QueueMap>,
+    pub index: u32,
+    /// This process's pid: the take lock names its holder by it.
+    pub pid: u32,
+    pub waiter: Waiter,
+}
+
+/// What a take found.
+pub enum Take {
+    /// An aligned set of frames, one per input, and the ticket they were taken under.
+    Frames(Vec<ReadSlot>, Held),
+    /// The inputs ended and nothing is owed.
+    End,
+}
+
+impl Replica {
+    /// Take the next frames: an owed frame first (a dead or yielding sibling's, under its
+    /// ticket), else the next aligned set no sibling holds, under a new ticket.
+    pub fn take(&self, inputs: &mut [Consumer]) -> Result<Take, StageError> {
+        loop {
+            let guard = self.queue.lock(self.pid, &self.waiter, || inputs.iter().any(|c| c.ring().is_aborted()))?;
+            if let Some(owed) = guard.take_owed(self.index) {
+                drop(guard);
+                match claim_everywhere(inputs, owed.seq) {
+                    Some(held) => return Ok(Take::Frames(held, owed)),
+                    None => {
+                        // Overwritten upstream before it was taken again: given up, counted.
+                        self.queue.give_up(self.index, self.pid, owed);
+                        for input in inputs.iter() {
+                            input.count_dropped(1);
+                        }
+                        continue;
+                    }
+                }
+            }
+            // Waits for the inputs holding the lock: the siblings wait for their turn to take.
+            return Ok(match acquire_aligned(inputs)? {
+                None => Take::End,
+                Some(held) => {
+                    let ticket = guard.hold_new(self.index, held[0].meta().seq);
+                    Take::Frames(held, ticket)
+                }
+            });
+        }
+    }
+
+    /// Wait for `held`'s turn to publish; `Turn::Yield` when the turn waits on an owed frame
+    /// this replica must give its own back for.
+    pub fn wait_turn(&self, held: Held, aborted: impl Fn() -> bool) -> Result<Turn, StageError> {
+        Ok(self.queue.wait_turn(held.ticket, &self.waiter, aborted)?)
+    }
+
+    /// Published (or nothing to publish): the turn moves on.
+    pub fn finish(&self, held: Held) {
+        self.queue.finish(self.index, held.ticket);
+    }
+
+    /// Give the frames back unread, to be taken again under their ticket.
+    pub fn give_back(&self, frames: Vec<ReadSlot>, held: Held) {
+        for slot in frames {
+            slot.release_unread();
+        }
+        self.queue.give_back(self.index, self.pid, held);
+    }
+}
+
+/// Claim and take the frame numbered `seq` on every input; `None` (nothing held) when one no
+/// longer has it.
+fn claim_everywhere(inputs: &mut [Consumer], seq: u64) -> Option<Vec<ReadSlot>> {
+    let mut held = Vec::with_capacity(inputs.len());
+    for input in inputs.iter() {
+        held.push(input.claim_seq(seq)?);
+    }
+    for (input, slot) in inputs.iter_mut().zip(&held) {
+        input.take(slot);
+    }
+    Some(held)
+}
