@@ -54,6 +54,9 @@ struct Entry {
     /// sees it (Acquire) sees `seq`.
     ticket: AtomicU64,
     seq: AtomicU64,
+    /// In `holding`: 1 once the replica has claimed the frame on its inputs (a frame taken
+    /// again from the owed list is held before it is claimed).
+    claimed: AtomicU64,
 }
 
 #[repr(C)]
@@ -166,6 +169,7 @@ impl QueueMap {
         &self.shm
     }
 
+    #[cfg(test)]
     pub fn replicas(&self) -> u32 {
         self.replicas
     }
@@ -361,15 +365,20 @@ impl QueueMap {
         settled
     }
 
-    /// The sequence numbers live replicas hold, but `dead`'s: a claim under the stage's
-    /// consumer index on none of them is the dead replica's.
-    pub fn held_by_others(&self, dead: u32) -> Vec<u64> {
+    /// What live replicas but `dead` hold: (sequence number, whether they claimed it yet). A
+    /// claim under the stage's consumer index on none of the claimed ones is the dead one's.
+    pub fn held_by_others(&self, dead: u32) -> Vec<(u64, bool)> {
         let h = self.header();
         (0..self.replicas as usize)
             .filter(|&r| r != dead as usize)
             .filter(|&r| h.holding[r].0.ticket.load(Ordering::Acquire) != NONE)
-            .map(|r| h.holding[r].0.seq.load(Ordering::Relaxed))
+            .map(|r| (h.holding[r].0.seq.load(Ordering::Relaxed), h.holding[r].0.claimed.load(Ordering::Acquire) != 0))
             .collect()
+    }
+
+    /// Replica `replica` claimed the frame it holds (one taken again from the owed list).
+    pub fn claimed(&self, replica: u32) {
+        self.header().holding[replica as usize].0.claimed.store(1, Ordering::Release);
     }
 
     /// One replica ended for good (finished, or died without a restart to come). Returns
@@ -427,6 +436,7 @@ impl TakeGuard<'_> {
                 })
                 .min_by_key(|&(_, t)| t)?;
             let held = Held { ticket: t - 1, seq: entry.seq.load(Ordering::Relaxed) };
+            h.holding[replica as usize].0.claimed.store(0, Ordering::Release);
             self.hold(replica, held);
             entry.ticket.store(NONE, Ordering::Release);
             Some(held)
@@ -440,6 +450,7 @@ impl TakeGuard<'_> {
         let h = self.queue.header();
         // Only takers change it, one at a time under the lock.
         let held = Held { ticket: h.next_ticket.0.load(Ordering::Acquire), seq };
+        h.holding[replica as usize].0.claimed.store(1, Ordering::Release);
         self.hold(replica, held);
         h.next_ticket.0.store(held.ticket + 1, Ordering::Release);
         held

@@ -489,6 +489,18 @@ impl Consumer {
         self.queue.as_ref().is_some_and(|q| q.owes(seq))
     }
 
+    /// Whether the frame numbered `seq` is claimed under this consumer's index (by a sibling
+    /// replica, or one that gave it back and has yet to let go).
+    pub fn claimed_under_index(&self, seq: u64) -> bool {
+        let h = self.ring.header();
+        let claim = header::claim_bit(self.index);
+        (0..self.ring.depth()).any(|i| {
+            let slot = &h.slots[i].0;
+            let st = slot.state.load(Ordering::Acquire);
+            st & claim != 0 && same_frame(st, seq) && slot.seq.load(Ordering::Relaxed) == seq
+        })
+    }
+
     /// Count `n` frames as dropped on this link (a replica's frame given up).
     pub fn count_dropped(&self, n: u64) {
         self.ring.header().consumers[self.index].0.dropped.fetch_add(n, Ordering::Relaxed);
@@ -554,7 +566,7 @@ impl Consumer {
         let seq_end = self.ring.header().producer.0.seq_end.load(Ordering::Acquire);
         let mut best: Option<(usize, u64, u64)> = None;
         let mut gave_up = false;
-        for (i, st, seq) in self.pending_slots() {
+        for (i, st, seq) in self.pending_slots(None) {
             if seq < want {
                 if !self.keeps(seq) {
                     gave_up |= self.give_up(i, st);
@@ -581,7 +593,8 @@ impl Consumer {
 
     /// The slots holding a frame still pending for us and not being rewritten: (slot, the
     /// state word seen, the frame's sequence number).
-    fn pending_slots(&self) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
+    /// `own`: a slot this consumer claimed itself (a fan-in holding it while it aligns).
+    fn pending_slots(&self, own: Option<usize>) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
         let h = self.ring.header();
         let pending = header::pending_bit(self.index);
         // A sibling's claim under our index: that frame is its, not ours to take or give up.
@@ -589,7 +602,8 @@ impl Consumer {
         (0..self.ring.depth()).filter_map(move |i| {
             let slot = &h.slots[i].0;
             let st = slot.state.load(Ordering::Acquire);
-            (st & WRITING == 0 && st & pending != 0 && st & siblings == 0).then(|| (i, st, slot.seq.load(Ordering::Relaxed)))
+            let sibling_holds = st & siblings != 0 && own != Some(i);
+            (st & WRITING == 0 && st & pending != 0 && !sibling_holds).then(|| (i, st, slot.seq.load(Ordering::Relaxed)))
         })
     }
 
@@ -637,7 +651,14 @@ impl Consumer {
     /// later can have (none once the stream is closed). A frame in `ready` may still be
     /// overwritten (`drop_oldest`, `latest`) until it is claimed; a number below `future_from`
     /// that is not in `ready` is gone for good.
+    #[cfg(test)]
     pub fn offer(&self, from: u64) -> Result<Offer, LinkError> {
+        self.offer_holding(from, None)
+    }
+
+    /// As [`Consumer::offer`], for a consumer that holds slot `own` claimed already: a replica
+    /// sees its own claim under the shared index as its, not a sibling's.
+    pub fn offer_holding(&self, from: u64, own: Option<usize>) -> Result<Offer, LinkError> {
         let h = self.ring.header();
         let p = &h.producer.0;
         // Acquire, before the scan: a closed stream's every frame is visible to it.
@@ -651,7 +672,7 @@ impl Consumer {
         let seq_end = p.seq_end.load(Ordering::Acquire);
         let mut offer =
             Offer { seqs: [0; MAX_SLOTS], len: 0, future_from: (!closed).then_some(seq_end.max(from)), seq_end };
-        for (_, st, seq) in self.pending_slots() {
+        for (_, st, seq) in self.pending_slots(own) {
             // A number read while the slot is being rewritten belongs to no published state.
             if seq >= from && same_frame(st, seq) {
                 offer.seqs[offer.len] = seq;
@@ -671,7 +692,7 @@ impl Consumer {
         loop {
             let mut found = None;
             let mut gave_up = false;
-            for (i, st, s) in self.pending_slots() {
+            for (i, st, s) in self.pending_slots(None) {
                 if st & claim != 0 || !same_frame(st, s) {
                     continue;
                 }
@@ -696,6 +717,8 @@ impl Consumer {
     /// Count a frame claimed with `claim_seq` as received, and every frame published between
     /// the last one taken and it as dropped (by publish ordinal, as `acquire` counts).
     pub fn take(&mut self, slot: &ReadSlot) {
+        // A replica's own counts may lag its siblings' takes (an owed frame taken again).
+        self.catch_up();
         let c = &self.ring.header().consumers[self.index].0;
         // Every frame published between the last we got and this one was lost to us:
         // overwritten (drop_oldest), skipped (latest), passed over to align inputs, or

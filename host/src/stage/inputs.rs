@@ -45,7 +45,11 @@ fn align(inputs: &mut [Consumer], held: &mut [Option<ReadSlot>]) -> Result<bool,
     let want = inputs.iter().map(Consumer::next_seq).max().expect("at least one input");
     let newest = inputs.iter().all(Consumer::is_latest);
     loop {
-        let offers = inputs.iter().map(|input| input.offer(want)).collect::<Result<Vec<Offer>, LinkError>>()?;
+        let offers = inputs
+            .iter()
+            .zip(held.iter())
+            .map(|(input, own)| input.offer_holding(want, own.as_ref().map(ReadSlot::index)))
+            .collect::<Result<Vec<Offer>, LinkError>>()?;
         let Some(target) = target(&offers, newest) else { return Ok(false) };
         let mut lacking = Vec::new();
         let mut look_again = false;

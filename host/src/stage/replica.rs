@@ -35,7 +35,10 @@ impl Replica {
             if let Some(owed) = guard.take_owed(self.index) {
                 drop(guard);
                 match claim_everywhere(inputs, owed.seq) {
-                    Some(held) => return Ok(Take::Frames(held, owed)),
+                    Some(held) => {
+                        self.queue.claimed(self.index);
+                        return Ok(Take::Frames(held, owed));
+                    }
                     None => {
                         // Overwritten upstream before it was taken again: given up, counted.
                         self.queue.give_up(self.index, self.pid, owed);
@@ -68,12 +71,14 @@ impl Replica {
         self.queue.finish(self.index, held.ticket);
     }
 
-    /// Give the frames back unread, to be taken again under their ticket.
+    /// Give the frames back unread, to be taken again under their ticket. Owed first, then
+    /// let go: a frame unclaimed and not yet owed would be given up by a sibling's take passing
+    /// over it. A sibling that takes the owed frame meanwhile waits for the claim to go.
     pub fn give_back(&self, frames: Vec<ReadSlot>, held: Held) {
+        self.queue.give_back(self.index, self.pid, held);
         for slot in frames {
             slot.release_unread();
         }
-        self.queue.give_back(self.index, self.pid, held);
     }
 }
 
@@ -82,7 +87,18 @@ impl Replica {
 fn claim_everywhere(inputs: &mut [Consumer], seq: u64) -> Option<Vec<ReadSlot>> {
     let mut held = Vec::with_capacity(inputs.len());
     for input in inputs.iter() {
-        held.push(input.claim_seq(seq)?);
+        let slot = loop {
+            if let Some(slot) = input.claim_seq(seq) {
+                break slot;
+            }
+            // Owed, but its last holder has yet to let go of it (it gives frames back owed
+            // first, and the host settles a dead one the same way): a moment.
+            if !input.claimed_under_index(seq) || input.ring().is_aborted() {
+                return None;
+            }
+            std::thread::yield_now();
+        };
+        held.push(slot);
     }
     for (input, slot) in inputs.iter_mut().zip(&held) {
         input.take(slot);

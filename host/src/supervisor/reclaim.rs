@@ -68,11 +68,15 @@ pub fn reclaim_replica(plan: &Plan, stage: usize, replica: u32, pid: u32, queue:
     let s = &plan.stages[stage];
     let died_taking = queue.lock_held_by(pid);
     let others = queue.held_by_others(replica);
-    // Frames claimed under the stage's index that no live sibling holds: the dead one's.
+    let claimed_by_others = |seq: &u64| others.iter().any(|&(s, claimed)| s == *seq && claimed);
+    // A frame a sibling took from the owed list and waits to claim: the dead one may hold the
+    // claim still (it gave the frame back and died before it let go).
+    let awaited = |seq: u64| others.iter().any(|&(s, claimed)| s == seq && !claimed);
+    // Frames claimed under the stage's index that no live sibling has claimed: the dead one's.
     let stray: Vec<Vec<u64>> = s
         .inputs
         .iter()
-        .map(|input| rings[input.link].claimed_seqs(input.consumer).into_iter().filter(|seq| !others.contains(seq)).collect())
+        .map(|input| rings[input.link].claimed_seqs(input.consumer).into_iter().filter(|seq| !claimed_by_others(seq)).collect())
         .collect();
     let untracked = if died_taking { stray.first().and_then(|seqs| seqs.iter().max().copied()) } else { None };
     let output = s.output.as_ref().and_then(|o| o.link);
@@ -85,7 +89,7 @@ pub fn reclaim_replica(plan: &Plan, stage: usize, replica: u32, pid: u32, queue:
     };
     for (input, seqs) in s.inputs.iter().zip(&stray) {
         for &seq in seqs {
-            rings[input.link].release_replica_claim(input.consumer, seq, owed == Some(seq));
+            rings[input.link].release_replica_claim(input.consumer, seq, owed == Some(seq) || awaited(seq));
         }
     }
     let dropped = match settled {

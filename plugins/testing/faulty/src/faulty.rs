@@ -77,7 +77,8 @@ impl Plugin for Faulty {
         description: "pass-through that fails on request (tests only)",
         domains: &[Domain::Cpu],
         min_inputs: 1,
-        max_inputs: 1,
+        // Several inputs (aligned by sequence number) for the fan-in tests; it copies the first.
+        max_inputs: 4,
         accepts: &PixelFormat::ALL,
         produces: &[PixelFormat::Rgb8, PixelFormat::Rgba8, PixelFormat::Gray8, PixelFormat::I420],
     };
