@@ -36,6 +36,7 @@ cp -r pipelines "$bundle/"
 git rev-parse --short HEAD > "$bundle/COMMIT"
 cp scripts/gpu-check-run.sh "$bundle/check.sh"
 cp scripts/bench-run.sh "$bundle/bench.sh"
+cp scripts/bench-replicas.sh "$bundle/bench-replicas.sh"
 chmod +x "$bundle/check.sh" "$bundle/bench.sh"
 strip --strip-debug "$bundle"/bin/* "$bundle"/tests/*
 du -sh "$bundle"
