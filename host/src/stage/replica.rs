@@ -33,8 +33,11 @@ impl Replica {
         loop {
             let guard = self.queue.lock(self.pid, &self.waiter, || inputs.iter().any(|c| c.ring().is_aborted()))?;
             if let Some(owed) = guard.take_owed(self.index) {
+                // Claimed under the lock: out of the owed list and not yet claimed, the frame
+                // would be given up by a sibling's take passing over it.
+                let claimed = claim_everywhere(inputs, owed.seq);
                 drop(guard);
-                match claim_everywhere(inputs, owed.seq) {
+                match claimed {
                     Some(held) => {
                         self.queue.claimed(self.index);
                         return Ok(Take::Frames(held, owed));
