@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use rustix::process::{Pid, Signal};
+use rustix::process::Signal;
 
 fn report(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap()
@@ -216,27 +216,6 @@ params = { sink = true, delay_us = 500 }
     assert_like_reference(&sums, &reference, "grade", 3);
     assert_eq!(row(&report, "block")["frames"].as_u64(), Some(600), "a block consumer misses nothing");
     assert_nothing_left(out.pid);
-}
-
-/// A small xorshift: random moments and victims, reproducible from the printed seed.
-struct Dice(u64);
-
-impl Dice {
-    fn roll(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
-fn pid_of(host: u32, process: &str) -> Pid {
-    let marker = format!("__stage {process} ");
-    let (pid, _) = stages_of(host)
-        .into_iter()
-        .find(|(_, cmd)| format!("{cmd} ").contains(&marker))
-        .unwrap_or_else(|| panic!("'{process}' is not running"));
-    Pid::from_raw(pid as i32).unwrap()
 }
 
 const KILLED: &str = r#"

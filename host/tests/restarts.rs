@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use rustix::process::{Pid, Signal};
+use rustix::process::Signal;
 
 /// 40 frames through a faulty stage into a `null` sink, with `supervision` keys.
 fn faulty_run(mode: &str, at: u64, supervision: &str) -> String {
@@ -125,19 +125,6 @@ fn a_stalled_stage_is_restarted_and_the_run_finishes() {
     assert_nothing_left(run.pid);
 }
 
-/// A small deterministic generator for the moments and victims of the fault injection; the
-/// seed is printed so a failing run can be repeated.
-struct Dice(u64);
-
-impl Dice {
-    fn roll(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 const CHAIN: &str = r#"
 [pipeline]
 name = "chain"
@@ -170,15 +157,6 @@ inputs = ["yuv"]
 "#;
 
 const STAGES: [&str; 4] = ["gen", "grade", "yuv", "sink"];
-
-fn pid_of(host: u32, stage: &str) -> Pid {
-    let marker = format!("__stage {stage} ");
-    let (pid, _) = stages_of(host)
-        .into_iter()
-        .find(|(_, cmd)| format!("{cmd} ").contains(&marker))
-        .unwrap_or_else(|| panic!("stage '{stage}' is not running"));
-    Pid::from_raw(pid as i32).unwrap()
-}
 
 /// Seq → hash of every line of a stage's tap; a seq written twice must carry one hash.
 fn tap(dir: &Path, stage: &str) -> BTreeMap<u64, String> {

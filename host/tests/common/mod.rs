@@ -269,3 +269,26 @@ pub fn sum_lines(path: &Path) -> Vec<(u64, String)> {
         })
         .collect()
 }
+
+/// A small deterministic generator for the moments and victims of fault injection; tests print
+/// the seed, so a failing run can be repeated.
+pub struct Dice(pub u64);
+
+impl Dice {
+    pub fn roll(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// The pid of process `process` (a stage, or a replica `name#N`) of the host with pid `host`.
+pub fn pid_of(host: u32, process: &str) -> rustix::process::Pid {
+    let marker = format!("__stage {process} ");
+    let (pid, _) = stages_of(host)
+        .into_iter()
+        .find(|(_, cmd)| format!("{cmd} ").contains(&marker))
+        .unwrap_or_else(|| panic!("'{process}' is not running"));
+    rustix::process::Pid::from_raw(pid as i32).unwrap()
+}
