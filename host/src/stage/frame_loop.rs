@@ -147,7 +147,7 @@ impl FrameLoop<'_, '_> {
     /// This replica has ended; `true` when it was the last, after giving up what is still
     /// owed (frames of siblings that died and will not come back).
     fn last_replica_ends(&self, replica: &super::replica::Replica) -> bool {
-        if !replica.queue.replica_ended() {
+        if !replica.queue.replica_ended(replica.index) {
             return false;
         }
         for owed in replica.queue.abandon_all_owed() {

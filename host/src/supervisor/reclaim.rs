@@ -113,8 +113,8 @@ pub fn reclaim_replica(plan: &Plan, stage: usize, replica: u32, pid: u32, queue:
 
 /// A replica that will not run again counts as ended; when it was the last, its stage's
 /// stream ends here: owed frames are given up (counted dropped) and the output ring closed.
-pub fn replica_gone(plan: &Plan, stage: usize, queue: &QueueMap, rings: &[RingMap]) {
-    if !queue.replica_ended() {
+pub fn replica_gone(plan: &Plan, stage: usize, replica: u32, queue: &QueueMap, rings: &[RingMap]) {
+    if !queue.replica_ended(replica) {
         return;
     }
     let s = &plan.stages[stage];

@@ -350,7 +350,7 @@ impl Watch<'_, '_> {
         self.slots[i].outcome = Some(StageOutcome::Gone(cause.clone()));
         let plan = self.launch.plan;
         super::reclaim::reclaim_replica(plan, stage, replica, self.slots[i].pid, queue, self.launch.rings);
-        super::reclaim::replica_gone(plan, stage, queue, self.launch.rings);
+        super::reclaim::replica_gone(plan, stage, replica, queue, self.launch.rings);
         self.slots[i].life = Life::Ended;
         tracing::warn!(
             "stage '{}' {cause}; stage '{}' goes on with {siblings_left} replica{}",
