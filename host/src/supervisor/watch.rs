@@ -185,6 +185,7 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
         Ending::Draining { signal } => Some(signal),
         _ => None,
     };
+    replicas_drops(launch);
     let outcomes = w.slots.into_iter().map(|s| s.outcome).collect();
     RunReport::new(plan, launch.procs, launch.stats, outcomes, w.first_failure, interrupted, w.started.map(|s| s.elapsed()))
 }
@@ -522,6 +523,17 @@ impl Watch<'_, '_> {
     /// When the next restart is due, so the poll wakes for it.
     fn next_restart(&self) -> Option<Instant> {
         self.slots.iter().filter_map(|s| if let Life::Restarting { at } = s.life { Some(at) } else { None }).min()
+    }
+}
+
+/// A stage's replicas share its input links' drop counts, which the host adds to too (a dead
+/// replica's frame given up): the first replica's row shows them as they stand at the end.
+fn replicas_drops(launch: &Launch<'_>) {
+    for (stage, s) in launch.plan.stages.iter().enumerate().filter(|(_, s)| s.replicas > 1) {
+        let dropped: u64 = s.inputs.iter().map(|input| launch.rings[input.link].dropped(input.consumer)).sum();
+        if let Some(first) = launch.processes_of(stage).next() {
+            launch.stats[first].get().dropped.store(dropped, Ordering::Relaxed);
+        }
     }
 }
 
