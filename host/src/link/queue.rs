@@ -246,9 +246,11 @@ impl QueueMap {
 
     /// A replica took its owed frame again and found it gone from an input (overwritten
     /// upstream meanwhile): its ticket is abandoned.
-    pub fn give_up(&self, replica: u32, pid: u32, held: Held) {
+    pub fn give_up(&self, replica: u32, pid: u32, held: Held, has_turn: bool) {
         self.with_lists(pid, || {
-            self.abandon(held.ticket);
+            if has_turn {
+                self.abandon(held.ticket);
+            }
             self.header().holding[replica as usize].0.ticket.store(NONE, Ordering::Release);
         });
         self.skip_abandoned();
@@ -267,15 +269,30 @@ impl QueueMap {
 
     /// Run `change` holding the list lock as `pid`.
     fn with_lists<T>(&self, pid: u32, change: impl FnOnce() -> T) -> T {
+        self.with_lists_breaking(pid, |_| false, change)
+    }
+
+    /// As [`with_lists`](Self::with_lists), breaking the list lock of a holder `is_dead` says
+    /// died (the host: two replicas may die at once, and it settles them one at a time).
+    fn with_lists_breaking<T>(&self, pid: u32, is_dead: impl Fn(u32) -> bool, change: impl FnOnce() -> T) -> T {
         let holder = &self.header().lists_holder.0;
         // Acquire: the last holder's changes happen before ours.
-        while holder.compare_exchange_weak(0, pid, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        while let Err(now) = holder.compare_exchange_weak(0, pid, Ordering::Acquire, Ordering::Relaxed) {
+            if now != 0 && is_dead(now) {
+                // Every list change is safe to cut short (entries are written ticket last).
+                let _ = holder.compare_exchange(now, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
             std::thread::yield_now();
         }
         let out = change();
         // Release: our changes happen before the next holder's.
         holder.store(0, Ordering::Release);
         out
+    }
+
+    /// Whether ticket `ticket` is abandoned and the turn has yet to pass it.
+    fn is_abandoned(&self, ticket: u64) -> bool {
+        self.header().abandoned.iter().any(|e| e.load(Ordering::Acquire) == ticket + 1)
     }
 
     /// Whether ticket `ticket` waits in the owed list.
@@ -328,11 +345,19 @@ impl QueueMap {
     /// ring's `seq_end`; `None` for a stage without output). `untracked`: a frame the host found
     /// claimed under the stage's consumer index that no replica holds: the dead one took it
     /// and died before it could draw its ticket (it held the take lock then).
-    pub fn settle_dead(&self, replica: u32, pid: u32, retry: bool, published_below: Option<u64>, untracked: Option<u64>) -> Settled {
+    pub fn settle_dead(
+        &self,
+        replica: u32,
+        pid: u32,
+        retry: bool,
+        published_below: Option<u64>,
+        untracked: Option<u64>,
+        is_dead: impl Fn(u32) -> bool,
+    ) -> Settled {
         let h = self.header();
         let died_taking = h.lock_holder.0.load(Ordering::Acquire) == pid;
         let _ = h.lists_holder.0.compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed);
-        let settled = self.with_lists(std::process::id(), || {
+        let settled = self.with_lists_breaking(std::process::id(), is_dead, || {
             let holding = &h.holding[replica as usize].0;
             let ticket = holding.ticket.load(Ordering::Acquire);
             let held = if ticket != NONE {
@@ -351,6 +376,10 @@ impl QueueMap {
                 // It died giving the frame back, after the frame was owed.
                 return Settled::Owed(held);
             }
+            if self.is_abandoned(held.ticket) {
+                // It died giving up a frame gone upstream, after the ticket was abandoned.
+                return Settled::Abandoned(held);
+            }
             if published_below.is_some_and(|below| held.seq < below) {
                 // Died between its publish and moving the turn on.
                 let _ = h.turn.0.compare_exchange(held.ticket, held.ticket + 1, Ordering::AcqRel, Ordering::Relaxed);
@@ -359,7 +388,10 @@ impl QueueMap {
                 self.push_owed(held);
                 Settled::Owed(held)
             } else {
-                self.abandon(held.ticket);
+                // A stage without output has no turn to move past the ticket.
+                if published_below.is_some() {
+                    self.abandon(held.ticket);
+                }
                 Settled::Abandoned(held)
             }
         });
@@ -551,14 +583,14 @@ mod tests {
                         };
                         if die == Some("holding the lock") {
                             std::mem::forget(guard);
-                            settle(&q, r, pid, retry, &abandoned, None);
+                            settle(&q, r, pid, retry, &abandoned, Some(0));
                             pid += 100;
                             done += 1;
                             continue;
                         }
                         drop(guard);
                         if die == Some("after taking") {
-                            settle(&q, r, pid, retry, &abandoned, None);
+                            settle(&q, r, pid, retry, &abandoned, Some(0));
                             pid += 100;
                             done += 1;
                             continue;
@@ -603,7 +635,7 @@ mod tests {
 
     /// The host's part for a thread that "died".
     fn settle(q: &QueueMap, r: u32, pid: u32, retry: bool, abandoned: &Mutex<Vec<u64>>, published_below: Option<u64>) {
-        if let Settled::Abandoned(h) = q.settle_dead(r, pid, retry, published_below, None) {
+        if let Settled::Abandoned(h) = q.settle_dead(r, pid, retry, published_below, None, |_| false) {
             abandoned.lock().unwrap().push(h.ticket);
         }
     }

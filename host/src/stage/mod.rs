@@ -213,7 +213,13 @@ fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, Stage
         (None, _) => None,
     };
     let replica = match (queue, &setup.replica) {
-        (Some(queue), Some(r)) => Some(replica::Replica { queue, index: r.index, pid: std::process::id(), waiter }),
+        (Some(queue), Some(r)) => Some(replica::Replica {
+            queue,
+            index: r.index,
+            pid: std::process::id(),
+            waiter,
+            has_turn: setup.output.as_ref().is_some_and(|o| o.link.is_some()),
+        }),
         _ => None,
     };
     Ok(MappedLinks { stats, consumers, producer, replica })

@@ -16,6 +16,8 @@ pub struct Replica {
     /// This process's pid: the take lock names its holder by it.
     pub pid: u32,
     pub waiter: Waiter,
+    /// Whether its outputs go into a ring in turn (a sink's replicas take no turn).
+    pub has_turn: bool,
 }
 
 /// What a take found.
@@ -44,7 +46,7 @@ impl Replica {
                     }
                     None => {
                         // Overwritten upstream before it was taken again: given up, counted.
-                        self.queue.give_up(self.index, self.pid, owed);
+                        self.queue.give_up(self.index, self.pid, owed, self.has_turn);
                         for input in inputs.iter() {
                             input.count_dropped(1);
                         }

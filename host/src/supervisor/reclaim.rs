@@ -82,7 +82,7 @@ pub fn reclaim_replica(plan: &Plan, stage: usize, replica: u32, pid: u32, queue:
     let output = s.output.as_ref().and_then(|o| o.link);
     let published_below = output.map(|l| rings[l].header().producer.0.seq_end.load(Ordering::Acquire));
     let retry = s.on_loss == crate::config::OnLoss::Retry;
-    let settled = queue.settle_dead(replica, pid, retry, published_below, untracked);
+    let settled = queue.settle_dead(replica, pid, retry, published_below, untracked, process_is_dead);
     let owed = match settled {
         Settled::Owed(held) => Some(held.seq),
         _ => None,
@@ -109,6 +109,15 @@ pub fn reclaim_replica(plan: &Plan, stage: usize, replica: u32, pid: u32, queue:
     }
     tracing::debug!("stage '{}', replica {replica}: {settled:?}", s.name);
     dropped
+}
+
+/// Whether process `pid` has died (gone, or a zombie not yet reaped).
+fn process_is_dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses, which may hold spaces.
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => true,
+    }
 }
 
 /// A replica that will not run again counts as ended; when it was the last, its stage's
