@@ -41,6 +41,11 @@ fn tap(dir: &Path, file: &str) -> Vec<(u64, String)> {
     lines
 }
 
+/// The sequence numbers of a tap file, in file order.
+fn seqs(dir: &Path, file: &str) -> Vec<u64> {
+    tap(dir, file).into_iter().map(|(seq, _)| seq).collect()
+}
+
 /// Run `file` in one process (every stage once) for `frames`; its taps, by stage.
 fn reference(dir: &Path, file: &Path, frames: u64) -> std::path::PathBuf {
     let out = dir.join("reference");
@@ -103,7 +108,7 @@ fn replicas_deliver_the_stream_one_process_would_in_order() {
         let out = run(&dir, &["run", &file.to_string_lossy(), "--quiet", "--frames", "500", "--report", "report.json", "--checksums", "sums"]);
         assert_eq!(out.status.code(), Some(0), "{}", out.output());
         let sums = dir.join("sums");
-        let sink: Vec<u64> = tap(&sums, "sink").into_iter().map(|(seq, _)| seq).collect();
+        let sink = seqs(&sums, "sink");
         assert_eq!(sink, (0..500).collect::<Vec<u64>>(), "{replicas} replicas: the sink got every frame once, in order");
         let report = report(&dir);
         assert_eq!(total(&report, "grade", "frames"), 500, "each frame went to one replica of 'grade'");
@@ -153,7 +158,7 @@ inputs = ["join"]
     let mut taken: Vec<u64> = (0..3).flat_map(|r| tap(&sums, &format!("join#{r}")).into_iter().map(|(seq, _)| seq)).collect();
     taken.sort_unstable();
     assert_eq!(taken, (0..400).collect::<Vec<u64>>(), "every aligned set taken by exactly one replica");
-    let sink: Vec<u64> = tap(&sums, "sink").into_iter().map(|(seq, _)| seq).collect();
+    let sink = seqs(&sums, "sink");
     assert_eq!(sink, (0..400).collect::<Vec<u64>>());
     let reference = reference(&dir, &file, 400);
     assert_like_reference(&sums, &reference, "join", 3);
@@ -207,8 +212,8 @@ params = { sink = true, delay_us = 500 }
     let report = report(&dir);
     let reference = reference(&dir, &file, 600);
     for sink in ["block", "oldest", "newest"] {
-        let seqs: Vec<u64> = tap(&sums, sink).into_iter().map(|(seq, _)| seq).collect();
-        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "'{sink}' got frames out of order: {seqs:?}");
+        let order = seqs(&sums, sink);
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "'{sink}' got frames out of order: {order:?}");
         let got = row(&report, sink)["frames"].as_u64().unwrap();
         let dropped = row(&report, sink)["dropped"].as_u64().unwrap();
         assert_eq!(got + dropped, 600, "'{sink}': frames it got + frames it missed = frames made");
@@ -273,7 +278,7 @@ fn kill_replicas_twenty_times(on_loss: &str) {
     }
     let sums = dir.join("sums");
     let produced = tap(&sums, "gen").len() as u64;
-    let delivered: Vec<u64> = tap(&sums, "sink").into_iter().map(|(seq, _)| seq).collect();
+    let delivered = seqs(&sums, "sink");
     assert!(delivered.windows(2).all(|w| w[0] < w[1]), "the sink got each frame once, in order");
     let counted: u64 = ["gen", "grade", "sink"].iter().map(|s| total(&report, s, "dropped") + total(&report, s, "lost")).sum();
     assert_eq!(produced, delivered.len() as u64 + counted, "produced = delivered + dropped + lost\n{}", finished.stdout);
@@ -311,7 +316,7 @@ fn without_a_restart_policy_the_stage_goes_on_with_the_replicas_left() {
     assert_eq!(finished.status.code(), Some(0), "{}", finished.output());
     assert!(finished.stdout.contains("GONE: killed by SIGKILL"), "{}", finished.output());
     let sums = dir.join("sums");
-    let delivered: Vec<u64> = tap(&sums, "sink").into_iter().map(|(seq, _)| seq).collect();
+    let delivered = seqs(&sums, "sink");
     assert_eq!(delivered, (0..600).collect::<Vec<u64>>(), "with retry the replica left made every frame");
     let reference = reference(&dir, &file, 600);
     assert_like_reference(&sums, &reference, "sink", 1);
