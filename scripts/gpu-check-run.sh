@@ -16,6 +16,9 @@
 #     (KILL_ROUNDS=N repeats it, KILL_ISOLATIONS="process" picks the isolations)
 #  8. two runs at once sharing one MPS daemon (mps = "shared"), a GPU fault in one of them:
 #     both finish by their restart policy, outputs = cpu reference, no daemon left after
+#  9. replicas of cuda stages (a 3-replica filter feeding a 2-replica one), isolation mps and
+#     process: outputs = cpu reference; 20 random SIGKILLs of replicas with restarts; one
+#     replica killed without a restart policy, the stage going on with the others
 set -uo pipefail
 cd "$(dirname "$0")"
 here=$PWD
@@ -47,12 +50,13 @@ want() { [ -z "${GPU_CHECK_SECTIONS:-}" ] || [[ " $GPU_CHECK_SECTIONS " == *" ${
 # compare_taps REF RUN: every line of every tap in RUN equals REF's for its sequence number.
 compare_taps() {
     python3 - "$1" "$2" <<'PY'
-import os, sys
+import os, re, sys
 ref, run = sys.argv[1], sys.argv[2]
 bad = compared = 0
 for name in sorted(os.listdir(run)):
     want = {}
-    for line in open(os.path.join(ref, name)):
+    # A replica's tap (`grade#1.sum`) holds its share of its stage's frames.
+    for line in open(os.path.join(ref, re.sub(r"#[0-9]+", "", name))):
         seq, h = line.split()
         want[seq] = h
     for line in open(os.path.join(run, name)):
@@ -319,6 +323,94 @@ echo "    GPU memory used: before $before MiB, after $after MiB"
 left=$(pgrep -u "$(id -u)" -f nvidia-cuda-mps-control || true)
 [ -z "$left" ] || fail "an MPS control daemon is left running: $left"
 [ ! -e "${TMPDIR:-/tmp}/gpuipc-mps-$(id -u)/current" ] || fail "the shared MPS folder still names a daemon"
+fi
+
+if want 9; then
+section "9. replicas of cuda stages: a 3-replica filter feeding a 2-replica one (1280x720)"
+replica_pipeline() {  # ISOLATION DEVICE RESTART
+    printf '%s\n' '[pipeline]' 'name = "replicas"' 'frames = 3000' "isolation = \"$1\"" "device = \"$2\"" \
+        "restart = \"$3\"" 'restart_backoff = "10ms"' 'restart_window = "2s"' 'max_restarts = 50' 'stall_timeout = "5s"' '' \
+        '[[stage]]' 'name = "gen"' 'plugin = "generator"' 'params = { width = 1280, height = 720, pattern = "gradient", fps = 2000.0 }' '' \
+        '[[stage]]' 'name = "grade"' 'plugin = "rgb-process"' 'inputs = ["gen"]' 'replicas = 3' 'params = { brightness = 0.1, contrast = 1.2 }' '' \
+        '[[stage]]' 'name = "yuv"' 'plugin = "yuv420"' 'inputs = ["grade"]' 'replicas = 2' '' \
+        '[[stage]]' 'name = "sink"' 'plugin = "null"' 'inputs = ["yuv"]'
+}
+replica_pipeline process cpu never > "$here/work/replicas-cpu.toml"
+# replicas_reference SOURCE_TAP: the cpu reference, made again when the run produced more.
+replicas_reference() {
+    local produced have
+    produced=$(cut -d' ' -f1 "$1" | sort -u | wc -l)
+    have=$(cat "$here/work/replicas-ref.frames" 2>/dev/null || echo 0)
+    [ "$produced" -le "$have" ] && return 0
+    (cd "$here/work" && rm -rf replicas-ref && "$host" run replicas-cpu.toml --in-process --quiet --frames "$produced" --checksums replicas-ref > /dev/null) ||
+        fail "cpu reference of the replicas"
+    echo "$produced" > "$here/work/replicas-ref.frames"
+}
+rm -f "$here/work/replicas-ref.frames"
+"$host" validate "$here/work/replicas-cpu.toml" > /dev/null || fail "validate the replica pipeline"
+for isolation in mps process; do
+    replica_pipeline "$isolation" cuda never > "$here/work/replicas-$isolation.toml"
+    "$host" validate "$here/work/replicas-$isolation.toml" | grep -E "replicas|grade|yuv" | sed 's/^/    /' | head -8
+    before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+    run_into "$here/work/replicas-$isolation" "../replicas-$isolation.toml"
+    after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+    work=$here/work/replicas-$isolation
+    echo "isolation $isolation: $(grep -E '^sink' "$work/run.txt" | head -1)"
+    accounting "$work/report.json" "$work/sums/gen.sum" "$work/sums/sink.sum" || fail "replicas ($isolation): frames unaccounted for"
+    replicas_reference "$work/sums/gen.sum"
+    compare_taps "$here/work/replicas-ref" "$work/sums" || fail "replicas ($isolation): output differs from cpu"
+    echo "    GPU memory used: before $before MiB, after $after MiB"
+    [ "$after" -le $((before + 64)) ] || fail "replicas ($isolation): GPU memory not returned"
+done
+for isolation in ${KILL_ISOLATIONS:-mps process}; do
+for round in $(seq 1 "${KILL_ROUNDS:-1}"); do
+    replica_pipeline "$isolation" cuda on-failure | sed 's/^frames = 3000/frames = 1000000/' > "$here/work/replicas-kill.toml"
+    work=$here/work/replicas-kill-$isolation
+    rm -rf "$work" && mkdir -p "$work"
+    before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+    (cd "$work" && exec env GPUIPC_LOG=${KILL_LOG:-info} timeout -k 5 90 "$host" run ../replicas-kill.toml --quiet --checksums sums --report report.json > run.txt 2> err.txt) &
+    hostpid=$!
+    for _ in $(seq 1 300); do grep -q "stages ready; running" "$work/err.txt" 2>/dev/null && break; sleep 0.1; done
+    kills=""
+    for kill in $(seq 1 20); do
+        sleep "0.$((RANDOM % 300))"
+        victim=$(shuf -n1 -e 'grade#0' 'grade#1' 'grade#2' 'yuv#0' 'yuv#1')
+        kills="$kills $victim"
+        kill -KILL "$(pgrep -f "gpuipc-host __stage $victim" | head -1)" 2>/dev/null
+        for _ in $(seq 1 100); do
+            [ "$(grep -c "restarting it" "$work/err.txt")" -ge "$kill" ] &&
+                [ "$(grep -c " restarted (restart" "$work/err.txt")" -ge "$(grep -o "restarting it\( with [^;]*\)\? in" "$work/err.txt" | awk '{n += 1 + gsub(/'"'"'[^'"'"']*'"'"'/, "")} END {print n}')" ] && break
+            sleep 0.05
+        done
+    done
+    kill -TERM "$hostpid"; wait "$hostpid"; code=$?
+    after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+    echo "isolation $isolation, round $round: exit $code; SIGKILL sent to:$kills"
+    [ "$code" = 0 ] || { fail "replicas ($isolation) did not drain after 20 kills"; tail -5 "$work/run.txt"; tail -20 "$work/err.txt";
+        cp "$work/err.txt" "$results/replicas-$isolation-$round-err.txt"; }
+    grep -E "restarted \(" "$work/err.txt" | sed 's/^.*INFO //; s/^/    /' | tail -3
+    accounting "$work/report.json" "$work/sums/gen.sum" "$work/sums/sink.sum" || fail "replicas ($isolation): frames unaccounted for after kills"
+    replicas_reference "$work/sums/gen.sum"
+    compare_taps "$here/work/replicas-ref" "$work/sums" || fail "replicas ($isolation): output differs from cpu after kills"
+    echo "    GPU memory used: before $before MiB, after $after MiB"
+    [ "$after" -le $((before + 64)) ] || fail "replicas ($isolation): GPU memory not returned after kills"
+done
+done
+replica_pipeline mps cuda never > "$here/work/replicas-gone.toml"
+work=$here/work/replicas-gone
+rm -rf "$work" && mkdir -p "$work"
+(cd "$work" && exec env GPUIPC_LOG=info timeout -k 5 90 "$host" run ../replicas-gone.toml --quiet --checksums sums --report report.json > run.txt 2> err.txt) &
+hostpid=$!
+for _ in $(seq 1 300); do grep -q "stages ready; running" "$work/err.txt" 2>/dev/null && break; sleep 0.1; done
+sleep 0.3
+kill -KILL "$(pgrep -f 'gpuipc-host __stage grade#1' | head -1)" 2>/dev/null
+wait "$hostpid"; code=$?
+echo "one replica killed without a restart policy: exit $code"
+grep -E "goes on with" "$work/err.txt" | sed 's/^.*WARN //; s/^/    /'
+[ "$code" = 0 ] || { fail "replicas: the stage did not go on without its killed replica"; tail -20 "$work/err.txt"; }
+accounting "$work/report.json" "$work/sums/gen.sum" "$work/sums/sink.sum" || fail "replicas (one gone): frames unaccounted for"
+replicas_reference "$work/sums/gen.sum"
+compare_taps "$here/work/replicas-ref" "$work/sums" || fail "replicas (one gone): output differs from cpu"
 fi
 
 echo

@@ -24,7 +24,9 @@ pub enum HandshakeError {
 /// A GPU link end exported, waiting for the host to bring the other ends' objects.
 pub enum Half {
     Input { link: usize, released: Vec<IpcEvent> },
-    Output { link: usize, memory: Vec<DeviceMemory>, ready: Vec<IpcEvent> },
+    /// `first_slot`: where the producer's part of the ring starts (replicas each write their
+    /// own part; a lone producer writes all of it, from 0).
+    Output { link: usize, first_slot: usize, memory: Vec<DeviceMemory>, ready: Vec<IpcEvent> },
 }
 
 fn create_events(gpu: &Arc<Gpu>, n: usize) -> Result<Vec<(IpcEvent, Handle64)>, GpuError> {
@@ -61,16 +63,19 @@ pub fn export_input(gpu: &Arc<Gpu>, socket: &ControlSocket, link: usize, consume
 }
 
 /// Allocate the slots and `ready` events of a GPU ring and export them, as the producer
-/// process of `generation` (`Producer::generation`).
+/// process of `generation` (`Producer::generation`) writing `slots` of the ring (all of them,
+/// or a replica's part).
 pub fn export_output(
     gpu: &Arc<Gpu>,
     socket: &ControlSocket,
     link: usize,
     ring: &RingMap,
+    slots: std::ops::Range<usize>,
     transport: Transport,
     generation: u32,
 ) -> Result<Half, HandshakeError> {
-    let depth = ring.depth();
+    let first_slot = slots.start;
+    let depth = slots.len();
     let bytes = ring.layout().total_bytes as usize;
     let use_vmm = match transport {
         Transport::Vmm => true,
@@ -92,17 +97,18 @@ pub fn export_output(
         }
     }
     let slot_bytes = bytes as u64;
-    let slots = if use_vmm { SlotMemory::Vmm { slot_bytes } } else { SlotMemory::Legacy { slot_bytes, handles: legacy } };
+    let shared = if use_vmm { SlotMemory::Vmm { slot_bytes } } else { SlotMemory::Legacy { slot_bytes, handles: legacy } };
     tracing::info!(
-        "output ring: {depth} slots of {bytes} bytes in GPU memory, shared by {}",
+        "output ring: {depth} slots ({slots:?} of {}) of {bytes} bytes in GPU memory, shared by {}",
+        ring.depth(),
         if use_vmm { "VMM POSIX file descriptors" } else { "legacy CUDA IPC handles" }
     );
     let events = create_events(gpu, depth)?;
     let export =
-        Export { link, end: LinkEnd::Producer, events: events.iter().map(|(_, h)| *h).collect(), memory: Some(slots), generation };
+        Export { link, end: LinkEnd::Producer, events: events.iter().map(|(_, h)| *h).collect(), memory: Some(shared), generation };
     let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
     send_export(socket, export, &borrowed)?;
-    Ok(Half::Output { link, memory, ready: events.into_iter().map(|(e, _)| e).collect() })
+    Ok(Half::Output { link, first_slot, memory, ready: events.into_iter().map(|(e, _)| e).collect() })
 }
 
 /// The GPU ends a stage got: (link, read end) per input, and its output's write end.
@@ -130,40 +136,68 @@ pub fn complete(
             .ok_or_else(|| HandshakeError::Protocol(format!("received objects of link {} it does not use", import.link)))?;
         match halves[position].take().expect("found above") {
             Half::Input { link, released } => inputs.push((link, import_input(gpu, import, fds, released)?)),
-            Half::Output { memory, ready, .. } => {
+            Half::Output { first_slot, memory, ready, .. } => {
                 let released = import.consumers.iter().map(|c| open_events(gpu, &c.events)).collect::<Result<_, _>>()?;
-                output = Some(DeviceWrite { gpu: gpu.clone(), memory, ready, released });
+                output = Some(DeviceWrite { gpu: gpu.clone(), first_slot, memory, ready, released, current_for: import.epoch });
             }
         }
     }
     Ok((inputs, output))
 }
 
+/// A consumer's read end: every producer part's memory and `ready` events imported (one
+/// part, or one per replica of the producer stage), and its own `released` events.
 pub(crate) fn import_input(
     gpu: &Arc<Gpu>,
     import: Import,
     fds: Vec<OwnedFd>,
     released: Vec<IpcEvent>,
 ) -> Result<DeviceRead, HandshakeError> {
-    let producer = import.producer.ok_or_else(|| HandshakeError::Protocol("no producer objects for an input".into()))?;
-    let memory = match producer.memory {
-        Some(SlotMemory::Vmm { slot_bytes }) => {
-            fds.into_iter().map(|fd| DeviceMemory::import_vmm(gpu, fd, slot_bytes as usize)).collect::<Result<Vec<_>, _>>()?
-        }
-        Some(SlotMemory::Legacy { handles, .. }) => {
-            handles.iter().map(|h| DeviceMemory::import_legacy(gpu, h.0)).collect::<Result<Vec<_>, _>>()?
-        }
-        None => return Err(HandshakeError::Protocol("the producer shared no memory".into())),
+    let parts = import.producers;
+    let Some(first) = parts.first() else {
+        return Err(HandshakeError::Protocol("no producer objects for an input".into()));
     };
-    let ready = open_events(gpu, &producer.events)?;
-    let generation = producer.generation;
-    if memory.len() != ready.len() || ready.len() != released.len() {
+    let part_slots = first.events.len();
+    if part_slots == 0 || parts.iter().any(|p| p.events.len() != part_slots) || part_slots * parts.len() != released.len() {
+        let shared: Vec<usize> = parts.iter().map(|p| p.events.len()).collect();
         return Err(HandshakeError::Protocol(format!(
-            "the producer shared {} slots and {} events for a ring of {}",
-            memory.len(),
-            ready.len(),
+            "the producers shared {shared:?} slots for a ring of {}",
             released.len()
         )));
     }
-    Ok(DeviceRead { gpu: gpu.clone(), memory, ready, released, generation })
+    let mut fds = fds.into_iter();
+    let (mut memory, mut ready) = (Vec::with_capacity(released.len()), Vec::with_capacity(released.len()));
+    for part in &parts {
+        let (m, r) = import_part(gpu, part, &mut fds)?;
+        memory.extend(m);
+        ready.extend(r);
+    }
+    let generations = parts.iter().map(|p| p.generation).collect();
+    Ok(DeviceRead { gpu: gpu.clone(), memory, ready, released, generations, part_slots })
+}
+
+/// One producer part's slot memory and `ready` events, its descriptors (a VMM part's, one per
+/// slot) taken from `fds`.
+pub(crate) fn import_part(
+    gpu: &Arc<Gpu>,
+    part: &Export,
+    fds: &mut impl Iterator<Item = OwnedFd>,
+) -> Result<(Vec<DeviceMemory>, Vec<IpcEvent>), HandshakeError> {
+    let slots = part.events.len();
+    let memory = match &part.memory {
+        Some(SlotMemory::Vmm { slot_bytes }) => (0..slots)
+            .map(|_| {
+                let fd = fds.next().ok_or_else(|| HandshakeError::Protocol("fewer memory descriptors than slots".into()))?;
+                Ok(DeviceMemory::import_vmm(gpu, fd, *slot_bytes as usize)?)
+            })
+            .collect::<Result<Vec<_>, HandshakeError>>()?,
+        Some(SlotMemory::Legacy { handles, .. }) if handles.len() == slots => {
+            handles.iter().map(|h| DeviceMemory::import_legacy(gpu, h.0)).collect::<Result<Vec<_>, _>>()?
+        }
+        Some(SlotMemory::Legacy { handles, .. }) => {
+            return Err(HandshakeError::Protocol(format!("{} memory handles for {slots} slots", handles.len())));
+        }
+        None => return Err(HandshakeError::Protocol("the producer shared no memory".into())),
+    };
+    Ok((memory, open_events(gpu, &part.events)?))
 }

@@ -35,7 +35,7 @@ pub enum ToStage {
     /// input in order, then the output ring if `output.link` is set.
     Setup(Box<StageSetup>),
     /// What the other ends of this stage's GPU links exported (descriptors attached: the
-    /// producer's slot memory, for a consumer on a VMM link).
+    /// producers' slot memory, for a consumer on a VMM link).
     Import(Box<Import>),
     /// Every stage is ready: begin the frame loop.
     Start,
@@ -105,13 +105,16 @@ pub struct Export {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Import {
     pub link: usize,
-    /// For a consumer: the producer's export.
-    pub producer: Option<Export>,
-    /// For a producer: each consumer's export, in consumer order.
+    /// For a consumer: the producer's export; for a producer stage with replicas, one per
+    /// replica in replica order, each covering its part of the ring's slots. The descriptors
+    /// attached are theirs, in the same order.
+    pub producers: Vec<Export>,
+    /// For a producer: the export of every consumer process (a consumer stage with replicas
+    /// has one per replica): the producer waits on all their `released` events.
     pub consumers: Vec<Export>,
-    /// For a producer: the ring's epoch these consumers' objects are current for (a consumer
-    /// that dies after they were sent moves the epoch past it, and the producer waits for the
-    /// next update).
+    /// For a producer: the ring's consumer epoch these consumers' objects are current for (a
+    /// consumer that dies or joins after they were sent moves it on, and the producer waits
+    /// for the next update).
     #[serde(default)]
     pub epoch: Option<u32>,
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use gpuipc_plugin_api::{FrameFormat, FrameLayout};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUIPCRG");
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Most slots a ring can have.
 pub const MAX_SLOTS: usize = 64;
 /// Most consumers a ring can have: claim and pending masks are 16 bits each.
@@ -48,6 +48,10 @@ pub struct ProducerState {
     pub closed: AtomicU32,
     /// Bumped by the host each time it takes back the slots of an end that died.
     pub epoch: AtomicU32,
+    /// Bumped by the host each time the consumer processes of the ring change (one died, or a
+    /// new one is about to get the producer's objects): on a GPU ring a producer then waits
+    /// for their current `released` events before it reuses a slot (`stage::follow`).
+    pub consumer_epoch: AtomicU32,
 }
 
 /// Written by consumers; the producer sleeps on `release_futex` when the ring is full.

@@ -58,7 +58,20 @@ impl RingMap {
                 }
             }
         }
+        self.consumers_changed();
+    }
+
+    /// The ring's consumer processes changed: one died (its `released` events went with it)
+    /// or a new one is about to read. A GPU ring's producer waits, before it reuses a slot,
+    /// for the objects the host sends it for the new set.
+    pub fn consumers_changed(&self) {
+        self.header().producer.0.consumer_epoch.fetch_add(1, Ordering::AcqRel);
         self.bump_epoch_and_wake();
+    }
+
+    /// See [`RingMap::consumers_changed`].
+    pub fn consumer_epoch(&self) -> u32 {
+        self.header().producer.0.consumer_epoch.load(Ordering::Acquire)
     }
 
     /// Give up the frame numbered `seq` for consumer `c`, unclaimed: nobody will read it.
@@ -121,8 +134,13 @@ impl RingMap {
     /// never have been written (its GPU work dies with it), so every frame no consumer holds
     /// yet is given up; consumers count them as dropped by the gap in publish ordinals.
     pub fn discard_unclaimed(&self) {
+        self.discard_unclaimed_slots(0..self.depth());
+    }
+
+    /// As [`RingMap::discard_unclaimed`], for a producer that wrote `slots` (a replica's part).
+    pub fn discard_unclaimed_slots(&self, slots: std::ops::Range<usize>) {
         let h = self.header();
-        for i in 0..self.depth() {
+        for i in slots {
             let slot = &h.slots[i].0;
             let mut st = slot.state.load(Ordering::Acquire);
             while header::holds_frame(st) && header::claims(st) == 0 && header::pendings(st) != 0 {
@@ -169,10 +187,5 @@ impl RingMap {
         h.producer.0.epoch.fetch_add(1, Ordering::AcqRel);
         wake_all(&h.producer.0.publish_futex, &h.producer.0.consumers_sleeping);
         wake_all(&h.release.0.release_futex, &h.release.0.producer_sleeping);
-    }
-
-    /// Bumped each time the host took back slots of this ring (an end died).
-    pub fn epoch(&self) -> u32 {
-        self.header().producer.0.epoch.load(Ordering::Acquire)
     }
 }

@@ -264,6 +264,11 @@ impl Producer {
         &self.ring
     }
 
+    /// The slots this producer writes (see the field).
+    pub fn slots(&self) -> std::ops::Range<usize> {
+        self.slots.clone()
+    }
+
     /// See [`Producer`]'s field: what this process stamps on its frames.
     pub fn generation(&self) -> u32 {
         self.generation
@@ -343,9 +348,9 @@ impl Producer {
         wake_all(&p.publish_futex, &p.consumers_sleeping);
     }
 
-    /// After `close`: wait until every consumer has read and released every frame (no slot
-    /// claimed or pending), so objects only this producer keeps alive (GPU memory, events)
-    /// outlive every use. `Aborted` if the run is aborted meanwhile.
+    /// After `close`: wait until every consumer has read and released every frame in this
+    /// producer's slots (none claimed or pending), so objects only this producer keeps alive
+    /// (GPU memory, events) outlive every use. `Aborted` if the run is aborted meanwhile.
     pub fn wait_drained(&self, deadline: Option<Instant>) -> Result<(), LinkError> {
         let h = self.ring.header();
         let r = &h.release.0;
@@ -353,7 +358,7 @@ impl Producer {
             if self.ring.is_aborted() {
                 return Some(Err(LinkError::Aborted));
             }
-            let busy = (0..self.ring.depth()).any(|i| {
+            let busy = self.slots.clone().any(|i| {
                 let st = h.slots[i].0.state.load(Ordering::Acquire);
                 header::claims(st) != 0 || header::pendings(st) != 0
             });

@@ -126,7 +126,11 @@ pub fn render_text(plan: &Plan) -> String {
     for (i, l) in plan.links.iter().enumerate() {
         let memory = link_memory(plan, i);
         let producer = &plan.stages[l.producer];
-        let parts = if producer.replicas > 1 { format!(" ({} per replica)", producer.replica_slots) } else { String::new() };
+        let parts = match (&l.memory, producer.replicas > 1) {
+            (LinkMemory::Device { .. }, true) => format!(" ({} per replica, each in that replica's own GPU memory)", producer.replica_slots),
+            (_, true) => format!(" ({} per replica)", producer.replica_slots),
+            _ => String::new(),
+        };
         let _ = writeln!(
             out,
             "  {}  {}, {} slots{parts} x {}, {memory}",

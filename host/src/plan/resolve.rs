@@ -478,11 +478,6 @@ fn plan_stage(
         return None;
     }
     let (replicas, on_loss) = stage_replicas(source, stage, meta, name, diags)?;
-    if replicas > 1 && domain == gpuipc_plugin_api::Domain::Cuda {
-        let span = stage.replicas.as_ref().map_or(stage.name.span(), |r| r.span());
-        diags.error_at(source, span, format!("stage '{name}': replicas of a stage on a GPU are not run yet; give it device = \"cpu\", or no replicas"));
-        return None;
-    }
     let (depth, replica_slots) = replica_depth(source, stage, name, depth, replicas, diags)?;
     let policy = stage.policy.as_ref().map(|p| *p.get_ref()).unwrap_or_default();
     Some(StagePlan {

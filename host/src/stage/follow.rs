@@ -7,8 +7,8 @@
 //!   (each frame carries its producer's generation): a frame of a newer producer waits for the
 //!   update; a frame of the dead one is not read at all (its GPU work may never have run) and
 //!   counts as lost;
-//! - a producer whose output ring's epoch moved waits for its consumers' new events before it
-//!   makes its stream wait on them.
+//! - a producer whose output ring's consumer epoch moved (a consumer process died or joined)
+//!   waits for the current consumers' events before it makes its stream wait on them.
 //!
 //! The waits pulse the watchdog, and an abort ends them.
 
@@ -27,9 +27,6 @@ pub struct Follower<'s> {
     updates_seen: u32,
     input_links: Vec<usize>,
     output_link: Option<usize>,
-    /// The epoch the output ring had when this stage last took its consumers' objects (`None`:
-    /// not followed).
-    output_epoch: Option<u32>,
 }
 
 impl<'s> Follower<'s> {
@@ -41,8 +38,7 @@ impl<'s> Follower<'s> {
         input_ends: &[Box<dyn ReadEnd>],
         output: &Output,
     ) -> Option<Follower<'s>> {
-        let output_epoch = output.followed_ring().map(RingMap::epoch);
-        if !input_ends.iter().any(|e| e.follows_the_other_end()) && output_epoch.is_none() {
+        if !input_ends.iter().any(|e| e.follows_the_other_end()) && output.followed_ring().is_none() {
             return None;
         }
         Some(Follower {
@@ -50,7 +46,6 @@ impl<'s> Follower<'s> {
             updates_seen: stats.get().updates.load(Ordering::Acquire),
             input_links: setup.inputs.iter().map(|i| i.link).collect(),
             output_link: setup.output.as_ref().and_then(|o| o.link),
-            output_epoch,
         })
     }
 
@@ -66,7 +61,7 @@ impl<'s> Follower<'s> {
     ) -> Result<bool, StageError> {
         for k in 0..held.len() {
             let made_by = held[k].meta().flags;
-            while let Some(current) = input_ends[k].producer_generation()
+            while let Some(current) = input_ends[k].producer_generation(held[k].index())
                 && made_by != current
             {
                 if made_by < current {
@@ -91,12 +86,10 @@ impl<'s> Follower<'s> {
             self.apply(stats, input_ends, output)?;
         }
         let Some(link) = self.output_link else { return Ok(()) };
-        // Until the consumers' objects are current for the ring's epoch: each update says the
-        // epoch it is current for (`apply` keeps it), and a consumer that died after the host
-        // sent it moves the ring past that, to wait for the next.
-        while let (Some(seen), Some(epoch)) = (self.output_epoch, output.followed_ring().map(RingMap::epoch))
-            && epoch != seen
-        {
+        // Until the consumers' objects are current for the ring's consumer epoch: each update
+        // says the epoch it is current for (the write end keeps it), and a consumer that died
+        // or joined after the host sent it moves the ring past that, to wait for the next.
+        while !output.consumers_current() {
             // The ring is `output`'s, which the update changes: looked up again each time.
             self.await_update_with(stats, link, input_ends, output, |o| o.followed_ring().is_some_and(RingMap::is_aborted))?;
         }
@@ -154,13 +147,11 @@ impl<'s> Follower<'s> {
             };
             let link = import.link;
             if Some(link) == self.output_link {
-                let current_for = import.epoch;
-                output.update(*import, fds)?;
                 // Taken here, perhaps while waiting for an input's update: the output's
                 // consumers are current as of the epoch the host sent them for, so
                 // `output_current` does not wait for this update again (it would wait for
                 // ever: a drained run hung there), but does for a consumer that died since.
-                self.output_epoch = current_for.or_else(|| output.followed_ring().map(RingMap::epoch));
+                output.update(*import, fds)?;
             } else if let Some(k) = self.input_links.iter().position(|&l| l == link) {
                 input_ends[k].update(*import, fds)?;
             } else {

@@ -127,10 +127,10 @@ impl FrameLoop<'_, '_> {
         // On a failure the stream is not over: the host either restarts this stage, which
         // carries on where this process stopped, or aborts every ring.
         let end = self.frames_until_end()?;
-        // Replicas: the last one to end closes the stream, once every sibling has published.
-        if self.replica.as_ref().is_none_or(|r| self.last_replica_ends(r)) {
-            self.output.close()?;
-        }
+        // Replicas: the last one to end closes the stream, once every sibling has published;
+        // each waits for its own GPU slots to be read.
+        let end_stream = self.replica.as_ref().is_none_or(|r| self.last_replica_ends(r));
+        self.output.close(end_stream)?;
         self.stats.set_phase(PHASE_FLUSH, 0);
         self.instance.flush().map_err(|error| StageError::Plugin { during: "flush", frame: None, error })?;
         if let Some(tap) = &mut self.tap {
@@ -206,6 +206,10 @@ impl FrameLoop<'_, '_> {
                 let s = self.stats.get();
                 s.lost.fetch_add(1, Ordering::Relaxed);
                 s.lost_below.fetch_max(seq + 1, Ordering::Release);
+                if let (Some(replica), Some(taken)) = (&self.replica, ticket) {
+                    // Nothing will be published under its ticket: the turn passes it.
+                    replica.lost(taken);
+                }
                 index += 1;
                 continue;
             }

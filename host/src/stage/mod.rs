@@ -375,7 +375,7 @@ fn link_ends(
             LinkMemoryWire::Host => Some(Box::new(Staged::writer(g, p.ring())?)),
             LinkMemoryWire::Device { transport } => {
                 let link = o.link.expect("a producer has a link");
-                halves.push(handshake::export_output(g, socket, link, p.ring(), transport, p.generation())?);
+                halves.push(handshake::export_output(g, socket, link, p.ring(), p.slots(), transport, p.generation())?);
                 None
             }
         },

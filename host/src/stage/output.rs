@@ -80,6 +80,17 @@ impl Output {
         }
     }
 
+    /// Whether the consumers' objects this output holds are current for its ring's consumer
+    /// epoch (always, where it holds none).
+    pub fn consumers_current(&self) -> bool {
+        match self {
+            Output::Ring(end, p) if end.follows_the_other_end() => {
+                end.consumers_current_for().is_none_or(|e| e == p.ring().consumer_epoch())
+            }
+            _ => true,
+        }
+    }
+
     /// The output link's objects, sent again after a consumer was restarted.
     pub fn update(&mut self, import: crate::control::Import, fds: Vec<std::os::fd::OwnedFd>) -> Result<(), StageError> {
         match self {
@@ -158,13 +169,16 @@ impl Output {
         }
     }
 
-    /// End of stream for consumers. A producer whose consumers read objects only it keeps
-    /// alive (GPU memory, events) waits until they are done: until every slot is released,
-    /// and its stream until their GPU work on them is (the stage synchronises before it
-    /// exits).
-    pub fn close(&mut self) -> Result<(), StageError> {
+    /// End of stream for consumers (`end_stream`: a replica other than the last to end leaves
+    /// the stream open for its siblings). A producer whose consumers read objects only it
+    /// keeps alive (GPU memory, events) waits until they are done: until each of its slots is
+    /// released, and its stream until their GPU work on them is (the stage synchronises before
+    /// it exits).
+    pub fn close(&mut self, end_stream: bool) -> Result<(), StageError> {
         if let Output::Ring(end, p) = self {
-            p.close();
+            if end_stream {
+                p.close();
+            }
             if end.outlived_by_consumers() {
                 p.wait_drained(None)?;
                 end.drain(p.ring().depth())?;

@@ -76,6 +76,12 @@ impl Replica {
         self.queue.finish(self.index, held.ticket);
     }
 
+    /// The frames taken under `held` cannot be read (made by a producer process that died):
+    /// the ticket is abandoned, so the turn moves past it.
+    pub fn lost(&self, held: Held) {
+        self.queue.give_up(self.index, self.pid, held, self.has_turn);
+    }
+
     /// Give the frames back unread, to be taken again under their ticket. Owed first, then
     /// let go: a frame unclaimed and not yet owed would be given up by a sibling's take passing
     /// over it. A sibling that takes the owed frame meanwhile waits for the claim to go.

@@ -105,7 +105,17 @@ pub fn reclaim_replica(plan: &Plan, stage: usize, replica: u32, pid: u32, queue:
     };
     if let Some(link) = output {
         let each = s.replica_slots as usize;
-        rings[link].reclaim_producer_slots(replica as usize * each..(replica as usize + 1) * each);
+        let part = replica as usize * each..(replica as usize + 1) * each;
+        rings[link].reclaim_producer_slots(part.clone());
+        if matches!(plan.links[link].memory, LinkMemory::Device { .. }) {
+            // As for a lone producer on a GPU: what it published and nobody holds yet may
+            // never have been written.
+            rings[link].discard_unclaimed_slots(part);
+        }
+    }
+    for input in s.inputs.iter().filter(|i| matches!(plan.links[i.link].memory, LinkMemory::Device { .. })) {
+        // Its `released` events went with it: the producer takes the live replicas' anew.
+        rings[input.link].consumers_changed();
     }
     tracing::debug!("stage '{}', replica {replica}: {settled:?}", s.name);
     dropped

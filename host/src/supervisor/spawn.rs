@@ -82,17 +82,6 @@ impl Launch<'_> {
         &self.procs[p].name
     }
 
-    /// For each stage, its process when it runs one (GPU links join such stages only).
-    pub fn process_of_stage(&self) -> Vec<Option<usize>> {
-        let mut of = vec![None; self.plan.stages.len()];
-        for (p, proc) in self.procs.iter().enumerate() {
-            if proc.replica.is_none() {
-                of[proc.stage] = Some(p);
-            }
-        }
-        of
-    }
-
     /// The processes of stage `stage` (one, or its replicas).
     pub fn processes_of(&self, stage: usize) -> impl Iterator<Item = usize> + '_ {
         (0..self.procs.len()).filter(move |&p| self.procs[p].stage == stage)

@@ -190,6 +190,11 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
     RunReport::new(plan, launch.procs, launch.stats, outcomes, w.first_failure, interrupted, w.started.map(|s| s.elapsed()))
 }
 
+/// What the broker reaches the processes through.
+fn reach<'s>(launch: &'s Launch<'_>, stages: &'s Stages) -> super::broker::Reach<'s> {
+    super::broker::Reach { stages: &stages.0, stats: launch.stats, procs: launch.procs, rings: launch.rings }
+}
+
 impl Watch<'_, '_> {
     fn abort(&mut self) {
         if !matches!(self.ending, Ending::Aborting { .. }) {
@@ -239,9 +244,7 @@ impl Watch<'_, '_> {
     fn serve(&mut self, stages: &mut Stages, i: usize) {
         let plan = self.launch.plan;
         for (export, fds) in drain_messages(&stages.0[i], &mut self.slots[i].track) {
-            let process_of = self.launch.process_of_stage();
-            let reach = super::broker::Reach { stages: &stages.0, stats: self.launch.stats, rings: self.launch.rings, process_of: &process_of };
-            if let Err(e) = self.broker.export(plan, &reach, self.launch.procs[i].stage, export, fds) {
+            if let Err(e) = self.broker.export(plan, &reach(self.launch, stages), i, export, fds) {
                 self.fail(i, e);
             }
         }
@@ -259,7 +262,7 @@ impl Watch<'_, '_> {
             Life::Killed { why: Some(why) } => StageOutcome::Failed(why),
             // Killed to restart with its group: not a failure of its own.
             Life::Killed { why: None } if !matches!(self.ending, Ending::Aborting { .. }) => {
-                self.reclaim_and_schedule(i, None);
+                self.reclaim_and_schedule(stages, i, None);
                 return;
             }
             _ => judged,
@@ -268,7 +271,7 @@ impl Watch<'_, '_> {
             StageOutcome::Failed(cause) => self.after_failure(stages, i, cause),
             other => {
                 // Its link objects died with it: a neighbour restarted later must not get them.
-                self.broker.forget(plan, self.launch.procs[i].stage);
+                self.broker.forget(plan, &reach(self.launch, stages), i, true);
                 self.slots[i].outcome = Some(other);
             }
         }
@@ -281,13 +284,13 @@ impl Watch<'_, '_> {
         let restartable = !matches!(self.ending, Ending::Aborting { .. })
             && restart::wants_restart(supervision.restart, slot.ran);
         if !restartable {
-            self.lose(i, cause);
+            self.lose(stages, i, cause);
             return;
         }
         let wait = match slot.budget.take(&supervision, Instant::now()) {
             Ok(wait) => wait,
             Err(gave_up) => {
-                self.lose(i, format!("{cause}; {gave_up}"));
+                self.lose(stages, i, format!("{cause}; {gave_up}"));
                 return;
             }
         };
@@ -314,7 +317,7 @@ impl Watch<'_, '_> {
                 self.slots[m].life = Life::Killed { why: None };
             }
         }
-        self.reclaim_and_schedule(i, Some(wait));
+        self.reclaim_and_schedule(stages, i, Some(wait));
     }
 
     /// Under MPS a fatal GPU fault ends every client of the GPU: each reports the fault,
@@ -338,7 +341,7 @@ impl Watch<'_, '_> {
 
     /// Process `i` failed and will not run again: the run stops, unless it is a replica with
     /// siblings still running, whose stage goes on without it.
-    fn lose(&mut self, i: usize, cause: String) {
+    fn lose(&mut self, stages: &Stages, i: usize, cause: String) {
         self.slots[i].outcome = Some(StageOutcome::Failed(cause.clone()));
         let stage = self.launch.procs[i].stage;
         let siblings_left = self.launch.processes_of(stage).filter(|&p| p != i && !matches!(self.slots[p].life, Life::Ended)).count();
@@ -352,6 +355,7 @@ impl Watch<'_, '_> {
         let plan = self.launch.plan;
         super::reclaim::reclaim_replica(plan, stage, replica, self.slots[i].pid, queue, self.launch.rings);
         super::reclaim::replica_gone(plan, stage, replica, queue, self.launch.rings);
+        self.broker.forget(plan, &reach(self.launch, stages), i, true);
         self.slots[i].life = Life::Ended;
         tracing::warn!(
             "stage '{}' {cause}; stage '{}' goes on with {siblings_left} replica{}",
@@ -365,6 +369,9 @@ impl Watch<'_, '_> {
     /// ([`restart::group`]), each stage of it with all its processes, except that a replica
     /// that fails other than by a GPU fault restarts alone.
     fn restart_group(&self, gpu_fault: bool, i: usize) -> Vec<usize> {
+        if self.launch.procs[i].replica.is_some() && !gpu_fault {
+            return vec![i];
+        }
         let stages = restart::group(self.launch.plan, self.launch.mps(), gpu_fault, self.launch.procs[i].stage);
         let mut group = vec![i];
         if stages.len() > 1 {
@@ -376,7 +383,7 @@ impl Watch<'_, '_> {
     /// A dead member of a restart group: take back its link ends, and start it again with
     /// its group, after `wait` (the failed stage's backoff; `None` for the members killed to
     /// restart with it, which take the group's time).
-    fn reclaim_and_schedule(&mut self, i: usize, wait: Option<Duration>) {
+    fn reclaim_and_schedule(&mut self, stages: &Stages, i: usize, wait: Option<Duration>) {
         let plan = self.launch.plan;
         let group = self.slots[i].group.clone();
         let taps = self.launch.options.checksums.as_deref();
@@ -393,7 +400,7 @@ impl Watch<'_, '_> {
         if lost > 0 {
             tracing::info!("stage '{}': {lost} frame(s) lost with its process", self.launch.name(i));
         }
-        self.broker.forget(plan, stage);
+        self.broker.forget(plan, &reach(self.launch, stages), i, false);
         let group_at = group.iter().filter_map(|&m| match self.slots[m].life {
             Life::Restarting { at } => Some(at),
             _ => None,

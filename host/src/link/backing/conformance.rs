@@ -200,15 +200,15 @@ fn gpu_device_producer_to_device_consumer() {
         .unwrap();
     let mut child = command.spawn().unwrap();
 
-    let half = export_output(&gpu, &producer_socket, 0, &map, Transport::Auto, 0).unwrap();
+    let half = export_output(&gpu, &producer_socket, 0, &map, 0..map.depth(), Transport::Auto, 0).unwrap();
     let (exported, fds) = broker.recv::<FromStage>().unwrap();
     let FromStage::Exported(producer) = exported else { panic!("expected the producer's export") };
     let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
-    let to_consumer = Import { link: 0, producer: Some(*producer), consumers: Vec::new(), epoch: None };
+    let to_consumer = Import { link: 0, producers: vec![*producer], consumers: Vec::new(), epoch: None };
     to_child.send(&ToStage::Import(Box::new(to_consumer)), &borrowed).unwrap();
     let (exported, _) = to_child.recv::<FromStage>().unwrap();
     let FromStage::Exported(consumer) = exported else { panic!("expected the consumer's export") };
-    let to_producer = Import { link: 0, producer: None, consumers: vec![*consumer], epoch: None };
+    let to_producer = Import { link: 0, producers: Vec::new(), consumers: vec![*consumer], epoch: None };
     broker.send(&ToStage::Import(Box::new(to_producer)), &[]).unwrap();
     let (_, write) = complete(&gpu, &producer_socket, vec![half]).unwrap();
     let write = write.expect("the producer's end");

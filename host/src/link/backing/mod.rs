@@ -49,9 +49,9 @@ pub trait ReadEnd {
     fn update(&mut self, _import: Import, _fds: Vec<OwnedFd>) -> Result<(), HandshakeError> {
         Err(not_a_gpu_link())
     }
-    /// The generation of the producer process whose objects this end holds, where frames of
-    /// another producer process cannot be read through them (a GPU ring).
-    fn producer_generation(&self) -> Option<u32> {
+    /// The generation of the producer process whose objects this end holds for `slot`, where
+    /// frames of another producer process cannot be read through them (a GPU ring).
+    fn producer_generation(&self, _slot: usize) -> Option<u32> {
         None
     }
 }
@@ -83,6 +83,11 @@ pub trait WriteEnd {
     /// As [`ReadEnd::update`].
     fn update(&mut self, _import: Import, _fds: Vec<OwnedFd>) -> Result<(), HandshakeError> {
         Err(not_a_gpu_link())
+    }
+    /// The ring's consumer epoch ([`RingMap::consumer_epoch`]) the consumers' objects this
+    /// end holds are current for, where it holds any.
+    fn consumers_current_for(&self) -> Option<u32> {
+        None
     }
 }
 
