@@ -5,7 +5,8 @@
 #     GPU test and the GPU plugins' tests against the CPU reference; the plan (transport chosen, a missing GPU refused)
 #  2. every pipeline in pipelines/ on cuda and on cpu, and on cuda in one process (one context,
 #     `run --in-process`): every stage's output checksums equal;
-#     with two GPUs, pipelines/multi-gpu/two-gpus.toml (links across GPUs) against cpu
+#     with two GPUs, pipelines/multi-gpu/two-gpus.toml (links across GPUs) and
+#     replicas-two-gpus.toml (replicas spread over both) against cpu
 #  3. a 4K generator -> rgb-process -> yuv420 pipeline for 10,000 frames on the GPU
 #  4. SIGKILL of a GPU stage mid-run: the run ends, and GPU memory is returned
 #  5. the two-process handoff benchmark
@@ -171,6 +172,19 @@ else
         fi
         grep -E "^[a-z]" "$here/work/two-gpus-$variant/run.txt" | sed 's/^/    /'
         grep -hE "output ring" "$here/work/two-gpus-$variant/err.txt" | sort | uniq -c | sed 's/^/    /'
+    done
+    src=$here/pipelines/multi-gpu/replicas-two-gpus.toml
+    sed -E 's/^device = .*/device = "cpu"/' "$src" > "$here/work/replicas-two-gpus-cpu.toml"
+    (cd "$here/work" && rm -rf replicas-two-gpus-ref && "$host" run replicas-two-gpus-cpu.toml --in-process --quiet --checksums replicas-two-gpus-ref > /dev/null) ||
+        fail "cpu reference of replicas-two-gpus"
+    for isolation in mps process; do
+        sed -e "s/^isolation = .*/isolation = \"$isolation\"/" "$src" > "$here/work/replicas-two-gpus-$isolation.toml"
+        "$host" validate "$here/work/replicas-two-gpus-$isolation.toml" | grep -E "replicas|->" | sed 's/^/    /'
+        run_into "$here/work/replicas-two-gpus-$isolation" "$here/work/replicas-two-gpus-$isolation.toml"
+        echo "replicas over two GPUs ($isolation):"
+        grep -E "^[a-z]" "$here/work/replicas-two-gpus-$isolation/run.txt" | sed 's/^/    /'
+        compare_taps "$here/work/replicas-two-gpus-ref" "$here/work/replicas-two-gpus-$isolation/sums" ||
+            fail "replicas over two GPUs ($isolation): output differs from cpu"
     done
     echo "4K across GPUs, 5,000 frames (generator on cuda:0 -> rgb-process on cuda:1 -> yuv420 on cuda:0):"
     sed -e 's/^name = "gen"/&\ndevice = "cuda:0"/' -e 's/^name = "grade"/&\ndevice = "cuda:1"/' \

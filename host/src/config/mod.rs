@@ -12,7 +12,7 @@ pub use diagnostic::{Diagnostic, Diagnostics, SourceFile};
 pub use names::StageName;
 pub use supervision::format_duration;
 pub use types::{
-    DeviceSpec, DurationSpec, Isolation, MpsScope, OnLoss, PipelineFile, Policy, RestartPolicy, StageSection, Transport,
+    DeviceSpec, DurationSpec, StageDevice, Isolation, MpsScope, OnLoss, PipelineFile, Policy, RestartPolicy, StageSection, Transport,
 };
 
 use std::path::Path;

@@ -57,8 +57,8 @@ pub struct StageSection {
     pub inputs: Option<Spanned<Vec<Spanned<String>>>>,
     /// Slots in this stage's output ring (default 4).
     pub depth: Option<Spanned<u32>>,
-    /// Overrides `[pipeline] device`.
-    pub device: Option<Spanned<DeviceSpec>>,
+    /// Overrides `[pipeline] device`; a list of GPUs spreads the stage's replicas over them.
+    pub device: Option<Spanned<StageDevice>>,
     /// How this stage takes frames from its input links (default `block`).
     pub policy: Option<Spanned<Policy>>,
     /// How this stage's output ring is shared on the GPU (default `auto`).
@@ -108,6 +108,53 @@ impl DeviceSpec {
             "cpu" => Some(DeviceSpec::Cpu),
             "cuda" => Some(DeviceSpec::Cuda(0)),
             _ => text.strip_prefix("cuda:")?.parse().ok().map(DeviceSpec::Cuda),
+        }
+    }
+}
+
+/// A stage's `device`: one, or a list of GPUs its replicas are spread over (replica `r` on
+/// the list's `r % len`-th).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StageDevice {
+    One(DeviceSpec),
+    Spread(Vec<u32>),
+}
+
+impl<'de> Deserialize<'de> for StageDevice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            One(String),
+            List(Vec<String>),
+        }
+        let raw = Raw::deserialize(d)
+            .map_err(|_| serde::de::Error::custom("expected a device (\"cuda:0\") or a list of GPUs ([\"cuda:0\", \"cuda:1\"])"))?;
+        match raw {
+            Raw::One(text) => DeviceSpec::parse(&text).map(StageDevice::One).ok_or_else(|| {
+                serde::de::Error::custom(format!("invalid device `{text}`, expected \"cpu\", \"cuda\", \"cuda:N\" or \"auto\""))
+            }),
+            Raw::List(list) if list.is_empty() => Err(serde::de::Error::custom("an empty device list; name one GPU or more")),
+            Raw::List(list) => list
+                .iter()
+                .map(|text| match DeviceSpec::parse(text) {
+                    Some(DeviceSpec::Cuda(n)) => Ok(n),
+                    _ => Err(serde::de::Error::custom(format!(
+                        "`{text}` in a device list: a list spreads replicas over GPUs, so each entry is \"cuda\" or \"cuda:N\""
+                    ))),
+                })
+                .collect::<Result<_, _>>()
+                .map(StageDevice::Spread),
+        }
+    }
+}
+
+impl StageDevice {
+    /// The device the stage plans with: its own, or the list's first.
+    pub fn first(&self) -> DeviceSpec {
+        match self {
+            StageDevice::One(d) => *d,
+            StageDevice::Spread(list) => DeviceSpec::Cuda(list[0]),
         }
     }
 }

@@ -31,9 +31,18 @@ pub fn needs(plan: &Plan) -> Needs {
         let frame = link.layout.total_bytes;
         let (host_data, bytes) = match &link.memory {
             LinkMemory::Device { device, .. } => {
-                let bytes = frame.next_multiple_of(GPU_GRANULE) * link.depth as u64;
-                *n.gpu.entry(*device).or_default() += bytes;
-                (false, bytes)
+                let slot = frame.next_multiple_of(GPU_GRANULE);
+                let producer = &plan.stages[link.producer];
+                // Each replica's part of the ring on the GPU that replica runs on.
+                match producer.replica_devices.as_slice() {
+                    [] => *n.gpu.entry(*device).or_default() += slot * link.depth as u64,
+                    spread => {
+                        for &d in spread {
+                            *n.gpu.entry(d).or_default() += slot * producer.replica_slots as u64;
+                        }
+                    }
+                }
+                (false, slot * link.depth as u64)
             }
             _ => (true, frame.next_multiple_of(4096) * link.depth as u64),
         };
@@ -46,7 +55,9 @@ pub fn needs(plan: &Plan) -> Needs {
         if !matches!(link.memory, LinkMemory::Device { .. }) {
             for &s in std::iter::once(&link.producer).chain(&link.consumers) {
                 if plan.stages[s].domain == Domain::Cuda {
-                    *n.gpu.entry(plan.stages[s].device.unwrap_or(0)).or_default() += frame;
+                    for r in 0..plan.stages[s].replicas {
+                        *n.gpu.entry(plan.stages[s].device_of(Some(r)).unwrap_or(0)).or_default() += frame;
+                    }
                 }
             }
         }

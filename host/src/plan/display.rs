@@ -37,8 +37,14 @@ fn replicas(s: &super::StagePlan, device: &str) -> String {
         crate::config::OnLoss::Retry => "a sibling takes it again",
         crate::config::OnLoss::Drop => "it is counted as dropped",
     };
+    let on = if s.replica_devices.is_empty() {
+        format!("each on {device}")
+    } else {
+        let each: Vec<String> = s.replica_devices.iter().enumerate().map(|(r, d)| format!("#{r} on cuda:{d}")).collect();
+        each.join(", ")
+    };
     format!(
-        "x{} replicas (processes {}#0..{}#{}, each on {device}): each frame goes to the first free one{merge}; the frame of a replica that dies: {lost} (on_loss = \"{}\")",
+        "x{} replicas (processes {}#0..{}#{}, {on}): each frame goes to the first free one{merge}; the frame of a replica that dies: {lost} (on_loss = \"{}\")",
         s.replicas,
         s.name.as_str(),
         s.name.as_str(),

@@ -97,35 +97,39 @@ impl DeviceFacts for Driver {
     }
 }
 
-/// Where a link's frames live, given its producer's and consumers' (domain, device):
+/// Where a link's frames live, given its producer's and consumers' (domain, device), one per
+/// device their processes run on (replicas spread over GPUs give several):
 /// host memory when every end is cpu; GPU memory shared between processes when every end is
-/// cuda and every consumer's device can read the producer's (the same device, or peer access);
-/// otherwise host memory with copies on the cuda ends. `transport = "auto"` becomes VMM fds
-/// when every device on the link supports them, else legacy IPC handles.
+/// cuda and every consumer's device can read every producer's (the same device, or peer
+/// access); otherwise host memory with copies on the cuda ends. `transport = "auto"` becomes
+/// VMM fds when every device on the link supports them, else legacy IPC handles. `device` is
+/// the (first) producer's; `peers` every other device on the link.
 pub fn link_memory(
-    producer: (Domain, Option<u32>),
+    producers: &[(Domain, Option<u32>)],
     consumers: &[(Domain, Option<u32>)],
     transport: Transport,
     facts: &dyn DeviceFacts,
 ) -> LinkMemory {
-    let ends = || std::iter::once(&producer).chain(consumers);
+    let ends = || producers.iter().chain(consumers);
     if ends().all(|(d, _)| *d == Domain::Cpu) {
         return LinkMemory::Host;
     }
     if ends().any(|(d, _)| *d != Domain::Cuda) {
         return LinkMemory::HostStaged { no_peer: None };
     }
-    let home = producer.1.unwrap_or(0);
-    let mut peers = Vec::new();
+    let homes: Vec<u32> = producers.iter().map(|&(_, d)| d.unwrap_or(0)).collect();
     for &(_, device) in consumers {
         let device = device.unwrap_or(0);
-        if device == home || peers.contains(&device) {
-            continue;
-        }
-        if !facts.peer_access(device, home) {
+        if let Some(&home) = homes.iter().find(|&&home| home != device && !facts.peer_access(device, home)) {
             return LinkMemory::HostStaged { no_peer: Some((device, home)) };
         }
-        peers.push(device);
+    }
+    let home = homes[0];
+    let mut peers = Vec::new();
+    for device in homes.iter().copied().chain(consumers.iter().map(|&(_, d)| d.unwrap_or(0))) {
+        if device != home && !peers.contains(&device) {
+            peers.push(device);
+        }
     }
     let transport = match transport {
         Transport::Auto if std::iter::once(&home).chain(&peers).all(|&d| facts.vmm_fd(d)) => Transport::Vmm,
@@ -176,20 +180,20 @@ mod tests {
 
     #[test]
     fn cpu_ends_share_host_memory() {
-        assert_eq!(link_memory(CPU, &[CPU, CPU], Transport::Auto, &ALL_PEERS), LinkMemory::Host);
+        assert_eq!(link_memory(&[CPU], &[CPU, CPU], Transport::Auto, &ALL_PEERS), LinkMemory::Host);
     }
 
     #[test]
     fn a_cpu_end_on_a_gpu_link_means_staging() {
         let staged = LinkMemory::HostStaged { no_peer: None };
-        assert_eq!(link_memory(cuda(0), &[cuda(0), CPU], Transport::Auto, &ALL_PEERS), staged);
-        assert_eq!(link_memory(CPU, &[cuda(0)], Transport::Auto, &ALL_PEERS), staged);
+        assert_eq!(link_memory(&[cuda(0)], &[cuda(0), CPU], Transport::Auto, &ALL_PEERS), staged);
+        assert_eq!(link_memory(&[CPU], &[cuda(0)], Transport::Auto, &ALL_PEERS), staged);
     }
 
     #[test]
     fn one_gpu_shares_device_memory() {
         assert_eq!(
-            link_memory(cuda(1), &[cuda(1), cuda(1)], Transport::Legacy, &NO_PEERS),
+            link_memory(&[cuda(1)], &[cuda(1), cuda(1)], Transport::Legacy, &NO_PEERS),
             LinkMemory::Device { transport: Transport::Legacy, device: 1, peers: vec![] }
         );
     }
@@ -197,19 +201,40 @@ mod tests {
     #[test]
     fn two_gpus_use_peer_access_only_where_the_driver_allows_it() {
         assert_eq!(
-            link_memory(cuda(0), &[cuda(1), cuda(0), cuda(1)], Transport::Auto, &ALL_PEERS),
+            link_memory(&[cuda(0)], &[cuda(1), cuda(0), cuda(1)], Transport::Auto, &ALL_PEERS),
             LinkMemory::Device { transport: Transport::Vmm, device: 0, peers: vec![1] }
         );
         assert_eq!(
-            link_memory(cuda(0), &[cuda(0), cuda(1)], Transport::Auto, &NO_PEERS),
+            link_memory(&[cuda(0)], &[cuda(0), cuda(1)], Transport::Auto, &NO_PEERS),
             LinkMemory::HostStaged { no_peer: Some((1, 0)) }
         );
         // The direction matters: the consumer's device reads the producer's.
         let only_1_reads_0 = Facts { peer: |a, b| (a, b) == (1, 0), vmm: |_| true };
-        assert!(matches!(link_memory(cuda(0), &[cuda(1)], Transport::Auto, &only_1_reads_0), LinkMemory::Device { .. }));
+        assert!(matches!(link_memory(&[cuda(0)], &[cuda(1)], Transport::Auto, &only_1_reads_0), LinkMemory::Device { .. }));
         assert_eq!(
-            link_memory(cuda(1), &[cuda(0)], Transport::Auto, &only_1_reads_0),
+            link_memory(&[cuda(1)], &[cuda(0)], Transport::Auto, &only_1_reads_0),
             LinkMemory::HostStaged { no_peer: Some((0, 1)) }
+        );
+    }
+
+    #[test]
+    fn replicas_spread_over_gpus_share_device_memory_only_where_every_consumer_reaches_every_part() {
+        // A producer stage's replicas on cuda:0 and cuda:1, its consumer on cuda:1.
+        assert_eq!(
+            link_memory(&[cuda(0), cuda(1)], &[cuda(1)], Transport::Auto, &ALL_PEERS),
+            LinkMemory::Device { transport: Transport::Vmm, device: 0, peers: vec![1] }
+        );
+        let only_1_reads_0 = Facts { peer: |a, b| (a, b) == (1, 0), vmm: |_| true };
+        assert!(matches!(link_memory(&[cuda(0), cuda(1)], &[cuda(1)], Transport::Auto, &only_1_reads_0), LinkMemory::Device { .. }));
+        // A consumer on cuda:0 cannot read the part on cuda:1.
+        assert_eq!(
+            link_memory(&[cuda(0), cuda(1)], &[cuda(0)], Transport::Auto, &only_1_reads_0),
+            LinkMemory::HostStaged { no_peer: Some((0, 1)) }
+        );
+        // Consumer replicas spread the same way: each of their devices must reach the part.
+        assert_eq!(
+            link_memory(&[cuda(0)], &[cuda(0), cuda(2)], Transport::Auto, &NO_PEERS),
+            LinkMemory::HostStaged { no_peer: Some((2, 0)) }
         );
     }
 
@@ -240,10 +265,10 @@ mod tests {
     fn auto_transport_is_vmm_only_where_every_device_on_the_link_has_it() {
         let vmm_on_0 = Facts { peer: |_, _| true, vmm: |d| d == 0 };
         let device = |t| LinkMemory::Device { transport: t, device: 0, peers: vec![] };
-        assert_eq!(link_memory(cuda(0), &[cuda(0)], Transport::Auto, &vmm_on_0), device(Transport::Vmm));
-        assert_eq!(link_memory(cuda(0), &[cuda(0)], Transport::Legacy, &vmm_on_0), device(Transport::Legacy));
+        assert_eq!(link_memory(&[cuda(0)], &[cuda(0)], Transport::Auto, &vmm_on_0), device(Transport::Vmm));
+        assert_eq!(link_memory(&[cuda(0)], &[cuda(0)], Transport::Legacy, &vmm_on_0), device(Transport::Legacy));
         assert_eq!(
-            link_memory(cuda(0), &[cuda(1)], Transport::Auto, &vmm_on_0),
+            link_memory(&[cuda(0)], &[cuda(1)], Transport::Auto, &vmm_on_0),
             LinkMemory::Device { transport: Transport::Legacy, device: 0, peers: vec![1] }
         );
     }

@@ -67,8 +67,10 @@ pub struct StagePlan {
     /// The `params` table as TOML text, handed to the plugin verbatim.
     pub params: String,
     pub domain: Domain,
-    /// CUDA device ordinal in the cuda domain.
+    /// CUDA device ordinal in the cuda domain (the first replica's, where a list spreads them).
     pub device: Option<u32>,
+    /// Each replica's device, where `device = [...]` spreads them over GPUs (else empty).
+    pub replica_devices: Vec<u32>,
     /// Why the domain is what it is, when `auto` decided.
     pub domain_note: Option<String>,
     pub inputs: Vec<InputPlan>,
@@ -96,6 +98,23 @@ impl StagePlan {
 
     pub fn output_format(&self) -> Option<FrameFormat> {
         self.output.as_ref().map(|o| o.format)
+    }
+
+    /// The device replica `replica` runs on (`None`: the stage's one process).
+    pub fn device_of(&self, replica: Option<u32>) -> Option<u32> {
+        match replica {
+            Some(r) if !self.replica_devices.is_empty() => self.replica_devices.get(r as usize).copied(),
+            _ => self.device,
+        }
+    }
+
+    /// Every device the stage's processes run on, in replica order, each once (none in the
+    /// cpu domain).
+    pub fn devices(&self) -> Vec<u32> {
+        let mut all: Vec<u32> = if self.replica_devices.is_empty() { self.device.into_iter().collect() } else { self.replica_devices.clone() };
+        let mut seen = Vec::new();
+        all.retain(|d| if seen.contains(d) { false } else { seen.push(*d); true });
+        all
     }
 }
 

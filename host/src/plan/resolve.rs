@@ -438,8 +438,11 @@ fn plan_stage(
         diags.error_at(source, policy.span(), format!("stage '{name}' has no inputs, so `policy` has no effect; remove it"));
         ok = false;
     }
-    let device_spec = stage.device.as_ref().map_or(default_device, |d| *d.get_ref());
-    let domain = match super::resolve_domain(device_spec, meta, stage.device.is_some()) {
+    // Before the devices are asked for: a device list that cannot spread is wrong anywhere.
+    let (replicas, on_loss) = stage_replicas(source, stage, meta, name, diags)?;
+    let replica_devices = spread_devices(source, stage, name, replicas, diags)?;
+    let device_spec = stage.device.as_ref().map_or(default_device, |d| d.get_ref().first());
+    let mut domain = match super::resolve_domain(device_spec, meta, stage.device.is_some()) {
         Ok(d) => Some(d),
         Err(message) => {
             let span = stage.device.as_ref().map_or(stage.name.span(), |d| d.span());
@@ -447,6 +450,18 @@ fn plan_stage(
             None
         }
     };
+    // The rest of a device list: each GPU must be there too.
+    if let Some(device) = &stage.device
+        && let crate::config::StageDevice::Spread(list) = device.get_ref()
+        && domain.is_some()
+    {
+        for &d in &list[1..] {
+            if let Err(message) = super::resolve_domain(DeviceSpec::Cuda(d), meta, true) {
+                diags.error_at(source, device.span(), format!("stage '{name}': {message}"));
+                domain = None;
+            }
+        }
+    }
     let params = match &stage.params {
         Some(p) => toml::to_string(p.get_ref()).expect("a parsed TOML table serialises"),
         None => String::new(),
@@ -477,7 +492,6 @@ fn plan_stage(
     if !ok {
         return None;
     }
-    let (replicas, on_loss) = stage_replicas(source, stage, meta, name, diags)?;
     let (depth, replica_slots) = replica_depth(source, stage, name, depth, replicas, diags)?;
     let policy = stage.policy.as_ref().map(|p| *p.get_ref()).unwrap_or_default();
     Some(StagePlan {
@@ -490,6 +504,7 @@ fn plan_stage(
         params,
         domain,
         device,
+        replica_devices,
         domain_note,
         inputs: inputs
             .iter()
@@ -504,6 +519,25 @@ fn plan_stage(
         on_loss,
         supervision: Supervision::default(),
     })
+}
+
+/// Each replica's device where `device` lists GPUs (replica `r` on the `r % len`-th), else
+/// none: a list needs replicas, and no more GPUs than replicas.
+fn spread_devices(source: &SourceFile, stage: &StageSection, name: &str, replicas: u32, diags: &mut Diagnostics) -> Option<Vec<u32>> {
+    let Some(device) = &stage.device else { return Some(Vec::new()) };
+    let crate::config::StageDevice::Spread(list) = device.get_ref() else { return Some(Vec::new()) };
+    let problem = if replicas == 1 {
+        Some(format!("stage '{name}': a device list spreads a stage's replicas over GPUs, and this stage has none; give it `replicas = {}` or one device", list.len().max(2)))
+    } else if list.len() > replicas as usize {
+        Some(format!("stage '{name}': {} devices for {replicas} replicas; list at most one per replica", list.len()))
+    } else {
+        None
+    };
+    if let Some(message) = problem {
+        diags.error_at(source, device.span(), message);
+        return None;
+    }
+    Some((0..replicas as usize).map(|r| list[r % list.len()]).collect())
 }
 
 /// Most processes one stage may run as replicas.
@@ -658,9 +692,15 @@ fn wire_links(
     }
     for (li, link) in links.iter_mut().enumerate() {
         stages[link.producer].output.as_mut().expect("a link has a producer with output").link = Some(li);
-        let end = |s: usize| (stages[s].domain, stages[s].device);
-        let consumers: Vec<_> = link.consumers.iter().map(|&c| end(c)).collect();
-        link.memory = link_memory(end(link.producer), &consumers, stages[link.producer].transport, &Driver);
+        // Every process is an end: replicas spread over GPUs read and write from each of them.
+        let ends = |s: usize| -> Vec<(gpuipc_plugin_api::Domain, Option<u32>)> {
+            match stages[s].devices() {
+                devices if devices.is_empty() => vec![(stages[s].domain, stages[s].device)],
+                devices => devices.into_iter().map(|d| (stages[s].domain, Some(d))).collect(),
+            }
+        };
+        let consumers: Vec<_> = link.consumers.iter().flat_map(|&c| ends(c)).collect();
+        link.memory = link_memory(&ends(link.producer), &consumers, stages[link.producer].transport, &Driver);
     }
     links
 }

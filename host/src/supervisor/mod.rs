@@ -147,7 +147,9 @@ fn start_isolation(plan: &Plan) -> Result<Option<mps::MpsDaemon>, RunError> {
     use crate::config::Isolation;
     let mut per_device = std::collections::HashMap::new();
     for s in plan.stages.iter().filter(|s| s.domain == gpuipc_plugin_api::Domain::Cuda) {
-        *per_device.entry(s.device).or_insert(0) += 1;
+        for r in 0..s.replicas {
+            *per_device.entry(s.device_of(Some(r))).or_insert(0) += 1;
+        }
     }
     let shared_gpu = per_device.values().any(|&n| n >= 2);
     let wanted = match plan.isolation {

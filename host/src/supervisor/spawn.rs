@@ -138,7 +138,7 @@ impl Launch<'_> {
             plugin_path: stage.plugin.path.clone(),
             params: stage.params.clone(),
             domain: stage.domain.name().to_owned(),
-            device: stage.device,
+            device: stage.device_of(self.procs[p].replica),
             frames: if stage.is_source() { self.frames } else { None },
             inputs: stage
                 .inputs
