@@ -30,6 +30,11 @@
 //    1  how     u32   1 write one byte at `target`; 2 `__trap()`; any other value does
 //                     nothing
 //
+//   extern "C" __global__ void gpu_fault_busy(u64 ns)
+//
+//    #  name  type  value
+//    0  ns    u64   nanoseconds to spin on the GPU's global timer (%globaltimer)
+//
 // Launch:
 //   gpu_fault_copy, once per plane: one thread per 16 bytes of a row, 1-D blocks, a 2-D grid:
 //     block = (128, 1, 1)                                 (any blockDim.x works)
@@ -37,6 +42,9 @@
 //   Both grid dimensions are grid-stride loops, so a smaller grid is also correct. No shared
 //   memory.
 //   gpu_fault_poison: grid (1, 1, 1), block (1, 1, 1); every thread does the same.
+//   gpu_fault_busy: grid (1, 1, 1), block (32, 1, 1): one warp on one SM, so that several
+//     processes' busy kernels run at once under MPS (a GPU-bound stage of a chosen length, to
+//     measure replicas). Any grid works; every thread spins alone. Writes no memory.
 //
 // Memory: gpu_fault_copy reads and writes exactly `row_bytes` bytes of each row; planes must
 // not overlap. When both planes' addresses and pitches are multiples of 16 (always, with the
@@ -77,4 +85,12 @@ extern "C" __global__ void gpu_fault_poison(u8* target, u32 how) {
     } else if (how == POISON_TRAP) {
         __trap();
     }
+}
+
+extern "C" __global__ void gpu_fault_busy(u64 ns) {
+    u64 start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
 }

@@ -15,6 +15,8 @@ pub const FILE_NAME: &str = "kernels/gpu_fault.cu";
 pub const COPY: &str = "gpu_fault_copy";
 /// The entry point that faults.
 pub const POISON: &str = "gpu_fault_poison";
+/// The entry point that keeps one SM busy for a given time.
+pub const BUSY: &str = "gpu_fault_busy";
 /// Threads per block of the copy (any works; 128 is what the kernel's header suggests).
 const BLOCK_X: u32 = 128;
 
@@ -33,16 +35,18 @@ pub enum Poison {
 pub struct GpuFault {
     copy: Kernel,
     poison: Kernel,
+    busy: Kernel,
 }
 
 impl GpuFault {
     /// Compile (or take from the cache) and load both kernels, whatever the mode, so that a
     /// stage asked to fault fails at frame `at` and not earlier.
     pub fn new(ctx: &CreateContext<'_>) -> Result<GpuFault> {
-        let kernels = Kernels::load(ctx, FILE_NAME, SOURCE, &[COPY, POISON])?;
+        let kernels = Kernels::load(ctx, FILE_NAME, SOURCE, &[COPY, POISON, BUSY])?;
         Ok(GpuFault {
             copy: kernels.get(COPY)?.clone(),
             poison: kernels.get(POISON)?.clone(),
+            busy: kernels.get(BUSY)?.clone(),
         })
     }
 
@@ -104,6 +108,17 @@ impl GpuFault {
             (1, 1, 1),
             0,
             &[KernelArg::DevicePtr(target), KernelArg::U32(how)],
+        )
+    }
+
+    /// Enqueue a kernel of one warp that spins for `micros` microseconds on `stream`.
+    pub fn busy(&self, micros: u64, stream: usize) -> Result<()> {
+        self.busy.launch(
+            stream,
+            (1, 1, 1),
+            (32, 1, 1),
+            0,
+            &[KernelArg::U64(micros.saturating_mul(1000))],
         )
     }
 }

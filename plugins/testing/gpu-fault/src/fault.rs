@@ -51,6 +51,9 @@ pub struct Params {
     pub at: u64,
     /// Microseconds of pretend work per frame. Default 0.
     pub delay_us: u64,
+    /// Microseconds of real work per frame: a one-warp kernel spinning on the GPU (cuda), a
+    /// busy loop on the host (cpu). Default 0.
+    pub gpu_busy_us: u64,
 }
 
 /// The line logged at info level when the faulting kernel `poison` is launched for frame
@@ -78,6 +81,7 @@ pub struct GpuFaultStage {
     mode: Mode,
     at: u64,
     delay: std::time::Duration,
+    busy: std::time::Duration,
     format: FrameFormat,
     /// The loaded kernels, in the cuda domain.
     gpu: Option<GpuFault>,
@@ -135,6 +139,7 @@ impl Plugin for GpuFaultStage {
             mode: params.mode,
             at: params.at,
             delay: std::time::Duration::from_micros(params.delay_us),
+            busy: std::time::Duration::from_micros(params.gpu_busy_us),
             format,
             gpu,
         })
@@ -174,6 +179,9 @@ impl Plugin for GpuFaultStage {
             };
             // Enqueued on the stage's stream; nothing here waits for the GPU, so a fault
             // surfaces in a later CUDA call of the runner.
+            if !self.busy.is_zero() {
+                gpu.busy(self.busy.as_micros() as u64, ctx.cuda_stream)?;
+            }
             gpu.copy((&input.info, src), (output.info(), dst), ctx.cuda_stream)?;
             if let Some(poison) = fault {
                 log::info(&fault_message(poison, seq));
@@ -184,6 +192,10 @@ impl Plugin for GpuFaultStage {
 
         if fault.is_some() {
             log::warn(&cpu_message(self.mode, seq));
+        }
+        let started = std::time::Instant::now();
+        while started.elapsed() < self.busy {
+            std::hint::spin_loop();
         }
         let host_only =
             || Error::new("the input is in device memory but the output in host memory");
@@ -256,7 +268,8 @@ mod tests {
             Params {
                 mode: Mode::Ok,
                 at: 0,
-                delay_us: 0
+                delay_us: 0,
+                gpu_busy_us: 0
             }
         );
         assert_eq!(
@@ -264,15 +277,17 @@ mod tests {
             Params {
                 mode: Mode::IllegalAddress,
                 at: 500,
-                delay_us: 0
+                delay_us: 0,
+                gpu_busy_us: 0
             }
         );
         assert_eq!(
-            params("mode = \"trap\"\nat = 3\ndelay_us = 250"),
+            params("mode = \"trap\"\nat = 3\ndelay_us = 250\ngpu_busy_us = 2000"),
             Params {
                 mode: Mode::Trap,
                 at: 3,
-                delay_us: 250
+                delay_us: 250,
+                gpu_busy_us: 2000
             }
         );
         for mode in [Mode::Ok, Mode::IllegalAddress, Mode::Trap] {
@@ -290,6 +305,8 @@ mod tests {
         assert!(e.message().contains("at"), "{e}");
         let e = parse_params::<GpuFaultStage>("delay_us = \"1ms\"").unwrap_err();
         assert!(e.message().contains("delay_us"), "{e}");
+        let e = parse_params::<GpuFaultStage>("gpu_busy_us = 1.5").unwrap_err();
+        assert!(e.message().contains("gpu_busy_us"), "{e}");
     }
 
     #[test]
