@@ -322,3 +322,21 @@ fn without_a_restart_policy_the_stage_goes_on_with_the_replicas_left() {
     assert_like_reference(&sums, &reference, "sink", 1);
     assert_nothing_left(finished.pid);
 }
+
+#[test]
+fn a_ring_read_by_replicas_gets_a_slot_for_each_unless_its_depth_is_set() {
+    let dir = scratch("replicas-depth");
+    let chain = |gen_depth: &str| {
+        format!(
+            "[pipeline]\ndevice = \"cpu\"\n\n[[stage]]\nname = \"gen\"\nplugin = \"generator\"\n{gen_depth}params = {{ width = 64, height = 48 }}\n\n\
+             [[stage]]\nname = \"grade\"\nplugin = \"rgb-process\"\ninputs = [\"gen\"]\nreplicas = 6\n"
+        )
+    };
+    for (gen_depth, slots) in [("", "8 slots"), ("depth = 3\n", "3 slots")] {
+        let file = pipeline(&dir, "p.toml", &chain(gen_depth));
+        let out = run(&dir, &["validate", &file.to_string_lossy()]);
+        assert_eq!(out.status.code(), Some(0), "{}", out.output());
+        let link = out.stdout.lines().find(|l| l.trim_start().starts_with("gen -> grade")).expect("the link's line");
+        assert!(link.contains(&format!("{slots} x")), "{gen_depth:?}: {link}");
+    }
+}

@@ -32,7 +32,7 @@ fn supervision(s: &super::Supervision) -> String {
 
 /// How a stage with replicas runs: its processes, their work queue and the merge.
 fn replicas(s: &super::StagePlan, device: &str) -> String {
-    let merge = if s.output.is_some() { "; their outputs merge into its one output ring in sequence order" } else { "" };
+    let merge = if s.output.as_ref().is_some_and(|o| o.link.is_some()) { "; their outputs merge into its one output ring in sequence order" } else { "" };
     let lost = match s.on_loss {
         crate::config::OnLoss::Retry => "a sibling takes it again",
         crate::config::OnLoss::Drop => "it is counted as dropped",

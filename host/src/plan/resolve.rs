@@ -61,7 +61,8 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
     let replicas_of: Vec<u32> = stages_out.iter().map(|s| s.replicas).collect();
     // A replicated stage's ring is already sized by its parts.
     let left_to_plan = |producer: usize| stages[order[producer]].get_ref().depth.is_none() && replicas_of[producer] == 1;
-    deepen_time_sliced_links(&mut links, &mut stages_out, left_to_plan, settings.isolation);
+    deepen_time_sliced_links(&mut links, &mut stages_out, &left_to_plan, settings.isolation);
+    deepen_links_into_replicas(&mut links, &mut stages_out, &left_to_plan);
     let mut diags = Diagnostics::default();
     for link in &links {
         if link.consumers.len() > MAX_CONSUMERS {
@@ -636,7 +637,7 @@ fn checked_output(meta: &crate::plugin::PluginMeta, format: FrameFormat) -> Resu
 fn deepen_time_sliced_links(
     links: &mut [LinkPlan],
     stages: &mut [StagePlan],
-    depth_left_to_plan: impl Fn(usize) -> bool,
+    depth_left_to_plan: &impl Fn(usize) -> bool,
     isolation: crate::config::Isolation,
 ) {
     use crate::config::Isolation;
@@ -652,6 +653,21 @@ fn deepen_time_sliced_links(
         if matches!(link.memory, LinkMemory::Device { .. }) && depth_left_to_plan(link.producer) {
             link.depth = TIME_SLICED_DEPTH;
             stages[link.producer].depth = TIME_SLICED_DEPTH;
+        }
+    }
+}
+
+/// A ring read by a stage with replicas: each replica holds a frame while it works on it, so
+/// with fewer slots than replicas some would always wait (measured on an H100: 8 replicas of
+/// a GPU-bound stage behind a 4-slot ring ran no faster than 4). Such a ring gets a slot per
+/// replica and two more (one being written, one ready), unless its depth was set.
+fn deepen_links_into_replicas(links: &mut [LinkPlan], stages: &mut [StagePlan], depth_left_to_plan: impl Fn(usize) -> bool) {
+    for link in links.iter_mut() {
+        let replicas = link.consumers.iter().map(|&c| stages[c].replicas).max().unwrap_or(1);
+        if replicas > 1 && depth_left_to_plan(link.producer) {
+            let depth = link.depth.max((replicas + 2).min(MAX_DEPTH));
+            link.depth = depth;
+            stages[link.producer].depth = depth;
         }
     }
 }
