@@ -62,7 +62,7 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
     // A replicated stage's ring is already sized by its parts.
     let left_to_plan = |producer: usize| stages[order[producer]].get_ref().depth.is_none() && replicas_of[producer] == 1;
     deepen_time_sliced_links(&mut links, &mut stages_out, &left_to_plan, settings.isolation);
-    deepen_links_into_replicas(&mut links, &mut stages_out, &left_to_plan);
+    deepen_links_into_replicas(&mut links, &mut stages_out, left_to_plan);
     let mut diags = Diagnostics::default();
     for link in &links {
         if link.consumers.len() > MAX_CONSUMERS {
