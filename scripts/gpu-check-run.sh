@@ -190,7 +190,12 @@ else
     sed -e 's/^name = "gen"/&\ndevice = "cuda:0"/' -e 's/^name = "grade"/&\ndevice = "cuda:1"/' \
         -e 's/^name = "yuv"/&\ndevice = "cuda:0"/' "$here/pipelines/4k-yuv.toml" > "$here/work/4k-two-gpus.toml"
     "$host" validate "$here/work/4k-two-gpus.toml" | sed -n '/^links:/,$p' | sed 's/^/    /'
-    (cd "$here/work" && "$host" run 4k-two-gpus.toml --frames 5000 --quiet) || fail "4K across two GPUs"
+    sed -e 's/^name = "gen"/&\ndevice = "cuda:0"/' -e 's/^name = "grade"/&\ndevice = "cuda:0"/' \
+        -e 's/^name = "yuv"/&\ndevice = "cuda:0"/' "$here/pipelines/4k-yuv.toml" > "$here/work/4k-one-gpu.toml"
+    for placement in two-gpus one-gpu; do
+        (cd "$here/work" && "$host" run "4k-$placement.toml" --frames 5000 > "4k-$placement.txt" 2>&1) || fail "4K on $placement"
+        echo "    4K, $placement: $(awk '$1 == "yuv" {print $5 " frames/s"}' "$here/work/4k-$placement.txt")"
+    done
 fi
 fi
 

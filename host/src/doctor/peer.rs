@@ -12,12 +12,13 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::control::{ControlSocket, Handle64};
-use crate::gpu::{DeviceMemory, Gpu, IpcEvent, MemoryKind, PinnedHost};
+use crate::gpu::{DeviceMemory, Gpu, IpcEvent, MemoryKind, PinnedHost, TimingEvent};
 
 /// The descriptor number of the peer's socket.
 pub const PEER_FD: i32 = 3;
-/// Bytes in each shared buffer.
-pub const TEST_BYTES: usize = 4 << 20;
+/// Bytes in each shared buffer: enough for the importer's timed copies to show the link's
+/// bandwidth rather than the cost of a copy call.
+pub const TEST_BYTES: usize = 32 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PeerRole {
@@ -307,7 +308,14 @@ fn importer(device: u32, socket: &ControlSocket) -> Result<(), String> {
         },
         other => other,
     };
-    let vmm = check(vmm, SEED_VMM, 0..n, "through a VMM POSIX fd");
+    let vmm = match check(vmm, SEED_VMM, 0..n, "through a VMM POSIX fd") {
+        Outcome::Pass(text) => match imported.iter().find(|m| m.kind() == MemoryKind::VmmImported).map(|m| read_rate(&gpu, m, n)) {
+            Some(Ok(gb_per_s)) => Outcome::Pass(format!("{text}; copies out of it into cuda:{device}'s own memory: {gb_per_s:.0} GB/s")),
+            Some(Err(e)) => Outcome::Fail(format!("timing copies out of the imported memory: {e}")),
+            None => Outcome::Pass(text),
+        },
+        other => other,
+    };
     let legacy = check(legacy, SEED_LEGACY, n..2 * n, "through a legacy IPC handle");
     // Close our imports before the exporter may free them.
     drop((pinned, imported, ready));
@@ -318,6 +326,26 @@ fn importer(device: u32, socket: &ControlSocket) -> Result<(), String> {
     drop(released);
     drop(host);
     Ok(())
+}
+
+/// Bytes per second read out of `memory` (imported; on another device, read by peer access)
+/// by device-to-device copies into this device's own memory, timed with events after a
+/// warm-up: what a consumer's kernels can read from a producer's ring at most.
+fn read_rate(gpu: &Arc<Gpu>, memory: &DeviceMemory, n: usize) -> Result<f64, crate::gpu::GpuError> {
+    const COPIES: u32 = 20;
+    let local = DeviceMemory::private(gpu, n)?;
+    for _ in 0..3 {
+        gpu.copy_dtod_async(local.addr(), memory.addr(), n)?;
+    }
+    let (start, end) = (TimingEvent::create(gpu)?, TimingEvent::create(gpu)?);
+    start.record(gpu.stream())?;
+    for _ in 0..COPIES {
+        gpu.copy_dtod_async(local.addr(), memory.addr(), n)?;
+    }
+    end.record(gpu.stream())?;
+    end.synchronize()?;
+    let seconds = f64::from(start.elapsed_ms(&end)?) / 1000.0;
+    Ok(n as f64 * f64::from(COPIES) / seconds / 1e9)
 }
 
 #[cfg(test)]
