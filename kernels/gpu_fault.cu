@@ -42,9 +42,10 @@
 //   Both grid dimensions are grid-stride loops, so a smaller grid is also correct. No shared
 //   memory.
 //   gpu_fault_poison: grid (1, 1, 1), block (1, 1, 1); every thread does the same.
-//   gpu_fault_busy: grid (1, 1, 1), block (32, 1, 1): one warp on one SM, so that several
-//     processes' busy kernels run at once under MPS (a GPU-bound stage of a chosen length, to
-//     measure replicas). Any grid works; every thread spins alone. Writes no memory.
+//   gpu_fault_busy: grid (blocks, 1, 1), block (32, 1, 1): one block is one warp on one SM,
+//     so that several processes' busy kernels run at once under MPS; thousands of blocks fill
+//     the GPU (a GPU-bound stage of a chosen length and width, to measure replicas). Every
+//     thread spins alone. Writes no memory.
 //
 // Memory: gpu_fault_copy reads and writes exactly `row_bytes` bytes of each row; planes must
 // not overlap. When both planes' addresses and pitches are multiples of 16 (always, with the

@@ -2,14 +2,15 @@
 # Replicas of a stage that bounds its pipeline, for N = 1, 2, 4, 8 replicas, each three
 # times; prints frames/s of the sink and the speed-up against one replica.
 #
-#   scripts/bench-replicas.sh [GPUIPC_HOST] [FRAMES] [cpu | gpu] [GPU_BUSY_US] [DEVICES]
+#   scripts/bench-replicas.sh [GPUIPC_HOST] [FRAMES] [cpu | gpu] [GPU_BUSY_US] [DEVICES] [BLOCKS]
 #
 # cpu (default): a 4K generator (bars, 4 threads) -> yuv420 with threads = 1 and
 #   `replicas = N` -> null, for the N that fit the cores (default 300 frames).
 # gpu: a 256x256 generator on the GPU -> test-gpu-fault whose cuda path runs a kernel of one
 #   block for GPU_BUSY_US microseconds a frame (default 2000) with `replicas = N` -> null,
 #   under MPS (so the replicas' kernels can run at once). DEVICES, e.g. "cuda:0,cuda:1",
-#   spreads the replicas over GPUs (default: cuda:0 only).
+#   spreads the replicas over GPUs (default: cuda:0 only). BLOCKS (default 1) widens the
+#   kernel: some thousands fill a GPU, so replicas scale only with GPUs.
 # (default host: target/release/gpuipc-host; run `cargo build --release` first)
 set -euo pipefail
 host=${1:-$(dirname "$0")/../target/release/gpuipc-host}
@@ -17,6 +18,7 @@ frames=${2:-300}
 mode=${3:-cpu}
 busy_us=${4:-2000}
 devices=${5:-cuda:0}
+blocks=${6:-1}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cores=$(nproc)
@@ -69,7 +71,7 @@ plugin = "test-gpu-fault"
 inputs = ["gen"]
 replicas = $n
 device = $device
-params = { gpu_busy_us = $busy_us }
+params = { gpu_busy_us = $busy_us, gpu_busy_blocks = $blocks }
 
 [[stage]]
 name = "sink"
@@ -79,7 +81,7 @@ TOML
     fi
 }
 
-[ "$mode" = gpu ] && echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | sed 's/^ *//'); a kernel of $busy_us us a frame on $devices"
+[ "$mode" = gpu ] && echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | sed 's/^ *//'); a kernel of $busy_us us and $blocks block(s) a frame on $devices"
 base=""
 for n in 1 2 4 8; do
     [ "$mode" = gpu ] || [ "$n" -le "$cores" ] || break

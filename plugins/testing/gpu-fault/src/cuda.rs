@@ -111,11 +111,12 @@ impl GpuFault {
         )
     }
 
-    /// Enqueue a kernel of one warp that spins for `micros` microseconds on `stream`.
-    pub fn busy(&self, micros: u64, stream: usize) -> Result<()> {
+    /// Enqueue a kernel of `blocks` blocks of one warp each that spin for `micros`
+    /// microseconds on `stream`.
+    pub fn busy(&self, micros: u64, blocks: u32, stream: usize) -> Result<()> {
         self.busy.launch(
             stream,
-            (1, 1, 1),
+            (blocks, 1, 1),
             (32, 1, 1),
             0,
             &[KernelArg::U64(micros.saturating_mul(1000))],

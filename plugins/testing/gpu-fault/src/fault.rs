@@ -54,6 +54,9 @@ pub struct Params {
     /// Microseconds of real work per frame: a one-warp kernel spinning on the GPU (cuda), a
     /// busy loop on the host (cpu). Default 0.
     pub gpu_busy_us: u64,
+    /// Blocks of one warp each of the busy kernel: 1 keeps one SM busy, some thousands fill
+    /// the GPU. Default 1.
+    pub gpu_busy_blocks: u32,
 }
 
 /// The line logged at info level when the faulting kernel `poison` is launched for frame
@@ -82,6 +85,7 @@ pub struct GpuFaultStage {
     at: u64,
     delay: std::time::Duration,
     busy: std::time::Duration,
+    busy_blocks: u32,
     format: FrameFormat,
     /// The loaded kernels, in the cuda domain.
     gpu: Option<GpuFault>,
@@ -140,6 +144,7 @@ impl Plugin for GpuFaultStage {
             at: params.at,
             delay: std::time::Duration::from_micros(params.delay_us),
             busy: std::time::Duration::from_micros(params.gpu_busy_us),
+            busy_blocks: params.gpu_busy_blocks.max(1),
             format,
             gpu,
         })
@@ -180,7 +185,7 @@ impl Plugin for GpuFaultStage {
             // Enqueued on the stage's stream; nothing here waits for the GPU, so a fault
             // surfaces in a later CUDA call of the runner.
             if !self.busy.is_zero() {
-                gpu.busy(self.busy.as_micros() as u64, ctx.cuda_stream)?;
+                gpu.busy(self.busy.as_micros() as u64, self.busy_blocks, ctx.cuda_stream)?;
             }
             gpu.copy((&input.info, src), (output.info(), dst), ctx.cuda_stream)?;
             if let Some(poison) = fault {
@@ -269,7 +274,8 @@ mod tests {
                 mode: Mode::Ok,
                 at: 0,
                 delay_us: 0,
-                gpu_busy_us: 0
+                gpu_busy_us: 0,
+                gpu_busy_blocks: 0
             }
         );
         assert_eq!(
@@ -278,7 +284,8 @@ mod tests {
                 mode: Mode::IllegalAddress,
                 at: 500,
                 delay_us: 0,
-                gpu_busy_us: 0
+                gpu_busy_us: 0,
+                gpu_busy_blocks: 0
             }
         );
         assert_eq!(
@@ -287,7 +294,8 @@ mod tests {
                 mode: Mode::Trap,
                 at: 3,
                 delay_us: 250,
-                gpu_busy_us: 2000
+                gpu_busy_us: 2000,
+                gpu_busy_blocks: 0
             }
         );
         for mode in [Mode::Ok, Mode::IllegalAddress, Mode::Trap] {
@@ -305,6 +313,8 @@ mod tests {
         assert!(e.message().contains("at"), "{e}");
         let e = parse_params::<GpuFaultStage>("delay_us = \"1ms\"").unwrap_err();
         assert!(e.message().contains("delay_us"), "{e}");
+        let e = parse_params::<GpuFaultStage>("gpu_busy_blocks = -2").unwrap_err();
+        assert!(e.message().contains("gpu_busy_blocks"), "{e}");
         let e = parse_params::<GpuFaultStage>("gpu_busy_us = 1.5").unwrap_err();
         assert!(e.message().contains("gpu_busy_us"), "{e}");
     }

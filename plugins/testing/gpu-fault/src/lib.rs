@@ -38,6 +38,7 @@
 //! | `at`       | integer, 0..=2^63-1                         | `0`     | the sequence number of the input frame that faults |
 //! | `delay_us` | integer, 0..=2^63-1                         | `0`     | microseconds of pretend work per frame (a host sleep before the copy), to slow a pipeline so the fault lands mid-run |
 //! | `gpu_busy_us` | integer, 0..=2^63-1                      | `0`     | microseconds of real work per frame: on cuda a kernel of one warp spinning on the GPU's timer before the copy (one SM: several processes' run at once under MPS), on cpu a busy loop; a GPU-bound stage of a chosen length, to measure replicas |
+//! | `gpu_busy_blocks` | integer, 0..=2^32-1                  | `1`     | blocks of one warp in that kernel: 1 keeps one SM busy, some thousands fill the GPU (0 counts as 1) |
 //!
 //! Only the frame whose `seq` is exactly `at` faults: with `policy = "latest"` or
 //! `"drop_oldest"` on this stage, a frame that is skipped never faults.
