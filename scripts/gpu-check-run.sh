@@ -87,6 +87,26 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# random_kills WORK PROCESS...: SIGKILL a random one of the stage processes named, 20 times at
+# random moments, each time waiting until every process restarted runs again (a group may
+# restart together); prints the victims. WORK/err.txt is the run's log.
+random_kills() {
+    local work=$1 kill victim kills=""
+    shift
+    for kill in $(seq 1 20); do
+        sleep "0.$((RANDOM % 300))"
+        victim=$(shuf -n1 -e "$@")
+        kills="$kills $victim"
+        kill -KILL "$(pgrep -f "gpuipc-host __stage $victim" | head -1)" 2>/dev/null
+        for _ in $(seq 1 100); do
+            [ "$(grep -c "restarting it" "$work/err.txt")" -ge "$kill" ] &&
+                [ "$(grep -c " restarted (restart" "$work/err.txt")" -ge "$(grep -o "restarting it\( with [^;]*\)\? in" "$work/err.txt" | awk '{n += 1 + gsub(/'"'"'[^'"'"']*'"'"'/, "")} END {print n}')" ] && break
+            sleep 0.05
+        done
+    done
+    echo "$kills"
+}
+
 fault_pipeline() {  # ISOLATION DEVICE
     printf '%s\n' '[pipeline]' 'name = "gpu-fault"' 'frames = 1500' "isolation = \"$1\"" "device = \"$2\"" \
         'restart = "on-failure"' 'restart_backoff = "10ms"' '' \
@@ -280,19 +300,7 @@ before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
 (cd "$work" && exec env GPUIPC_LOG=${KILL_LOG:-info} timeout -k 5 90 "$host" run ../chain.toml --quiet --checksums sums --report report.json > run.txt 2> err.txt) &
 hostpid=$!
 for _ in $(seq 1 300); do grep -q "stages ready; running" "$work/err.txt" 2>/dev/null && break; sleep 0.1; done
-kills=""
-for kill in $(seq 1 20); do
-    sleep "0.$((RANDOM % 300))"
-    victim=$(shuf -n1 -e gen grade yuv sink)
-    kills="$kills $victim"
-    kill -KILL "$(pgrep -f "gpuipc-host __stage $victim" | head -1)" 2>/dev/null
-    # Wait until every stage restarted is running again (a group may restart together).
-    for _ in $(seq 1 100); do
-        [ "$(grep -c "restarting it" "$work/err.txt")" -ge "$kill" ] &&
-            [ "$(grep -c " restarted (restart" "$work/err.txt")" -ge "$(grep -o "restarting it\( with [^;]*\)\? in" "$work/err.txt" | awk '{n += 1 + gsub(/'"'"'[^'"'"']*'"'"'/, "")} END {print n}')" ] && break
-        sleep 0.05
-    done
-done
+kills=$(random_kills "$work" gen grade yuv sink)
 kill -TERM "$hostpid"; wait "$hostpid"; code=$?
 after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
 echo "  exit $code; SIGKILL sent to:$kills"
@@ -390,18 +398,7 @@ for round in $(seq 1 "${KILL_ROUNDS:-1}"); do
     (cd "$work" && exec env GPUIPC_LOG=${KILL_LOG:-info} timeout -k 5 90 "$host" run ../replicas-kill.toml --quiet --checksums sums --report report.json > run.txt 2> err.txt) &
     hostpid=$!
     for _ in $(seq 1 300); do grep -q "stages ready; running" "$work/err.txt" 2>/dev/null && break; sleep 0.1; done
-    kills=""
-    for kill in $(seq 1 20); do
-        sleep "0.$((RANDOM % 300))"
-        victim=$(shuf -n1 -e 'grade#0' 'grade#1' 'grade#2' 'yuv#0' 'yuv#1')
-        kills="$kills $victim"
-        kill -KILL "$(pgrep -f "gpuipc-host __stage $victim" | head -1)" 2>/dev/null
-        for _ in $(seq 1 100); do
-            [ "$(grep -c "restarting it" "$work/err.txt")" -ge "$kill" ] &&
-                [ "$(grep -c " restarted (restart" "$work/err.txt")" -ge "$(grep -o "restarting it\( with [^;]*\)\? in" "$work/err.txt" | awk '{n += 1 + gsub(/'"'"'[^'"'"']*'"'"'/, "")} END {print n}')" ] && break
-            sleep 0.05
-        done
-    done
+    kills=$(random_kills "$work" 'grade#0' 'grade#1' 'grade#2' 'yuv#0' 'yuv#1')
     kill -TERM "$hostpid"; wait "$hostpid"; code=$?
     after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
     echo "isolation $isolation, round $round: exit $code; SIGKILL sent to:$kills"

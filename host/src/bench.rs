@@ -17,7 +17,7 @@ use std::time::Duration;
 use gpuipc_plugin_api::Domain;
 use serde::Serialize;
 
-use crate::gpu::{DeviceMemory, Gpu, GpuError, TimingEvent, memory_in_use};
+use crate::gpu::{DeviceMemory, Gpu, GpuError, memory_in_use};
 use crate::plan::Plan;
 use crate::stage::measure::read_latencies;
 use crate::supervisor::one_context::{self, Measured, Probe};
@@ -321,18 +321,8 @@ fn copy_bandwidth(gpu: &Arc<Gpu>, bytes: u64) -> Result<f64, GpuError> {
     let bytes = bytes.max(64 << 20) as usize;
     let (a, b) = (DeviceMemory::private(gpu, bytes)?, DeviceMemory::private(gpu, bytes)?);
     gpu.memset_d8_async(a.addr(), 0x5a, bytes)?;
-    for _ in 0..5 {
-        gpu.copy_dtod_async(b.addr(), a.addr(), bytes)?;
-    }
-    let (start, end) = (TimingEvent::create(gpu)?, TimingEvent::create(gpu)?);
-    start.record(gpu.stream())?;
-    for _ in 0..COPIES {
-        gpu.copy_dtod_async(b.addr(), a.addr(), bytes)?;
-    }
-    end.record(gpu.stream())?;
-    end.synchronize()?;
-    let seconds = start.elapsed_ms(&end)? as f64 / 1000.0;
-    Ok(2.0 * bytes as f64 * COPIES as f64 / seconds / 1e9)
+    let seconds = crate::gpu::time_copies(gpu, b.addr(), a.addr(), bytes, COPIES)?;
+    Ok(2.0 * bytes as f64 * f64::from(COPIES) / seconds / 1e9)
 }
 
 /// Samples the device's memory in use while separate processes run, keeping the peak.

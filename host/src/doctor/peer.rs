@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::control::{ControlSocket, Handle64};
-use crate::gpu::{DeviceMemory, Gpu, IpcEvent, MemoryKind, PinnedHost, TimingEvent};
+use crate::gpu::{DeviceMemory, Gpu, IpcEvent, MemoryKind, PinnedHost};
 
 /// The descriptor number of the peer's socket.
 pub const PEER_FD: i32 = 3;
@@ -334,17 +334,7 @@ fn importer(device: u32, socket: &ControlSocket) -> Result<(), String> {
 fn read_rate(gpu: &Arc<Gpu>, memory: &DeviceMemory, n: usize) -> Result<f64, crate::gpu::GpuError> {
     const COPIES: u32 = 20;
     let local = DeviceMemory::private(gpu, n)?;
-    for _ in 0..3 {
-        gpu.copy_dtod_async(local.addr(), memory.addr(), n)?;
-    }
-    let (start, end) = (TimingEvent::create(gpu)?, TimingEvent::create(gpu)?);
-    start.record(gpu.stream())?;
-    for _ in 0..COPIES {
-        gpu.copy_dtod_async(local.addr(), memory.addr(), n)?;
-    }
-    end.record(gpu.stream())?;
-    end.synchronize()?;
-    let seconds = f64::from(start.elapsed_ms(&end)?) / 1000.0;
+    let seconds = crate::gpu::time_copies(gpu, local.addr(), memory.addr(), n, COPIES)?;
     Ok(n as f64 * f64::from(COPIES) / seconds / 1e9)
 }
 

@@ -13,3 +13,19 @@ pub use gpuipc_cuda::{
     ComputeMode, DeviceInfo, DeviceMemory, Gpu, IpcEvent, MemoryKind, PinnedHost, TimingEvent, built_for_cuda,
     can_access_peer, count_devices, devices, driver_available, driver_version, memory_in_use, vmm_fd_supported,
 };
+
+/// Seconds `copies` device-to-device copies of `bytes` from `src` to `dst` take on `gpu`'s
+/// stream, timed with events after three untimed ones (a warm-up).
+pub fn time_copies(gpu: &std::sync::Arc<Gpu>, dst: u64, src: u64, bytes: usize, copies: u32) -> Result<f64, GpuError> {
+    for _ in 0..3 {
+        gpu.copy_dtod_async(dst, src, bytes)?;
+    }
+    let (start, end) = (TimingEvent::create(gpu)?, TimingEvent::create(gpu)?);
+    start.record(gpu.stream())?;
+    for _ in 0..copies {
+        gpu.copy_dtod_async(dst, src, bytes)?;
+    }
+    end.record(gpu.stream())?;
+    end.synchronize()?;
+    Ok(f64::from(start.elapsed_ms(&end)?) / 1000.0)
+}
