@@ -178,7 +178,7 @@ else
     src=$here/pipelines/multi-gpu/two-gpus.toml
     sed 's/"cuda:[0-9]*"/"cpu"/' "$src" > "$here/work/two-gpus-cpu.toml"
     run_into "$here/work/two-gpus-cpu" "$here/work/two-gpus-cpu.toml"
-    for variant in mps-auto process-auto process-legacy; do
+    for variant in mps-auto mps-legacy process-auto process-legacy; do
         isolation=${variant%-*}; transport=${variant#*-}
         sed -e "s/^isolation = .*/isolation = \"$isolation\"/" \
             -e "s/^plugin = \"generator\"/&\ntransport = \"$transport\"/" \
