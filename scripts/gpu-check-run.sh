@@ -20,6 +20,8 @@
 #  9. replicas of cuda stages (a 3-replica filter feeding a 2-replica one), isolation mps and
 #     process: outputs = cpu reference; 20 random SIGKILLs of replicas with restarts; one
 #     replica killed without a restart policy, the stage going on with the others
+# 10. python stages on the GPU: a PyTorch and a CuPy invert between generator and yuv420 at
+#     4K, outputs = cpu reference; the torch stage's speed against the same torch code alone
 set -uo pipefail
 cd "$(dirname "$0")"
 here=$PWD
@@ -427,6 +429,37 @@ grep -E "goes on with" "$work/err.txt" | sed 's/^.*WARN //; s/^/    /'
 accounting "$work/report.json" "$work/sums/gen.sum" "$work/sums/sink.sum" || fail "replicas (one gone): frames unaccounted for"
 replicas_reference "$work/sums/gen.sum"
 compare_taps "$here/work/replicas-ref" "$work/sums" || fail "replicas (one gone): output differs from cpu"
+fi
+
+if want 10; then
+section "10. python stages on the GPU: PyTorch and CuPy between generator and yuv420 (4K)"
+python=${GPUIPC_PYTHON:-python3}
+"$python" -c "import sys, sysconfig; v = sysconfig.get_config_var; print('   ', sys.version.split()[0], 'shared libpython:', v('Py_ENABLE_SHARED'), v('LIBDIR'), v('INSTSONAME'))"
+src=$here/pipelines/python/torch-invert.toml
+sed -e 's/^device = "cuda"/device = "cpu"/' -e 's/^plugin = "python"/plugin = "rgb-process"/' \
+    -e 's/^params = { script = .*/params = { invert = true }/' "$src" > "$here/work/invert-cpu.toml"
+(cd "$here" && rm -rf work/invert-ref && "$host" run work/invert-cpu.toml --in-process --quiet --frames 60 --checksums work/invert-ref > /dev/null) ||
+    fail "cpu reference of the invert"
+for lib in torch cupy; do
+    if ! "$python" -c "import $lib" 2>/dev/null; then
+        echo "skipped $lib: \`import $lib\` fails for $python"
+        continue
+    fi
+    sed "s/torch_invert.py/${lib}_invert.py/" "$src" > "$here/work/$lib-invert.toml"
+    (cd "$here" && rm -rf "work/$lib-sums" && "$host" run "work/$lib-invert.toml" --quiet --frames 60 --checksums "work/$lib-sums" > "work/$lib-run.txt" 2> "work/$lib-err.txt") ||
+        { fail "$lib stage"; tail -30 "$here/work/$lib-err.txt" "$here/work/$lib-run.txt"; continue; }
+    echo "$lib between generator and yuv420 (cuda, 4K, 60 frames):"
+    compare_taps "$here/work/invert-ref" "$here/work/$lib-sums" || fail "$lib stage: output differs from cpu"
+done
+if "$python" -c "import torch" 2>/dev/null; then
+    printf '%s\n' '[pipeline]' 'name = "torch-speed"' 'device = "cuda"' '' \
+        '[[stage]]' 'name = "gen"' 'plugin = "generator"' 'params = { width = 3840, height = 2160, pattern = "gradient" }' '' \
+        '[[stage]]' 'name = "invert"' 'plugin = "python"' 'inputs = ["gen"]' \
+        'params = { script = "pipelines/python/torch_invert.py", class = "Invert" }' > "$here/work/torch-speed.toml"
+    (cd "$here" && "$host" run work/torch-speed.toml --frames 3000 > work/torch-speed.txt 2>&1) || fail "torch speed run"
+    echo "    torch stage in the pipeline (generator -> torch, its output in private GPU memory, 4K): $(awk '$1 == "invert" {print $5 " frames/s"}' "$here/work/torch-speed.txt")"
+    echo "    $("$python" "$here/pipelines/python/torch_bench.py" 3000)"
+fi
 fi
 
 echo

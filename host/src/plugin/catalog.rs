@@ -149,6 +149,9 @@ pub fn inspect(plugin: &str) -> Result<String, String> {
             }
         }
     }
+    if builtin && meta.name == "python" {
+        let _ = write!(out, "\n{}", super::python::INTERFACE);
+    }
     if let Some(warning) = resolved.shadow_warning(plugin) {
         let _ = writeln!(out, "\nwarning: {warning}");
     }

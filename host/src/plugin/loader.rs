@@ -25,7 +25,12 @@ pub enum PluginLoadError {
     AbiMismatch { path: PathBuf, found_major: u32, found_minor: u32 },
     #[error("plugin {} has a malformed descriptor: {why}", path.display())]
     BadDescriptor { path: PathBuf, why: String },
+    #[error("plugin {} runs Python, and {why}", path.display())]
+    NoPython { path: PathBuf, why: String },
 }
+
+/// `dlopen`'s flag to keep a library mapped after its last `dlclose` (glibc and musl on Linux).
+const RTLD_NODELETE: i32 = 0x1000;
 
 /// A failed call into a plugin.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -95,10 +100,24 @@ impl LoadedPlugin {
     /// anything else in the descriptor is read.
     pub fn load(path: &Path) -> Result<LoadedPlugin, PluginLoadError> {
         let path = path.to_owned();
+        let python = super::python::needs_python(&path);
+        if python {
+            super::python::preload().map_err(|why| PluginLoadError::NoPython { path: path.clone(), why })?;
+        }
         // SAFETY: loading a library runs its initialisers; a plugin is trusted code the user
-        // named in their pipeline, exactly like a GStreamer or dora plugin.
-        let library = unsafe { libloading::Library::new(&path) }
-            .map_err(|source| PluginLoadError::Open { path: path.clone(), source })?;
+        // named in their pipeline, exactly like a GStreamer or dora plugin. A library that
+        // runs Python stays loaded for the process's life (`RTLD_NODELETE`): the interpreter
+        // and the thread-local state it leaves on every thread that called it outlive any
+        // one stage, and a thread ending after the code was unmapped would crash.
+        let library = unsafe {
+            if python {
+                let flags = libloading::os::unix::RTLD_LAZY | libloading::os::unix::RTLD_LOCAL | RTLD_NODELETE;
+                libloading::os::unix::Library::open(Some(&path), flags).map(libloading::Library::from)
+            } else {
+                libloading::Library::new(&path)
+            }
+        }
+        .map_err(|source| PluginLoadError::Open { path: path.clone(), source })?;
         // SAFETY: the symbol's type is fixed by the ABI (`abi::EntryFn`); a library exporting
         // the name with another type is not a gpuipc plugin and is out of our hands.
         let entry: abi::EntryFn = unsafe { library.get::<abi::EntryFn>(abi::ENTRY_SYMBOL.as_bytes()) }

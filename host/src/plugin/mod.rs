@@ -3,6 +3,7 @@
 
 pub mod catalog;
 mod loader;
+pub mod python;
 mod resolve;
 
 pub use loader::{Instance, LoadedPlugin, PluginCallError, PluginMeta, Processed};

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 /// Plugins shipped with gpuipc, found next to the `gpuipc-host` binary.
-pub const BUILTINS: [&str; 8] = ["generator", "rgb-process", "yuv420", "yuv-to-rgb", "null", "checksum", "y4m", "png"];
+pub const BUILTINS: [&str; 9] = ["generator", "rgb-process", "yuv420", "yuv-to-rgb", "null", "checksum", "y4m", "png", "python"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {

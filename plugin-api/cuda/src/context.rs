@@ -299,6 +299,14 @@ impl Gpu {
     }
 }
 
+/// Wait on the host until everything enqueued on `stream` (a raw `CUstream` of the current
+/// context, or 1 for the legacy default stream, 2 for the per-thread one) is done.
+pub fn synchronize_stream(stream: usize) -> Result<(), CudaError> {
+    library::driver()?;
+    // SAFETY: cuStreamSynchronize reads only the handle; an invalid one is an error it returns.
+    check("cuStreamSynchronize", None, unsafe { sys::cuStreamSynchronize(stream as CUstream) })
+}
+
 impl RawStream {
     /// `Ok` with the context's device when `self.context` is current on this thread.
     pub(crate) fn require_current(&self) -> Result<CUdevice, CudaError> {

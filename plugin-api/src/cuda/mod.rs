@@ -51,6 +51,12 @@ mod table;
 pub mod testing;
 
 pub use gpuipc_cuda::{KernelArg, MAX_KERNEL_PARAMS, NVRTC_OPTIONS, nvrtc_available};
+
+/// Wait on the host until everything enqueued on `stream` is done (a stage's stream, or a
+/// raw stream another library handed over).
+pub fn synchronize_stream(stream: usize) -> Result<()> {
+    gpuipc_cuda::synchronize_stream(stream).map_err(|e| crate::Error::new(e.to_string()))
+}
 pub use kernel::{Kernel, Kernels};
 pub use scratch::ScratchBuffer;
 pub use table::DeviceTable;

@@ -1,0 +1,264 @@
+//! What a Python stage sees: frames whose planes view the ring slots they are in, their
+//! info, formats, and the call's context. Nothing is copied: a plane hands Python the address
+//! of its first row, its shape and strides (NumPy's array interface on the CPU; the CUDA array
+//! interface and DLPack on the GPU). The views are valid for the call they are given to.
+
+use std::sync::Mutex;
+
+use gpuipc_plugin_api::{FrameFormat, PixelFormat};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+/// A frame format: `Format("rgb8", 1920, 1080)`.
+#[pyclass(module = "gpuipc", frozen, eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Format {
+    /// `rgb8`, `rgba8`, `gray8`, `i420` or `nv12`.
+    #[pyo3(get)]
+    pub pixel: String,
+    #[pyo3(get)]
+    pub width: u32,
+    #[pyo3(get)]
+    pub height: u32,
+}
+
+#[pymethods]
+impl Format {
+    #[new]
+    fn py_new(pixel: String, width: u32, height: u32) -> PyResult<Format> {
+        if PixelFormat::from_name(&pixel).is_none() {
+            return Err(PyValueError::new_err(format!(
+                "unknown pixel format `{pixel}`; one of {}",
+                PixelFormat::ALL.map(PixelFormat::name).join(", ")
+            )));
+        }
+        Ok(Format { pixel, width, height })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Format('{}', {}, {})", self.pixel, self.width, self.height)
+    }
+}
+
+impl Format {
+    pub fn of(f: FrameFormat) -> Format {
+        let pixel = f.pixel_format().map_or("unknown", PixelFormat::name).to_owned();
+        Format { pixel, width: f.width, height: f.height }
+    }
+
+    pub fn to_frame_format(&self) -> Result<FrameFormat, String> {
+        let pixel = PixelFormat::from_name(&self.pixel).ok_or_else(|| format!("unknown pixel format `{}`", self.pixel))?;
+        Ok(FrameFormat::new(pixel, self.width, self.height))
+    }
+}
+
+/// What a frame is: its number, stamp, format and plane layouts.
+#[pyclass(module = "gpuipc", frozen)]
+pub struct FrameInfo {
+    /// The sequence number the source gave it.
+    #[pyo3(get)]
+    seq: u64,
+    /// When the source made it, nanoseconds since the Unix epoch.
+    #[pyo3(get)]
+    timestamp_ns: u64,
+    #[pyo3(get)]
+    format: Format,
+    #[pyo3(get)]
+    width: u32,
+    #[pyo3(get)]
+    height: u32,
+    /// One dict per plane: `offset`, `pitch`, `row_bytes`, `rows` (bytes; rows).
+    #[pyo3(get)]
+    layout: Py<PyAny>,
+}
+
+#[pymethods]
+impl FrameInfo {
+    fn __repr__(&self) -> String {
+        format!("FrameInfo(seq={}, format={})", self.seq, self.format.__repr__())
+    }
+}
+
+/// One frame: `planes` (an array per plane) and `info`.
+#[pyclass(module = "gpuipc", frozen)]
+pub struct Frame {
+    #[pyo3(get)]
+    planes: Py<PyAny>,
+    #[pyo3(get)]
+    info: Py<FrameInfo>,
+}
+
+/// Where a frame's bytes are, as the plugin API hands them over.
+pub enum Bytes {
+    Host { addr: usize, writable: bool },
+    Device { addr: u64, device: i32, stream: usize, writable: bool },
+}
+
+impl Frame {
+    /// A frame whose planes view `bytes` laid out as `format` / `layout`. Host planes become
+    /// NumPy arrays (`asarray`: NumPy's `asarray`).
+    pub fn new(
+        py: Python<'_>,
+        frame: &gpuipc_plugin_api::FrameInfo,
+        bytes: &Bytes,
+        asarray: Option<&Bound<'_, PyAny>>,
+        foreign_streams: &std::sync::Arc<Mutex<Vec<usize>>>,
+    ) -> PyResult<Frame> {
+        let (format, layout, seq, timestamp_ns) = (frame.format, &frame.layout, frame.seq, frame.timestamp_ns);
+        let pixel = format.pixel_format().ok_or_else(|| PyValueError::new_err("a frame of unknown pixel format"))?;
+        let mut planes = Vec::new();
+        let mut layouts = Vec::new();
+        for (index, plane) in layout.planes().iter().enumerate() {
+            let channels = channels(pixel, index) as u64;
+            let (shape, strides) = if channels > 1 {
+                (vec![plane.rows, plane.row_bytes / channels, channels], vec![plane.pitch, channels, 1])
+            } else {
+                (vec![plane.rows, plane.row_bytes], vec![plane.pitch, 1])
+            };
+            let view: Py<PyAny> = match bytes {
+                Bytes::Host { addr, writable } => {
+                    let plane = HostPlane { addr: *addr + plane.offset as usize, shape, strides, writable: *writable };
+                    let plane = Bound::new(py, plane)?.into_any();
+                    match asarray {
+                        Some(asarray) => asarray.call1((plane,))?.unbind(),
+                        None => plane.unbind(),
+                    }
+                }
+                Bytes::Device { addr, device, stream, writable } => Py::new(
+                    py,
+                    GpuPlane {
+                        addr: addr + plane.offset,
+                        shape,
+                        strides,
+                        writable: *writable,
+                        device: *device,
+                        stream: *stream,
+                        foreign_streams: foreign_streams.clone(),
+                    },
+                )?
+                .into_any(),
+            };
+            planes.push(view);
+            let d = PyDict::new(py);
+            d.set_item("offset", plane.offset)?;
+            d.set_item("pitch", plane.pitch)?;
+            d.set_item("row_bytes", plane.row_bytes)?;
+            d.set_item("rows", plane.rows)?;
+            layouts.push(d);
+        }
+        let info = FrameInfo {
+            seq,
+            timestamp_ns,
+            format: Format::of(format),
+            width: format.width,
+            height: format.height,
+            layout: pyo3::types::PyList::new(py, layouts)?.into_any().unbind(),
+        };
+        Ok(Frame { planes: pyo3::types::PyList::new(py, planes)?.into_any().unbind(), info: Py::new(py, info)? })
+    }
+}
+
+/// Bytes per pixel of plane `index` of a `pixel` frame.
+fn channels(pixel: PixelFormat, index: usize) -> u32 {
+    match (pixel, index) {
+        (PixelFormat::Rgb8, _) => 3,
+        (PixelFormat::Rgba8, _) => 4,
+        (PixelFormat::Nv12, 1) => 2,
+        _ => 1,
+    }
+}
+
+/// A plane in host memory, for `numpy.asarray`: NumPy's array interface (version 3).
+#[pyclass(module = "gpuipc", frozen)]
+pub struct HostPlane {
+    addr: usize,
+    shape: Vec<u64>,
+    strides: Vec<u64>,
+    writable: bool,
+}
+
+#[pymethods]
+impl HostPlane {
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("version", 3)?;
+        d.set_item("shape", PyTuple::new(py, &self.shape)?)?;
+        d.set_item("strides", PyTuple::new(py, &self.strides)?)?;
+        d.set_item("typestr", "|u1")?;
+        d.set_item("data", (self.addr, !self.writable))?;
+        Ok(d)
+    }
+}
+
+/// A plane in GPU memory: the CUDA array interface (version 3) and DLPack, for PyTorch, CuPy,
+/// Numba and anything else that takes either. Work on it belongs on the stage's stream
+/// (`ctx.cuda_stream`); a consumer that asks for it on another stream gets the frame after the
+/// stage's stream is done with what it had, and the stage waits for that stream after the call.
+#[pyclass(module = "gpuipc", frozen)]
+pub struct GpuPlane {
+    addr: u64,
+    shape: Vec<u64>,
+    strides: Vec<u64>,
+    writable: bool,
+    device: i32,
+    stream: usize,
+    foreign_streams: std::sync::Arc<Mutex<Vec<usize>>>,
+}
+
+#[pymethods]
+impl GpuPlane {
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("version", 3)?;
+        d.set_item("shape", PyTuple::new(py, &self.shape)?)?;
+        d.set_item("strides", PyTuple::new(py, &self.strides)?)?;
+        d.set_item("typestr", "|u1")?;
+        d.set_item("data", (self.addr, !self.writable))?;
+        // The consumer makes its stream wait for ours.
+        d.set_item("stream", self.stream)?;
+        Ok(d)
+    }
+
+    #[pyo3(signature = (stream = None, **_kwargs))]
+    fn __dlpack__(&self, py: Python<'_>, stream: Option<usize>, _kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Py<PyAny>> {
+        if let Some(theirs) = stream.filter(|&s| s != self.stream) {
+            // Another stream: ready for it once ours has done what it had enqueued (the
+            // wait for the frame), and the stage waits for theirs after the call.
+            gpuipc_plugin_api::cuda::synchronize_stream(self.stream).map_err(|e| PyValueError::new_err(e.to_string()))?;
+            let mut foreign = self.foreign_streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !foreign.contains(&theirs) {
+                foreign.push(theirs);
+            }
+        }
+        let shape: Vec<i64> = self.shape.iter().map(|&v| v as i64).collect();
+        let strides: Vec<i64> = self.strides.iter().map(|&v| v as i64).collect();
+        crate::dlpack::capsule(py, self.addr, &shape, &strides, self.device)
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (crate::dlpack::DEVICE_CUDA, self.device)
+    }
+}
+
+/// The call's context: `frame_index`, `stage`, `domain`, `device` and `cuda_stream` (a raw
+/// `CUstream`: `torch.cuda.ExternalStream(ctx.cuda_stream)`, `cupy.cuda.ExternalStream(...)`).
+#[pyclass(module = "gpuipc", frozen)]
+pub struct Context {
+    /// Frames this instance processed before this call (0 in `__init__`).
+    #[pyo3(get)]
+    pub frame_index: u64,
+    #[pyo3(get)]
+    pub stage: String,
+    /// `cpu` or `cuda`.
+    #[pyo3(get)]
+    pub domain: &'static str,
+    /// The CUDA device ordinal, `None` on the cpu.
+    #[pyo3(get)]
+    pub device: Option<u32>,
+    /// The stage's CUDA stream as an integer, 0 on the cpu.
+    #[pyo3(get)]
+    pub cuda_stream: usize,
+}
