@@ -35,6 +35,10 @@ for dir in $(ldconfig -p | awk '/libnvrtc.so/ {print $NF}' | xargs -r -n1 dirnam
 done
 failed=0
 fail() { echo "FAIL: $*"; failed=1; }
+# How many GPUs this machine has (section 1c and the two-GPU section 2b ask); every section
+# writes under work/.
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
+mkdir -p "$here/work"
 section() { echo; echo "== $*"; }
 # run_into DIR FILE ARGS...: run FILE from a fresh DIR, every stage's output checksums under
 # DIR/sums, its report in DIR/report.json, its output in DIR/run.txt and DIR/err.txt.
@@ -136,8 +140,6 @@ fi
 if want 1c; then
 section "1c. the plan on this machine"
 "$host" validate "$here/pipelines/4k-yuv.toml" | sed 's/^/    /' || fail "validate 4k-yuv"
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
-mkdir -p "$here/work"
 sed "s/^device = .*/device = \"cuda:$gpus\"/" "$here/pipelines/4k-yuv.toml" > "$here/work/no-such-gpu.toml"
 if [ "$gpus" = 0 ]; then
     fail "nvidia-smi lists no GPU"
