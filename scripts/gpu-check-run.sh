@@ -39,6 +39,8 @@ fail() { echo "FAIL: $*"; failed=1; }
 # writes under work/.
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
 mkdir -p "$here/work"
+# GPU memory in use, MiB, summed over every GPU (nvidia-smi prints a line per GPU).
+gpu_memory_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | awk '{s += $1} END {print s + 0}'; }
 section() { echo; echo "== $*"; }
 # run_into DIR FILE ARGS...: run FILE from a fresh DIR, every stage's output checksums under
 # DIR/sums, its report in DIR/report.json, its output in DIR/run.txt and DIR/err.txt.
@@ -231,7 +233,7 @@ fi
 
 if want 4; then
 section "4. SIGKILL of a GPU stage mid-run"
-nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits > "$here/work/mem-before.txt"
+gpu_memory_used > "$here/work/mem-before.txt"
 (cd "$here/work" && exec "$host" run "$here/pipelines/4k-yuv.toml" --device cuda --frames 100000000 --quiet > kill.txt 2> kill.err) &
 hostpid=$!
 for _ in $(seq 1 300); do grep -q "stages ready; running" "$here/work/kill.err" 2>/dev/null && break; sleep 0.1; done
@@ -248,7 +250,7 @@ left=$(pgrep -f "gpuipc-host __stage" || true)
 [ -z "$left" ] || fail "stage processes left: $left"
 apps=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader)
 [ -z "$apps" ] || fail "GPU processes left: $apps"
-after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+after=$(gpu_memory_used)
 echo "GPU memory used: before $(cat "$here/work/mem-before.txt") MiB, after $after MiB"
 [ "$after" -le $(( $(cat "$here/work/mem-before.txt") + 64 )) ] || fail "GPU memory not returned"
 fi
@@ -268,13 +270,13 @@ fault_pipeline process cpu > "$here/work/gpu-fault-cpu.toml"
 for isolation in process mps; do
     work=$here/work/fault-$isolation
     fault_pipeline "$isolation" cuda > "$here/work/gpu-fault-$isolation.toml"
-    before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+    before=$(gpu_memory_used)
     rm -rf "$work" && mkdir -p "$work"
     started=$(date +%s.%N)
     (cd "$work" && GPUIPC_LOG=debug timeout -k 5 45 "$host" run "../gpu-fault-$isolation.toml" --quiet --checksums sums --report report.json > run.txt 2> err.txt)
     code=$?
     ended=$(date +%s.%N)
-    after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+    after=$(gpu_memory_used)
     echo "isolation $isolation: exit $code, $(python3 -c "print(f'{$ended - $started:.2f}')") s for 1,500 frames paced at 1,000 frames/s"
     [ "$code" = 0 ] || { fail "gpu fault under $isolation: the run did not finish"; tail -5 "$work/run.txt"; tail -20 "$work/err.txt"; }
     grep -E "illegal address|restarting|restarted|lost with|fatal GPU fault" "$work/err.txt" | sed "s/^/    /" | grep -v "cuEventDestroy\|cuModuleUnload\|cuStreamDestroy" | head -60
@@ -300,13 +302,13 @@ printf '%s\n' '[pipeline]' 'name = "chain"' 'device = "cuda"' "isolation = \"$is
 echo "isolation $isolation, round $round:"
 work=$here/work/chain-$isolation
 rm -rf "$work" && mkdir -p "$work"
-before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+before=$(gpu_memory_used)
 (cd "$work" && exec env GPUIPC_LOG=${KILL_LOG:-info} timeout -k 5 90 "$host" run ../chain.toml --quiet --checksums sums --report report.json > run.txt 2> err.txt) &
 hostpid=$!
 for _ in $(seq 1 300); do grep -q "stages ready; running" "$work/err.txt" 2>/dev/null && break; sleep 0.1; done
 kills=$(random_kills "$work" gen grade yuv sink)
 kill -TERM "$hostpid"; wait "$hostpid"; code=$?
-after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+after=$(gpu_memory_used)
 echo "  exit $code; SIGKILL sent to:$kills"
 [ "$code" = 0 ] || { fail "the chain ($isolation) did not drain after 20 kills"; tail -5 "$work/run.txt"; tail -20 "$work/err.txt";
     cp "$work/err.txt" "$results/chain-$isolation-$round-err.txt"; }
@@ -331,14 +333,14 @@ fault_pipeline mps cuda | sed -e 's/at = 500/at = 1000000/' -e 's/^frames = 1500
 (cd "$here/work" && rm -rf shared-ref && "$host" run gpu-fault-cpu.toml --in-process --quiet --frames 3000 --checksums shared-ref > /dev/null) ||
     fail "cpu reference of the shared runs"
 for run in a b; do rm -rf "$here/work/shared-$run" && mkdir -p "$here/work/shared-$run"; done
-before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+before=$(gpu_memory_used)
 for run in a b; do
     (cd "$here/work/shared-$run" && exec env GPUIPC_LOG=info timeout -k 5 60 "$host" run "../shared-$run.toml" --quiet --checksums sums --report report.json > run.txt 2> err.txt) &
     eval "pid_$run=$!"
 done
 wait "$pid_a"; code_a=$?
 wait "$pid_b"; code_b=$?
-after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+after=$(gpu_memory_used)
 for run in a b; do
     work=$here/work/shared-$run
     code=$([ "$run" = a ] && echo "$code_a" || echo "$code_b")
@@ -382,9 +384,9 @@ rm -f "$here/work/replicas-ref.frames"
 for isolation in mps process; do
     replica_pipeline "$isolation" cuda never > "$here/work/replicas-$isolation.toml"
     "$host" validate "$here/work/replicas-$isolation.toml" | grep -E "replicas|grade|yuv" | sed 's/^/    /' | head -8
-    before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+    before=$(gpu_memory_used)
     run_into "$here/work/replicas-$isolation" "../replicas-$isolation.toml"
-    after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+    after=$(gpu_memory_used)
     work=$here/work/replicas-$isolation
     echo "isolation $isolation: $(grep -E '^sink' "$work/run.txt" | head -1)"
     accounting "$work/report.json" "$work/sums/gen.sum" "$work/sums/sink.sum" || fail "replicas ($isolation): frames unaccounted for"
@@ -398,13 +400,13 @@ for round in $(seq 1 "${KILL_ROUNDS:-1}"); do
     replica_pipeline "$isolation" cuda on-failure | sed 's/^frames = 3000/frames = 1000000/' > "$here/work/replicas-kill.toml"
     work=$here/work/replicas-kill-$isolation
     rm -rf "$work" && mkdir -p "$work"
-    before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+    before=$(gpu_memory_used)
     (cd "$work" && exec env GPUIPC_LOG=${KILL_LOG:-info} timeout -k 5 90 "$host" run ../replicas-kill.toml --quiet --checksums sums --report report.json > run.txt 2> err.txt) &
     hostpid=$!
     for _ in $(seq 1 300); do grep -q "stages ready; running" "$work/err.txt" 2>/dev/null && break; sleep 0.1; done
     kills=$(random_kills "$work" 'grade#0' 'grade#1' 'grade#2' 'yuv#0' 'yuv#1')
     kill -TERM "$hostpid"; wait "$hostpid"; code=$?
-    after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+    after=$(gpu_memory_used)
     echo "isolation $isolation, round $round: exit $code; SIGKILL sent to:$kills"
     [ "$code" = 0 ] || { fail "replicas ($isolation) did not drain after 20 kills"; tail -5 "$work/run.txt"; tail -20 "$work/err.txt";
         cp "$work/err.txt" "$results/replicas-$isolation-$round-err.txt"; }
