@@ -215,12 +215,14 @@ impl Plausible {
         let (frames_ok, dropped_ok) = (snap.frames <= most_frames, snap.dropped <= most_frames);
         keep("frames", &mut snap.frames, frames_ok);
         keep("dropped", &mut snap.dropped, dropped_ok);
+        // No call yet; a first call that never finished a frame (it failed: no `last_ns`); or
+        // a first and a last frame inside the run.
         let times_ok = snap.first_ns == 0 && snap.last_ns == 0
-            || (earliest..=latest).contains(&snap.first_ns) && (snap.first_ns..=latest).contains(&snap.last_ns);
+            || (earliest..=latest).contains(&snap.first_ns) && (snap.last_ns == 0 || (snap.first_ns..=latest).contains(&snap.last_ns));
         let first = snap.first_ns;
         keep("first_ns", &mut snap.first_ns, times_ok);
         keep("last_ns", &mut snap.last_ns, times_ok);
-        let most_busy = if times_ok { snap.last_ns - first + CLOCK_SLACK_NS } else { span };
+        let most_busy = if times_ok && snap.last_ns != 0 { snap.last_ns - first + CLOCK_SLACK_NS } else { span };
         let busy_ok = snap.busy_ns <= most_busy;
         keep("busy_ns", &mut snap.busy_ns, busy_ok);
         let cpu_ok = snap.cpu_ns <= span.saturating_mul(MOST_THREADS);
@@ -279,6 +281,13 @@ mod tests {
     fn a_stage_that_never_started_passes() {
         let idle = StatsSnapshot::default();
         assert_eq!(run_of_two_seconds().check(idle), (idle, vec![]));
+    }
+
+    #[test]
+    fn a_stage_whose_first_call_failed_passes() {
+        // The plugin was called once and failed: a first call, no frame done.
+        let failed = StatsSnapshot { frames: 0, first_ns: honest().first_ns, last_ns: 0, busy_ns: 5_000, ..StatsSnapshot::default() };
+        assert_eq!(run_of_two_seconds().check(failed), (failed, vec![]));
     }
 
     #[test]
