@@ -250,6 +250,9 @@ fn main() -> ExitCode {
             if let Err(code) = budget_check(&file, &plan::budget::needs(&plan), &plan::budget::has(), false) {
                 return code;
             }
+            if let Err(code) = this_machine_only(&file, &plan) {
+                return code;
+            }
             let args = bench::BenchArgs { frames, warmup, check_frames, fps, latency_frames, spin_us, json };
             bench::main(&plan, &args)
         }
@@ -261,8 +264,22 @@ fn main() -> ExitCode {
             if let Err(code) = budget_check(&file, &plan::budget::needs(&plan), &plan::budget::has(), no_budget_check) {
                 return code;
             }
+            if let Err(code) = this_machine_only(&file, &plan) {
+                return code;
+            }
             let options = RunArgs { frames, in_process, report, live: !quiet, spin_us, checksums };
             run(&plan, &options)
+        }
+    }
+}
+
+/// A plan with stages on other hosts cannot run yet: say so, as a plan error (exit 2).
+fn this_machine_only(file: &Path, plan: &plan::Plan) -> Result<(), ExitCode> {
+    match plan.needs_agents() {
+        None => Ok(()),
+        Some(why) => {
+            eprintln!("{}: error: {why}", file.display());
+            Err(ExitCode::from(2))
         }
     }
 }

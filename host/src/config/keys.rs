@@ -5,9 +5,10 @@ use toml::de::{DeTable, DeValue};
 
 use super::{Diagnostics, SourceFile};
 
-/// Keys of the top level, `[pipeline]` and `[[stage]]`, as the serde types in `types.rs`
+/// Keys of the top level, `[pipeline]`, `[[host]]` and `[[stage]]`, as the serde types in `types.rs`
 /// name them (a test keeps the two in step).
-pub const TOP_KEYS: &[&str] = &["pipeline", "stage"];
+pub const TOP_KEYS: &[&str] = &["pipeline", "host", "stage"];
+pub const HOST_KEYS: &[&str] = &["name", "control", "data", "link_gbps"];
 pub const PIPELINE_KEYS: &[&str] = &[
     "name",
     "frames",
@@ -27,6 +28,7 @@ pub const STAGE_KEYS: &[&str] = &[
     "inputs",
     "depth",
     "device",
+    "host",
     "policy",
     "transport",
     "replicas",
@@ -65,6 +67,13 @@ pub fn check_known_keys(source: &SourceFile, document: &DeTable<'_>) -> Diagnost
     if let Some(DeValue::Table(pipeline)) = document.get("pipeline").map(|v| v.get_ref()) {
         unknown(source, pipeline, PIPELINE_KEYS, &mut diags);
     }
+    if let Some(DeValue::Array(hosts)) = document.get("host").map(|v| v.get_ref()) {
+        for host in hosts.iter() {
+            if let DeValue::Table(host) = host.get_ref() {
+                unknown(source, host, HOST_KEYS, &mut diags);
+            }
+        }
+    }
     if let Some(DeValue::Array(stages)) = document.get("stage").map(|v| v.get_ref()) {
         for stage in stages.iter() {
             if let DeValue::Table(stage) = stage.get_ref() {
@@ -94,6 +103,7 @@ mod tests {
         assert_eq!(serde_fields("zzz = 1"), TOP_KEYS);
         assert_eq!(serde_fields("[pipeline]\nzzz = 1"), PIPELINE_KEYS);
         assert_eq!(serde_fields("[[stage]]\nname = \"a\"\nplugin = \"b\"\nzzz = 1"), STAGE_KEYS);
+        assert_eq!(serde_fields("[[host]]\nname = \"a\"\ncontrol = \"tcp/h:1\"\nzzz = 1"), HOST_KEYS);
     }
 
     /// The keys in a table of docs/pipeline-file.md under `heading`: rows starting "| `key` |".
@@ -112,5 +122,6 @@ mod tests {
     fn the_pipeline_file_reference_documents_exactly_these_keys() {
         assert_eq!(documented_keys("## `[pipeline]`"), PIPELINE_KEYS);
         assert_eq!(documented_keys("## `[[stage]]`"), STAGE_KEYS);
+        assert_eq!(documented_keys("## `[[host]]`"), HOST_KEYS);
     }
 }

@@ -14,8 +14,27 @@ pub use super::supervision::{DurationSpec, RestartPolicy};
 pub struct PipelineFile {
     #[serde(default)]
     pub pipeline: PipelineSection,
+    #[serde(default, rename = "host")]
+    pub hosts: Vec<Spanned<HostSection>>,
     #[serde(default, rename = "stage")]
     pub stages: Vec<Spanned<StageSection>>,
+}
+
+/// `[[host]]`: a machine some stages run on, reached through the agent running there
+/// (docs/hosts.md).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSection {
+    /// What stages' `host` keys name.
+    pub name: Spanned<String>,
+    /// The agent's endpoint, as Zenoh writes one: `tcp/10.0.0.3:7447`.
+    pub control: Spanned<String>,
+    /// Where frames for this host's stages are sent, `ADDRESS:PORT` (default: the control
+    /// endpoint's address, its port + 1).
+    pub data: Option<Spanned<String>>,
+    /// The network link's speed to this host, gigabits per second: the plan says how many
+    /// frames a second each link that crosses it can carry.
+    pub link_gbps: Option<Spanned<f64>>,
 }
 
 /// `[pipeline]`: defaults for the whole run.
@@ -59,6 +78,8 @@ pub struct StageSection {
     pub depth: Option<Spanned<u32>>,
     /// Overrides `[pipeline] device`; a list of GPUs spreads the stage's replicas over them.
     pub device: Option<Spanned<StageDevice>>,
+    /// The `[[host]]` this stage runs on (default: the machine `run` is started on).
+    pub host: Option<Spanned<String>>,
     /// How this stage takes frames from its input links (default `block`).
     pub policy: Option<Spanned<Policy>>,
     /// How this stage's output ring is shared on the GPU (default `auto`).

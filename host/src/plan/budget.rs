@@ -27,7 +27,8 @@ pub struct Needs {
 
 pub fn needs(plan: &Plan) -> Needs {
     let mut n = Needs { host: 4096 * plan.stages.len() as u64, ..Needs::default() };
-    for link in &plan.links {
+    // Only what this machine holds: another host's agent checks its own.
+    for link in plan.links.iter().filter(|l| plan.stages[l.producer].host.is_none()) {
         let frame = link.layout.total_bytes;
         let (host_data, bytes) = match &link.memory {
             LinkMemory::Device { device, .. } => {
@@ -54,7 +55,7 @@ pub fn needs(plan: &Plan) -> Needs {
         // A cuda end of a host ring copies through one device frame of its own.
         if !matches!(link.memory, LinkMemory::Device { .. }) {
             for &s in std::iter::once(&link.producer).chain(&link.consumers) {
-                if plan.stages[s].domain == Domain::Cuda {
+                if plan.stages[s].domain == Domain::Cuda && plan.stages[s].host.is_none() {
                     for r in 0..plan.stages[s].replicas {
                         *n.gpu.entry(plan.stages[s].device_of(Some(r)).unwrap_or(0)).or_default() += frame;
                     }
@@ -62,7 +63,7 @@ pub fn needs(plan: &Plan) -> Needs {
             }
         }
     }
-    for s in &plan.stages {
+    for s in plan.stages.iter().filter(|s| s.host.is_none()) {
         if let Some(out) = s.output.as_ref().filter(|o| o.link.is_none()) {
             match s.domain {
                 Domain::Cuda => *n.gpu.entry(s.device.unwrap_or(0)).or_default() += out.layout.total_bytes,

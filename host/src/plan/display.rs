@@ -93,6 +93,10 @@ pub fn render_text(plan: &Plan) -> String {
             Some(n) => format!("{}:{n}", s.domain.name()),
             None => s.domain.name().to_owned(),
         };
+        let device = match s.host {
+            Some(h) => format!("{device} on host {}", plan.hosts[h].name),
+            None => device,
+        };
         let inputs = if s.inputs.is_empty() {
             "source".to_owned()
         } else {
@@ -126,6 +130,13 @@ pub fn render_text(plan: &Plan) -> String {
         let why = note.strip_prefix("device auto: ").unwrap_or(note);
         let _ = writeln!(out, "note: {} run on cpu (device auto): {why}", names.join(", "));
     }
+    if !plan.hosts.is_empty() {
+        let _ = writeln!(out, "hosts (each runs an agent: docs/hosts.md):");
+        for h in &plan.hosts {
+            let speed = h.link_gbps.map_or("link speed not given".to_owned(), |g| format!("{g} Gb/s link"));
+            let _ = writeln!(out, "  {}  control {}, frames to {}, {speed}; its devices are checked there when the run starts", h.name, h.control, h.data);
+        }
+    }
     if !plan.links.is_empty() {
         let _ = writeln!(out, "links:");
     }
@@ -145,8 +156,36 @@ pub fn render_text(plan: &Plan) -> String {
             l.depth,
             megabytes(l.layout.total_bytes)
         );
+        for line in crossings(plan, i) {
+            let _ = writeln!(out, "    {line}");
+        }
     }
     out
+}
+
+/// For each host other than the producer's that a link's consumers are on: how frames get
+/// there and how many a second the network link allows.
+fn crossings(plan: &Plan, link: usize) -> Vec<String> {
+    let l = &plan.links[link];
+    let home = plan.stages[l.producer].host;
+    let host_name = |h: Option<usize>| h.map_or("local".to_owned(), |h| plan.hosts[h].name.clone());
+    let mut to: Vec<Option<usize>> = l.consumers.iter().map(|&c| plan.stages[c].host).filter(|&h| h != home).collect();
+    to.dedup();
+    to.sort();
+    to.dedup();
+    to.into_iter()
+        .map(|h| {
+            let bytes = l.layout.total_bytes;
+            // The slower end's link bounds it; the local machine's is not declared.
+            let speed = [home, h].into_iter().flatten().filter_map(|i| plan.hosts[i].link_gbps).reduce(f64::min);
+            let bound = match speed {
+                Some(g) => format!("at most {:.1} frames/s on the {g} Gb/s link", super::hosts::frames_per_second(g, bytes)),
+                None => "give the hosts' link_gbps for the frames/s it allows".to_owned(),
+            };
+            let address = h.map_or("the machine run starts on".to_owned(), |i| plan.hosts[i].data.clone());
+            format!("crosses hosts {} -> {}: TCP to {address}, {} a frame; {bound}", host_name(home), host_name(h), megabytes(bytes))
+        })
+        .collect()
 }
 
 /// Where a link's frames live and who copies, in words.

@@ -69,6 +69,23 @@ pub fn resolve_domain(
     }
 }
 
+/// The domain and device of a stage on another host (`host`): as asked, without this
+/// machine's driver (that host's agent checks its devices when the run starts); `auto`,
+/// which only a driver can decide, is refused.
+pub fn remote_domain(spec: DeviceSpec, plugin: &PluginMeta, host: &str) -> Result<(Domain, Option<u32>, Option<String>), String> {
+    match spec {
+        DeviceSpec::Cpu if plugin.supports(abi::DOMAIN_CPU) => Ok((Domain::Cpu, None, None)),
+        DeviceSpec::Cpu => Err(format!("plugin `{}` has no cpu implementation", plugin.name)),
+        DeviceSpec::Cuda(n) if plugin.supports(abi::DOMAIN_CUDA) => {
+            Ok((Domain::Cuda, Some(n), None))
+        }
+        DeviceSpec::Cuda(n) => Err(format!("device cuda:{n} requested, but plugin `{}` has no cuda implementation", plugin.name)),
+        DeviceSpec::Auto => Err(format!(
+            "it runs on host `{host}`, whose devices this machine cannot ask; give it device = \"cpu\" or \"cuda:N\""
+        )),
+    }
+}
+
 /// What the planner asks the CUDA driver about devices (a trait, so tests can answer).
 pub trait DeviceFacts {
     /// Whether device `a` can read and write memory on device `b`.

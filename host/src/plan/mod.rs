@@ -6,11 +6,12 @@
 pub mod budget;
 mod display;
 mod domain;
+pub mod hosts;
 mod resolve;
 mod supervision;
 
 pub use display::{render_dot, render_text};
-pub use domain::resolve_domain;
+pub use domain::{remote_domain, resolve_domain};
 pub use resolve::build;
 pub use supervision::Supervision;
 
@@ -43,6 +44,8 @@ pub const CUDA_SPIN_US: u32 = 0;
 /// A checked pipeline, ready to run.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The `[[host]]` tables: machines some stages run on (docs/hosts.md).
+    pub hosts: Vec<hosts::HostPlan>,
     pub name: String,
     pub file: PathBuf,
     /// Frames each source emits; `None`: until stopped.
@@ -71,6 +74,9 @@ pub struct StagePlan {
     pub device: Option<u32>,
     /// Each replica's device, where `device = [...]` spreads them over GPUs (else empty).
     pub replica_devices: Vec<u32>,
+    /// The `[[host]]` it runs on (an index into [`Plan::hosts`]); `None`: the machine `run`
+    /// starts on.
+    pub host: Option<usize>,
     /// Why the domain is what it is, when `auto` decided.
     pub domain_note: Option<String>,
     pub inputs: Vec<InputPlan>,
@@ -196,6 +202,17 @@ impl Plan {
             }
         }
         out
+    }
+
+    /// Why this machine cannot run the plan by itself: a stage on another host, which runs
+    /// through that host's agent (docs/hosts.md: not built yet).
+    pub fn needs_agents(&self) -> Option<String> {
+        let s = self.stages.iter().find(|s| s.host.is_some())?;
+        let host = &self.hosts[s.host.expect("found by it")];
+        Some(format!(
+            "stage '{}' runs on host `{}`: stages on other hosts run through an agent there (`gpuipc-host agent`, docs/hosts.md), which this version does not have yet; `validate` plans such a pipeline, `run` cannot",
+            s.name, host.name
+        ))
     }
 
     /// One process for each stage, ignoring `replicas`: how a run in one process runs it.

@@ -35,6 +35,9 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
     let depths: Vec<u32> = stages.iter().map(|s| stage_depth(source, s, &mut diags)).collect();
     let defaults = Supervision::defaults(source, &file, &mut diags);
     let supervision: Vec<Supervision> = stages.iter().map(|s| defaults.for_stage(source, s.get_ref(), &mut diags)).collect();
+    let hosts = super::hosts::plan_hosts(source, &file.hosts, &mut diags);
+    let stage_hosts: Vec<Option<usize>> =
+        stages.iter().zip(&names).map(|(s, n)| super::hosts::stage_host(source, s.get_ref(), n, &hosts, &mut diags).unwrap_or(None)).collect();
     diags.into_result()?;
 
     let graph = stage_graph(stages.len(), &edges);
@@ -48,8 +51,9 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
         let stage = stages[i].get_ref();
         let Some(plugin) = &plugins[i] else { continue };
         let Some(inputs) = input_formats(source, &stages, &planned, i, &edges[i], &mut diags) else { continue };
-        planned[i] = plan_stage(source, stage, plugin, &names[i], &inputs, settings.device, depths[i], &stages, &mut diags)
-            .map(|p| StagePlan { supervision: supervision[i], ..p });
+        let remote = stage_hosts[i].map(|h| hosts[h].name.as_str());
+        planned[i] = plan_stage(source, stage, plugin, &names[i], &inputs, (settings.device, remote), depths[i], &stages, &mut diags)
+            .map(|p| StagePlan { supervision: supervision[i], host: stage_hosts[i], ..p });
     }
     diags.into_result()?;
 
@@ -109,6 +113,7 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
         }
     }
     Ok(Plan {
+        hosts,
         name: settings.name,
         file: source.path().to_owned(),
         frames: settings.frames,
@@ -382,7 +387,7 @@ fn plan_stage(
     plugin: &LoadedPlugin,
     name: &str,
     inputs: &[(usize, FrameFormat)],
-    default_device: DeviceSpec,
+    (default_device, remote): (DeviceSpec, Option<&str>),
     depth: u32,
     stages: &[&Spanned<StageSection>],
     diags: &mut Diagnostics,
@@ -443,7 +448,12 @@ fn plan_stage(
     let (replicas, on_loss) = stage_replicas(source, stage, meta, name, diags)?;
     let replica_devices = spread_devices(source, stage, name, replicas, diags)?;
     let device_spec = stage.device.as_ref().map_or(default_device, |d| d.get_ref().first());
-    let mut domain = match super::resolve_domain(device_spec, meta, stage.device.is_some()) {
+    // On another host the plan cannot ask the driver: that host's agent checks the device.
+    let resolved = match remote {
+        None => super::resolve_domain(device_spec, meta, stage.device.is_some()),
+        Some(host) => super::remote_domain(device_spec, meta, host),
+    };
+    let mut domain = match resolved {
         Ok(d) => Some(d),
         Err(message) => {
             let span = stage.device.as_ref().map_or(stage.name.span(), |d| d.span());
@@ -455,6 +465,7 @@ fn plan_stage(
     if let Some(device) = &stage.device
         && let crate::config::StageDevice::Spread(list) = device.get_ref()
         && domain.is_some()
+        && remote.is_none()
     {
         for &d in &list[1..] {
             if let Err(message) = super::resolve_domain(DeviceSpec::Cuda(d), meta, true) {
@@ -506,6 +517,7 @@ fn plan_stage(
         domain,
         device,
         replica_devices,
+        host: None,
         domain_note,
         inputs: inputs
             .iter()
@@ -715,7 +727,13 @@ fn wire_links(
                 devices => devices.into_iter().map(|d| (stages[s].domain, Some(d))).collect(),
             }
         };
-        let consumers: Vec<_> = link.consumers.iter().flat_map(|&c| ends(c)).collect();
+        // Consumers on other hosts read what a sender on the producer's host takes from the
+        // ring in host memory (docs/hosts.md): for the ring they are a cpu end.
+        let home = stages[link.producer].host;
+        let mut consumers: Vec<_> = link.consumers.iter().filter(|&&c| stages[c].host == home).flat_map(|&c| ends(c)).collect();
+        if consumers.len() < link.consumers.len() {
+            consumers.push((gpuipc_plugin_api::Domain::Cpu, None));
+        }
         link.memory = link_memory(&ends(link.producer), &consumers, stages[link.producer].transport, &Driver);
     }
     links
