@@ -115,6 +115,20 @@ random_kills() {
     echo "$kills"
 }
 
+# kill_soak WORK FILE PROCESS...: run FILE (relative to WORK) from a fresh WORK (run.txt,
+# err.txt, sums/, report.json), SIGKILL its processes 20 times (random_kills), then stop it
+# with SIGTERM; sets `kills` (the victims) and `code` (the run's exit status).
+kill_soak() {
+    local work=$1 file=$2 hostpid
+    shift 2
+    rm -rf "$work" && mkdir -p "$work"
+    (cd "$work" && exec env GPUIPC_LOG=${KILL_LOG:-info} timeout -k 5 90 "$host" run "$file" --quiet --checksums sums --report report.json > run.txt 2> err.txt) &
+    hostpid=$!
+    for _ in $(seq 1 300); do grep -q "stages ready; running" "$work/err.txt" 2>/dev/null && break; sleep 0.1; done
+    kills=$(random_kills "$work" "$@")
+    kill -TERM "$hostpid"; wait "$hostpid"; code=$?
+}
+
 fault_pipeline() {  # ISOLATION DEVICE
     printf '%s\n' '[pipeline]' 'name = "gpu-fault"' 'frames = 1500' "isolation = \"$1\"" "device = \"$2\"" \
         'restart = "on-failure"' 'restart_backoff = "10ms"' '' \
@@ -301,13 +315,8 @@ printf '%s\n' '[pipeline]' 'name = "chain"' 'device = "cuda"' "isolation = \"$is
     '[[stage]]' 'name = "sink"' 'plugin = "null"' 'inputs = ["yuv"]' > "$here/work/chain.toml"
 echo "isolation $isolation, round $round:"
 work=$here/work/chain-$isolation
-rm -rf "$work" && mkdir -p "$work"
 before=$(gpu_memory_used)
-(cd "$work" && exec env GPUIPC_LOG=${KILL_LOG:-info} timeout -k 5 90 "$host" run ../chain.toml --quiet --checksums sums --report report.json > run.txt 2> err.txt) &
-hostpid=$!
-for _ in $(seq 1 300); do grep -q "stages ready; running" "$work/err.txt" 2>/dev/null && break; sleep 0.1; done
-kills=$(random_kills "$work" gen grade yuv sink)
-kill -TERM "$hostpid"; wait "$hostpid"; code=$?
+kill_soak "$work" ../chain.toml gen grade yuv sink
 after=$(gpu_memory_used)
 echo "  exit $code; SIGKILL sent to:$kills"
 [ "$code" = 0 ] || { fail "the chain ($isolation) did not drain after 20 kills"; tail -5 "$work/run.txt"; tail -20 "$work/err.txt";
@@ -399,13 +408,8 @@ for isolation in ${KILL_ISOLATIONS:-mps process}; do
 for round in $(seq 1 "${KILL_ROUNDS:-1}"); do
     replica_pipeline "$isolation" cuda on-failure | sed 's/^frames = 3000/frames = 1000000/' > "$here/work/replicas-kill.toml"
     work=$here/work/replicas-kill-$isolation
-    rm -rf "$work" && mkdir -p "$work"
     before=$(gpu_memory_used)
-    (cd "$work" && exec env GPUIPC_LOG=${KILL_LOG:-info} timeout -k 5 90 "$host" run ../replicas-kill.toml --quiet --checksums sums --report report.json > run.txt 2> err.txt) &
-    hostpid=$!
-    for _ in $(seq 1 300); do grep -q "stages ready; running" "$work/err.txt" 2>/dev/null && break; sleep 0.1; done
-    kills=$(random_kills "$work" 'grade#0' 'grade#1' 'grade#2' 'yuv#0' 'yuv#1')
-    kill -TERM "$hostpid"; wait "$hostpid"; code=$?
+    kill_soak "$work" ../replicas-kill.toml 'grade#0' 'grade#1' 'grade#2' 'yuv#0' 'yuv#1'
     after=$(gpu_memory_used)
     echo "isolation $isolation, round $round: exit $code; SIGKILL sent to:$kills"
     [ "$code" = 0 ] || { fail "replicas ($isolation) did not drain after 20 kills"; tail -5 "$work/run.txt"; tail -20 "$work/err.txt";

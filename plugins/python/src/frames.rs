@@ -169,6 +169,18 @@ fn channels(pixel: PixelFormat, index: usize) -> u32 {
     }
 }
 
+/// The array interface both kinds of plane give (version 3; bytes, read-only unless
+/// `writable`): NumPy's on the CPU, the CUDA one on the GPU, which adds the stream.
+fn array_interface<'py>(py: Python<'py>, addr: u64, shape: &[u64], strides: &[u64], writable: bool) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("version", 3)?;
+    d.set_item("shape", PyTuple::new(py, shape)?)?;
+    d.set_item("strides", PyTuple::new(py, strides)?)?;
+    d.set_item("typestr", "|u1")?;
+    d.set_item("data", (addr, !writable))?;
+    Ok(d)
+}
+
 /// A plane in host memory, for `numpy.asarray`: NumPy's array interface (version 3).
 #[pyclass(module = "gpuipc", frozen)]
 pub struct HostPlane {
@@ -182,13 +194,7 @@ pub struct HostPlane {
 impl HostPlane {
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item("version", 3)?;
-        d.set_item("shape", PyTuple::new(py, &self.shape)?)?;
-        d.set_item("strides", PyTuple::new(py, &self.strides)?)?;
-        d.set_item("typestr", "|u1")?;
-        d.set_item("data", (self.addr, !self.writable))?;
-        Ok(d)
+        array_interface(py, self.addr as u64, &self.shape, &self.strides, self.writable)
     }
 }
 
@@ -211,12 +217,7 @@ pub struct GpuPlane {
 impl GpuPlane {
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item("version", 3)?;
-        d.set_item("shape", PyTuple::new(py, &self.shape)?)?;
-        d.set_item("strides", PyTuple::new(py, &self.strides)?)?;
-        d.set_item("typestr", "|u1")?;
-        d.set_item("data", (self.addr, !self.writable))?;
+        let d = array_interface(py, self.addr, &self.shape, &self.strides, self.writable)?;
         // The consumer makes its stream wait for ours.
         d.set_item("stream", self.stream)?;
         Ok(d)
