@@ -245,16 +245,21 @@ impl QueueMap {
     }
 
     /// A replica took its owed frame again and found it gone from an input (overwritten
-    /// upstream meanwhile): its ticket is abandoned.
-    pub fn give_up(&self, replica: u32, pid: u32, held: Held, has_turn: bool) {
-        self.with_lists(pid, || {
-            if has_turn {
-                self.abandon(held.ticket);
+    /// upstream meanwhile), or cannot read what it took: its ticket is abandoned. `false`:
+    /// the abandoned list was full, and the frame is owed again instead (tried again once the
+    /// turn has moved on; not counted as dropped yet).
+    pub fn give_up(&self, replica: u32, pid: u32, held: Held, has_turn: bool) -> bool {
+        let abandoned = self.with_lists(pid, || {
+            let abandoned = !has_turn || self.abandon(held.ticket);
+            if !abandoned {
+                self.push_owed(held);
             }
             self.header().holding[replica as usize].0.ticket.store(NONE, Ordering::Release);
+            abandoned
         });
         self.skip_abandoned();
         self.wake_turn();
+        abandoned
     }
 
     /// Replica `replica` is done with a frame that has no turn (a sink's).
@@ -320,12 +325,19 @@ impl QueueMap {
         f.wake();
     }
 
-    /// Give up ticket `ticket`: nobody will publish it (list lock held).
-    fn abandon(&self, ticket: u64) {
+    /// Give up ticket `ticket`: nobody will publish it (list lock held). `false` when the list
+    /// is full: tickets given up wait there until the turn passes them, and more than fit can
+    /// pile up behind one slow turn (replicas dying again and again under `on_loss = "drop"`);
+    /// the caller then owes the frame instead (a sibling takes it again), so nothing fails.
+    fn abandon(&self, ticket: u64) -> bool {
         let h = self.header();
-        let free = h.abandoned.iter().find(|e| e.load(Ordering::Acquire) == NONE);
-        // At most one ticket per replica is in flight, so a free entry is always found.
-        free.expect("more abandoned tickets than replicas").store(ticket + 1, Ordering::Release);
+        match h.abandoned.iter().find(|e| e.load(Ordering::Acquire) == NONE) {
+            Some(free) => {
+                free.store(ticket + 1, Ordering::Release);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Put `held` on the owed list (list lock held).
@@ -389,8 +401,10 @@ impl QueueMap {
                 Settled::Owed(held)
             } else {
                 // A stage without output has no turn to move past the ticket.
-                if published_below.is_some() {
-                    self.abandon(held.ticket);
+                if published_below.is_some() && !self.abandon(held.ticket) {
+                    // No room: owed instead, so the turn still reaches it (see `abandon`).
+                    self.push_owed(held);
+                    return Settled::Owed(held);
                 }
                 Settled::Abandoned(held)
             }
@@ -678,6 +692,24 @@ mod tests {
         // Each kill before a publish abandons one ticket (a thread that runs out of frames
         // before its kill's turn is not killed: the threads share 2,000 frames as they go).
         assert!((1..=3).contains(&abandoned.len()), "{abandoned:?}");
+    }
+
+    #[test]
+    fn tickets_given_up_beyond_the_abandoned_list_are_owed_instead() {
+        let q = QueueMap::create("gpuipc-test-queue", 2).unwrap();
+        let h = q.header();
+        // The turn waits on ticket 0 (a slow sibling); tickets 1..=64 are given up.
+        for ticket in 1..=MAX_REPLICAS as u64 {
+            assert!(q.give_up(1, 7, Held { ticket, seq: ticket }, true), "ticket {ticket} abandoned");
+        }
+        let one_more = Held { ticket: 65, seq: 65 };
+        assert!(!q.give_up(1, 7, one_more, true), "no room: owed, not failed");
+        assert!(q.is_owed(65) && !q.is_abandoned(65));
+        // The sibling publishes ticket 0: the turn runs through the abandoned ones, up to the
+        // owed one, and the list has room again.
+        q.finish(0, 0);
+        assert_eq!(h.turn.0.load(Ordering::Acquire), 65);
+        assert!(h.abandoned.iter().all(|e| e.load(Ordering::Acquire) == NONE));
     }
 
     #[test]

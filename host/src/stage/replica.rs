@@ -45,10 +45,14 @@ impl Replica {
                         return Ok(Take::Frames(held, owed));
                     }
                     None => {
-                        // Overwritten upstream before it was taken again: given up, counted.
-                        self.queue.give_up(self.index, self.pid, owed, self.has_turn);
-                        for input in inputs.iter() {
-                            input.count_dropped(1);
+                        // Overwritten upstream before it was taken again: given up, counted
+                        // (once: a full abandoned list owes it again, to be given up later).
+                        if self.queue.give_up(self.index, self.pid, owed, self.has_turn) {
+                            for input in inputs.iter() {
+                                input.count_dropped(1);
+                            }
+                        } else {
+                            std::thread::yield_now();
                         }
                         continue;
                     }
@@ -79,7 +83,9 @@ impl Replica {
     /// The frames taken under `held` cannot be read (made by a producer process that died):
     /// the ticket is abandoned, so the turn moves past it.
     pub fn lost(&self, held: Held) {
-        self.queue.give_up(self.index, self.pid, held, self.has_turn);
+        // Owed again where the abandoned list is full: a sibling finds the frame gone and
+        // gives it up in turn.
+        let _ = self.queue.give_up(self.index, self.pid, held, self.has_turn);
     }
 
     /// Give the frames back unread, to be taken again under their ticket. Owed first, then
