@@ -87,6 +87,28 @@ class BadNegotiate:
     @staticmethod
     def negotiate(params, input_formats):
         return input_formats[0].nope
+
+class Counter:
+    """A source: rgb8 frames whose every byte is the frame's number mod 256, `count` of them."""
+    @staticmethod
+    def negotiate(params, input_formats):
+        assert input_formats == []
+        import gpuipc
+        return gpuipc.Format("rgb8", 64, 48)
+
+    def __init__(self, params, input_formats, output_format, ctx):
+        self.count = params["count"]
+
+    def process(self, inputs, output, ctx):
+        assert inputs == []
+        if output.info.seq == self.count:
+            output.end_stream()
+            return
+        output.planes[0][...] = output.info.seq % 256
+
+class SourceWithoutNegotiate:
+    def __init__(self, params, input_formats, output_format, ctx):
+        pass
 "#;
 
 fn classes(dir: &Path) -> PathBuf {
@@ -247,7 +269,7 @@ fn validate_reports_python_errors_with_file_and_line() {
     let dir = scratch("python-validate");
     let script = classes(&dir);
     let cases = [
-        (format!("script = \"{}\", class = \"Nope\"", script.display()), vec![format!("script `{}` defines no `Nope`; its classes: BadNegotiate, Boom, Exit, Hang, Second, Sink", script.display())]),
+        (format!("script = \"{}\", class = \"Nope\"", script.display()), vec![format!("script `{}` defines no `Nope`; its classes: BadNegotiate, Boom, Counter, Exit, Hang, Second, Sink, SourceWithoutNegotiate", script.display())]),
         (
             format!("script = \"{}\", class = \"BadNegotiate\"", script.display()),
             vec![format!("File \"{}\", line 63, in negotiate", script.display()), "AttributeError: 'gpuipc.Format' object has no attribute 'nope'".to_owned()],
@@ -276,4 +298,36 @@ fn the_example_pipeline_runs_from_the_repository_root() {
     assert_eq!(out.status.code(), Some(0), "{}", out.output());
     assert!(out.stdout.contains("run 'python-grade' finished"), "{}", out.output());
     assert_nothing_left(out.pid);
+}
+
+#[test]
+fn a_python_source_makes_frames_until_it_ends_its_stream() {
+    if !python_ready() {
+        return;
+    }
+    let dir = scratch("python-source");
+    let script = classes(&dir);
+    let seen = dir.join("seen.txt");
+    let text = format!(
+        "[pipeline]\ndevice = \"cpu\"\n\n[[stage]]\nname = \"src\"\nplugin = \"python\"\nparams = {{ script = \"{s}\", class = \"Counter\", count = 300 }}\n\n\
+         [[stage]]\nname = \"py\"\ninputs = [\"src\"]\nplugin = \"python\"\nparams = {{ script = \"{s}\", class = \"Sink\", path = \"{}\" }}\n",
+        seen.display(),
+        s = script.display()
+    );
+    let file = pipeline(&dir, "p.toml", &text);
+    let out = run(&dir, &["run", file.to_str().unwrap(), "--quiet"]);
+    assert_eq!(out.status.code(), Some(0), "{}", out.output());
+    let seen = std::fs::read_to_string(&seen).unwrap();
+    let lines: Vec<&str> = seen.lines().collect();
+    assert_eq!(lines.len(), 301, "300 frames, then flushed: {seen}");
+    for (k, line) in lines[..300].iter().enumerate() {
+        assert_eq!(*line, format!("{k} {k} (48, 64, 3) False {}", k % 256));
+    }
+    assert_nothing_left(out.pid);
+
+    let text = format!("[[stage]]\nname = \"src\"\nplugin = \"python\"\nparams = {{ script = \"{}\", class = \"SourceWithoutNegotiate\" }}\n", script.display());
+    let file = pipeline(&dir, "bad.toml", &text);
+    let out = run(&dir, &["validate", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", out.output());
+    assert!(out.stderr.contains("class `SourceWithoutNegotiate` is a source (no inputs), so it needs a static `negotiate(params, input_formats)` that returns its output format"), "{}", out.output());
 }

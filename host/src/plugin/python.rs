@@ -25,6 +25,8 @@ pub const INTERFACE: &str = r#"the class (from `script` or `module`):
       cupy.from_dlpack, numba). Planes are valid for the call only.
       ctx: frame_index, stage, domain, device, cuda_stream (a raw CUstream: queue GPU work on
       it, e.g. `with torch.cuda.stream(torch.cuda.ExternalStream(ctx.cuda_stream))`).
+      A source (no inputs) must define negotiate; it ends its stream with
+      output.end_stream() (that frame is not passed on).
   flush(self)
       optional; no more frames will come.
 An exception fails the stage (its traceback in the report), sys.exit too; the interpreter is

@@ -80,13 +80,25 @@ impl FrameInfo {
     }
 }
 
-/// One frame: `planes` (an array per plane) and `info`.
+/// One frame: `planes` (an array per plane) and `info`; a source's output frame also has
+/// `end_stream()`.
 #[pyclass(module = "gpuipc", frozen)]
 pub struct Frame {
     #[pyo3(get)]
     planes: Py<PyAny>,
     #[pyo3(get)]
     info: Py<FrameInfo>,
+    /// Set by `end_stream()`: this frame is not made, and the stream ends.
+    pub ends_stream: std::sync::atomic::AtomicBool,
+}
+
+#[pymethods]
+impl Frame {
+    /// A source has no more frames: this one is not passed on, and its stream ends (only an
+    /// output frame, and only a source's, may end the stream).
+    fn end_stream(&self) {
+        self.ends_stream.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Where a frame's bytes are, as the plugin API hands them over.
@@ -155,7 +167,11 @@ impl Frame {
             height: format.height,
             layout: pyo3::types::PyList::new(py, layouts)?.into_any().unbind(),
         };
-        Ok(Frame { planes: pyo3::types::PyList::new(py, planes)?.into_any().unbind(), info: Py::new(py, info)? })
+        Ok(Frame {
+            planes: pyo3::types::PyList::new(py, planes)?.into_any().unbind(),
+            info: Py::new(py, info)?,
+            ends_stream: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 }
 

@@ -3,7 +3,8 @@
 //! The class mirrors the Rust `Plugin` trait: an optional static `negotiate(params,
 //! input_formats)` (default: the output is the first input's format), `__init__(self, params,
 //! input_formats, output_format, ctx)`, `process(self, inputs, output, ctx)` and an optional
-//! `flush(self)`. Frames come without copies: on the cpu each plane is a NumPy array viewing
+//! `flush(self)`; a source (no inputs) must define `negotiate` and ends its stream with
+//! `output.end_stream()`. Frames come without copies: on the cpu each plane is a NumPy array viewing
 //! its ring slot (inputs read-only); on the GPU each plane supports DLPack (`__dlpack__`) and
 //! the CUDA array interface, for PyTorch, CuPy and Numba, and `ctx.cuda_stream` is the stage's
 //! stream. It runs in its own stage process like every stage: an exception (shown with its

@@ -35,8 +35,9 @@ impl Plugin for PythonStage {
     /// The whole table: `script` or `module`, `class`, and the class's own keys.
     type Params = toml::Table;
 
-    // Allowed: whether a class keeps state from one frame to the next is its author's to
-    // know (docs/writing-python-stages.md says so).
+    // Allowed (a filter's or a sink's; never a source's, which the host refuses): whether a
+    // class keeps state from one frame to the next is its author's to know
+    // (docs/writing-python-stages.md says so).
     const REPLICABLE: bool = true;
 
     const INFO: PluginInfo = PluginInfo {
@@ -44,7 +45,7 @@ impl Plugin for PythonStage {
         version: env!("CARGO_PKG_VERSION"),
         description: "runs a Python class on every frame: NumPy arrays on the cpu, DLPack / CUDA array interface on the GPU, no copies (docs/writing-python-stages.md)",
         domains: &[Domain::Cpu, Domain::Cuda],
-        min_inputs: 1,
+        min_inputs: 0,
         max_inputs: MAX_INPUTS,
         accepts: &PixelFormat::ALL,
         produces: &PixelFormat::ALL,
@@ -83,6 +84,9 @@ impl Plugin for PythonStage {
         Python::attach(|py| {
             let class = classes::load(py, params)?;
             if !class.hasattr("negotiate").map_err(|e| classes::describe(py, e))? {
+                if inputs.is_empty() {
+                    bail!("class `{}` is a source (no inputs), so it needs a static `negotiate(params, input_formats)` that returns its output format", classes::class_name(params));
+                }
                 return Ok(inputs.first().copied());
             }
             let formats = PyList::new(py, inputs.iter().map(|f| Format::of(*f))).map_err(|e| classes::describe(py, e))?;
@@ -119,7 +123,7 @@ impl Plugin for PythonStage {
         })
     }
 
-    fn process(&mut self, inputs: &[InputFrame<'_>], output: Option<&mut OutputFrame<'_>>, ctx: &ProcessContext) -> Result<()> {
+    fn process(&mut self, inputs: &[InputFrame<'_>], mut output: Option<&mut OutputFrame<'_>>, ctx: &ProcessContext) -> Result<()> {
         let result = Python::attach(|py| -> Result<()> {
             let asarray = self.asarray.as_ref().map(|a| a.bind(py).clone());
             let mut frames = Vec::with_capacity(inputs.len());
@@ -130,7 +134,7 @@ impl Plugin for PythonStage {
                 };
                 frames.push(self.frame(py, &input.info, &bytes, asarray.as_ref())?);
             }
-            let out = match output {
+            let out = match output.as_deref_mut() {
                 None => None,
                 Some(o) => {
                     let info = *o.info();
@@ -143,7 +147,13 @@ impl Plugin for PythonStage {
             };
             let frames = PyList::new(py, frames).map_err(|e| classes::describe(py, e))?;
             let context = context(&self.stage, self.domain, self.device, ctx.cuda_stream, ctx.frame_index);
-            self.instance.bind(py).call_method1("process", (frames, out, context)).map_err(|e| classes::describe(py, e))?;
+            let args = (frames, out.as_ref().map(|o| o.clone_ref(py)), context);
+            self.instance.bind(py).call_method1("process", args).map_err(|e| classes::describe(py, e))?;
+            if let (Some(out), Some(o)) = (out, output)
+                && out.get().ends_stream.load(std::sync::atomic::Ordering::Relaxed)
+            {
+                o.end_stream();
+            }
             Ok(())
         });
         // Work a consumer put on a stream of its own is done before the frame is passed on.
