@@ -330,4 +330,10 @@ fn a_python_source_makes_frames_until_it_ends_its_stream() {
     let out = run(&dir, &["validate", file.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", out.output());
     assert!(out.stderr.contains("class `SourceWithoutNegotiate` is a source (no inputs), so it needs a static `negotiate(params, input_formats)` that returns its output format"), "{}", out.output());
+
+    let text = format!("[[stage]]\nname = \"src\"\nplugin = \"python\"\nreplicas = 2\nparams = {{ script = \"{}\", class = \"Counter\", count = 3 }}\n", script.display());
+    let file = pipeline(&dir, "replicas.toml", &text);
+    let out = run(&dir, &["validate", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", out.output());
+    assert!(out.stderr.contains("stage 'src' is a source (no inputs): each replica would make the whole stream"), "{}", out.output());
 }

@@ -446,6 +446,12 @@ fn plan_stage(
     }
     // Before the devices are asked for: a device list that cannot spread is wrong anywhere.
     let (replicas, on_loss) = stage_replicas(source, stage, meta, name, diags)?;
+    if replicas > 1 && inputs.is_empty() {
+        // A plugin that can be a filter too (`python`) used as a source.
+        let span = stage.replicas.as_ref().map_or(stage.name.span(), |r| r.span());
+        diags.error_at(source, span, format!("stage '{name}' is a source (no inputs): each replica would make the whole stream; a source runs as one process"));
+        return None;
+    }
     let replica_devices = spread_devices(source, stage, name, replicas, diags)?;
     let device_spec = stage.device.as_ref().map_or(default_device, |d| d.get_ref().first());
     // On another host the plan cannot ask the driver: that host's agent checks the device.

@@ -169,8 +169,10 @@ fn domains(bits: u32) -> String {
 
 /// Whether `replicas = N` may run it, and why not.
 fn replicas(meta: &PluginMeta) -> String {
-    if meta.min_inputs == 0 {
+    if meta.max_inputs == 0 {
         "one instance only (a source)".into()
+    } else if meta.replicable && meta.min_inputs == 0 {
+        "allowed where it has inputs (replicas = N shares its frames among N processes); as a source, one instance".into()
     } else if meta.replicable {
         "allowed (replicas = N shares its frames among N processes)".into()
     } else if meta.abi < (1, 2) {
