@@ -17,7 +17,7 @@ link_gbps = 25.0
 
 [[host]]
 name = "edge"
-control = "quic/[fd00::7]:9000"
+control = "tcp/[fd00::7]:9000"
 data = "[fd00::7]:9100"
 
 [[stage]]
@@ -55,7 +55,7 @@ fn validate_shows_each_link_that_crosses_hosts_and_what_its_network_link_allows(
     for line in [
         "grade  rgb-process 0.1.0  cuda:3 on host gpu1",
         "gpu1  control tcp/10.0.0.3:7447, frames to 10.0.0.3:7448, 25 Gb/s link",
-        "edge  control quic/[fd00::7]:9000, frames to [fd00::7]:9100, link speed not given",
+        "edge  control tcp/[fd00::7]:9000, frames to [fd00::7]:9100, link speed not given",
         // 4K RGB8 over 25 Gb/s; after yuv420 (I420, half the bytes) the other link, of unknown speed.
         "crosses hosts local -> gpu1: TCP to 10.0.0.3:7448, 24.88 MB a frame; at most 125.6 frames/s on the 25 Gb/s link",
         "crosses hosts gpu1 -> edge: TCP to [fd00::7]:9100, 12.44 MB a frame; at most 251.2 frames/s on the 25 Gb/s link",

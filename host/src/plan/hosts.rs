@@ -18,11 +18,12 @@ pub struct HostPlan {
     pub link_gbps: Option<f64>,
 }
 
-/// Zenoh's link protocols an agent can listen on.
-const PROTOCOLS: [&str; 4] = ["tcp", "tls", "quic", "udp"];
+/// Zenoh's link protocols an agent can listen on: those this build of Zenoh carries (TCP; TLS
+/// and QUIC would bring their own crypto crates).
+const PROTOCOLS: [&str; 1] = ["tcp"];
 
 /// The `[[host]]` tables, checked: names (the stage-name rules, once each, not `local`),
-/// control endpoints (`PROTOCOL/ADDRESS:PORT`, once each), data addresses, link speeds.
+/// control endpoints (`tcp/ADDRESS:PORT`, once each), data addresses, link speeds.
 pub fn plan_hosts(source: &SourceFile, hosts: &[Spanned<HostSection>], diags: &mut Diagnostics) -> Vec<HostPlan> {
     let mut planned: Vec<HostPlan> = Vec::new();
     for host in hosts {
@@ -124,10 +125,10 @@ mod tests {
     #[test]
     fn endpoints_take_zenoh_s_form() {
         assert_eq!(endpoint("tcp/10.0.0.3:7447"), Ok(("10.0.0.3".into(), 7447)));
-        assert_eq!(endpoint("quic/[fd00::3]:7447"), Ok(("[fd00::3]".into(), 7447)));
+        assert_eq!(endpoint("tcp/[fd00::3]:7447"), Ok(("[fd00::3]".into(), 7447)));
         assert_eq!(endpoint("tcp/gpu-box.lan:7447"), Ok(("gpu-box.lan".into(), 7447)));
         assert!(endpoint("10.0.0.3:7447").unwrap_err().contains("PROTOCOL/ADDRESS:PORT"));
-        assert!(endpoint("http/10.0.0.3:80").unwrap_err().contains("one of tcp, tls, quic, udp"));
+        assert!(endpoint("quic/10.0.0.3:80").unwrap_err().contains("protocol `quic`: one of tcp"));
         assert!(endpoint("tcp/10.0.0.3:70000").unwrap_err().contains("port `70000`"));
         assert!(endpoint("tcp/fd00::3:7447").unwrap_err().contains("brackets"));
         assert!(endpoint("tcp/:7447").is_err());
