@@ -3,6 +3,7 @@
 //! config → plan → supervisor → stage → link → plugin.
 #![deny(unsafe_code)]
 
+mod agent;
 mod bench;
 mod config;
 mod control;
@@ -76,6 +77,20 @@ enum Command {
         /// Accept a plan that needs more memory than the machine has.
         #[arg(long)]
         no_budget_check: bool,
+        /// Ask the agent of every `[[host]]` what it is (waits up to 2 s for each one that
+        /// does not answer).
+        #[arg(long)]
+        ask_hosts: bool,
+    },
+    /// The agent of a host that runs stages of pipelines started elsewhere (docs/hosts.md):
+    /// announces itself on Zenoh and answers what it is, until Ctrl-C or SIGTERM.
+    Agent {
+        /// Its name, as pipeline files' `[[host]]` tables call it.
+        #[arg(long)]
+        name: String,
+        /// The endpoint it listens on, `tcp/ADDRESS:PORT` (a `[[host]]`'s `control`).
+        #[arg(long)]
+        listen: String,
     },
     /// Measure a pipeline: in one process on one CUDA context (its ideal) and as separate
     /// processes, back to back on the same frames; frames/s, GPU time and bandwidth per stage,
@@ -160,8 +175,10 @@ fn parse_isolation(text: &str) -> Result<config::Isolation, String> {
 }
 
 fn init_logging() {
+    // Zenoh's own messages (its session id, that gossip is off as we want it) only where
+    // they are errors, unless GPUIPC_LOG asks for more.
     let filter = tracing_subscriber::EnvFilter::try_from_env("GPUIPC_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,zenoh=error,zenoh_transport=error,zenoh_link_tcp=error"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .without_time()
@@ -210,10 +227,14 @@ fn main() -> ExitCode {
         Command::Stage { .. } => ExitCode::from(stage::main() as u8),
         Command::Doctor => doctor::main(),
         Command::DoctorPeer { role, device } => doctor::peer_main(role, device),
-        Command::Validate { file, device, no_budget_check } => match load_plan(&file, device) {
+        Command::Agent { name, listen } => agent::main(&name, &listen),
+        Command::Validate { file, device, no_budget_check, ask_hosts } => match load_plan(&file, device) {
             Ok(plan) => {
                 let (needs, has) = (plan::budget::needs(&plan), plan::budget::has());
                 let _ = write!(std::io::stdout(), "{}{}", plan::render_text(&plan), plan::budget::render(&needs, &has));
+                if ask_hosts {
+                    let _ = write!(std::io::stdout(), "{}", agents_text(&plan));
+                }
                 match budget_check(&file, &needs, &has, no_budget_check) {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(code) => code,
@@ -271,6 +292,24 @@ fn main() -> ExitCode {
             run(&plan, &options)
         }
     }
+}
+
+/// What each host's agent says of itself (`validate --ask-hosts`).
+fn agents_text(plan: &plan::Plan) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from("agents:\n");
+    let answers = agent::control::ask(&plan.hosts, std::time::Duration::from_secs(2));
+    for (host, answer) in plan.hosts.iter().zip(answers) {
+        let _ = match answer {
+            Ok(a) => writeln!(out, "  {}  up: gpuipc {} on {}, {} CUDA device(s)", host.name, a.version, a.hostname, a.cuda_devices),
+            Err(why) => writeln!(
+                out,
+                "  {}  not reachable at {}: {why} (start it there: gpuipc-host agent --name {} --listen {})",
+                host.name, host.control, host.name, host.control
+            ),
+        };
+    }
+    out
 }
 
 /// A plan with stages on other hosts cannot run yet: say so, as a plan error (exit 2).

@@ -75,3 +75,41 @@ fn run_refuses_stages_on_other_hosts_until_agents_exist() {
     assert!(out.stderr.contains("error: stage 'grade' runs on host `gpu1`: stages on other hosts run through an agent there"), "{}", out.output());
     assert_nothing_left(out.pid);
 }
+
+/// A TCP port nobody listens on now (the OS's pick of a free one).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn an_agent_announces_itself_and_validate_asks_it_what_it_is() {
+    let dir = scratch("hosts-agent");
+    let (up, down) = (free_port(), free_port());
+    let mut agent = start(&dir, &["agent", "--name", "gpu1", "--listen", &format!("tcp/127.0.0.1:{up}")]);
+    agent.wait_for_stderr(&format!("agent 'gpu1' listening on tcp/127.0.0.1:{up}"), std::time::Duration::from_secs(30));
+    let text = format!(
+        "[pipeline]\ndevice = \"cpu\"\n\n[[host]]\nname = \"gpu1\"\ncontrol = \"tcp/127.0.0.1:{up}\"\n\n[[host]]\nname = \"gone\"\ncontrol = \"tcp/127.0.0.1:{down}\"\n\n\
+         [[stage]]\nname = \"gen\"\nplugin = \"generator\"\n\n[[stage]]\nname = \"sink\"\nplugin = \"null\"\nhost = \"gpu1\"\ninputs = [\"gen\"]\n"
+    );
+    let file = pipeline(&dir, "p.toml", &text);
+    let out = run(&dir, &["validate", file.to_str().unwrap(), "--ask-hosts"]);
+    assert_eq!(out.status.code(), Some(0), "{}", out.output());
+    assert!(out.stdout.contains(&format!("  gpu1  up: gpuipc {} on ", env!("CARGO_PKG_VERSION"))), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(&format!("  gone  not reachable at tcp/127.0.0.1:{down}: no agent answered within 2.0 s (start it there: gpuipc-host agent --name gone --listen tcp/127.0.0.1:{down})")),
+        "{}",
+        out.stdout
+    );
+    agent.signal(rustix::process::Signal::TERM);
+    let finished = agent.finish(std::time::Duration::from_secs(30));
+    assert_eq!(finished.status.code(), Some(0), "{}", finished.output());
+    assert!(finished.stderr.contains("agent 'gpu1' stopped"), "{}", finished.output());
+}
+
+#[test]
+fn an_agent_with_a_bad_endpoint_says_so() {
+    let dir = scratch("hosts-agent-bad");
+    let out = run(&dir, &["agent", "--name", "gpu1", "--listen", "tcp/127.0.0.1:99999"]);
+    assert_eq!(out.status.code(), Some(1), "{}", out.output());
+    assert!(out.stderr.contains("error: agent 'gpu1': cannot listen on tcp/127.0.0.1:99999"), "{}", out.output());
+}
