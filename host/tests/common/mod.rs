@@ -58,7 +58,8 @@ pub fn start(dir: &Path, args: &[&str]) -> Running {
 
 /// Start `gpuipc-host ARGS` in `dir` reading `stdin` (a file, a pipe) as its standard input.
 pub fn start_with_stdin(dir: &Path, args: &[&str], stdin: Stdio) -> Running {
-    let stdout = dir.join(format!("stdout-{}.txt", unique()));
+    // Under the target dir, not `dir`: a run from the repository's root leaves nothing there.
+    let stdout = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("stdout-{}-{}.txt", std::process::id(), unique()));
     let mut child = Command::new(host_bin())
         .args(args)
         .current_dir(dir)
@@ -147,7 +148,9 @@ impl Running {
             }
         }
         let stderr = self.stderr.lock().unwrap().clone();
-        Finished { status, stdout: fs::read_to_string(&self.stdout).unwrap(), stderr, pid }
+        let stdout = fs::read_to_string(&self.stdout).unwrap();
+        let _ = fs::remove_file(&self.stdout);
+        Finished { status, stdout, stderr, pid }
     }
 }
 
