@@ -37,6 +37,7 @@ git rev-parse --short HEAD > "$bundle/COMMIT"
 cp scripts/gpu-check-run.sh "$bundle/check.sh"
 cp scripts/bench-run.sh "$bundle/bench.sh"
 cp scripts/bench-replicas.sh "$bundle/bench-replicas.sh"
-chmod +x "$bundle/check.sh" "$bundle/bench.sh"
+cp scripts/bench-wait.sh "$bundle/bench-wait.sh"
+chmod +x "$bundle/check.sh" "$bundle/bench.sh" "$bundle/bench-wait.sh"
 strip --strip-debug "$bundle"/bin/* "$bundle"/tests/*
 du -sh "$bundle"

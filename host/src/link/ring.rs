@@ -274,6 +274,22 @@ impl Producer {
         self.generation
     }
 
+    /// Wake the consumers sleeping on this ring without publishing: a frame is on its way
+    /// (see [`super::wait::Waiter::waking_ahead`]).
+    pub fn wake_ahead(&self) {
+        let p = &self.ring.header().producer.0;
+        wake_all(&p.publish_futex, &p.consumers_sleeping);
+    }
+
+    /// A handle that wakes this ring's consumers ahead, for another waiter to call.
+    pub fn wake_ahead_fn(&self) -> std::sync::Arc<dyn Fn() + Send + Sync> {
+        let ring = self.ring.clone();
+        std::sync::Arc::new(move || {
+            let p = &ring.header().producer.0;
+            wake_all(&p.publish_futex, &p.consumers_sleeping);
+        })
+    }
+
     /// The sequence number the next frame gets unless told otherwise: a source continues here.
     pub fn next_seq(&self) -> u64 {
         self.next_seq

@@ -24,11 +24,24 @@ pub struct Waiter {
     pub spin: Duration,
     /// Told of every sleep slice, so the host's watchdog sees a waiting stage alive.
     pulse: Option<Arc<super::StatsMap>>,
+    /// Early wake-ups (see [`Waiter::waking_ahead`]): how long to spin after being woken.
+    after_wake: Duration,
+    /// Called when this waiter is woken from a sleep: wakes the stage's own consumers ahead.
+    forward: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl Waiter {
     pub fn new(spin_us: u32) -> Waiter {
-        Waiter { spin: Duration::from_micros(spin_us as u64), pulse: None }
+        Waiter { spin: Duration::from_micros(spin_us as u64), pulse: None, after_wake: Duration::ZERO, forward: None }
+    }
+
+    /// Wake-ups ahead of the frame: a wait woken from its sleep first calls `forward` (which
+    /// wakes the stage's own consumers, so a chain of sleeping stages wakes in parallel with
+    /// the frame's work instead of one hop after another), then spins up to `after_wake` for
+    /// what it waits for before it sleeps again. A producer wakes its consumers ahead when it
+    /// starts a frame after being idle ([`super::Producer::wake_ahead`]).
+    pub fn waking_ahead(self, after_wake: Duration, forward: Option<Arc<dyn Fn() + Send + Sync>>) -> Waiter {
+        Waiter { after_wake, forward, ..self }
     }
 
     /// As [`Waiter::new`], pulsing `stats` while it sleeps.
@@ -71,13 +84,25 @@ impl Waiter {
             let timeout = rustix::fs::Timespec { tv_sec: slice.as_secs() as i64, tv_nsec: slice.subsec_nanos() as i64 };
             // Not FUTEX_PRIVATE: the word lives in memory shared with other processes. EAGAIN
             // (word changed), EINTR and ETIMEDOUT all mean "look again".
-            let _ = futex::wait(word, futex::Flags::empty(), seen, Some(&timeout));
+            let woken = futex::wait(word, futex::Flags::empty(), seen, Some(&timeout)).is_ok();
             sleepers.fetch_sub(1, Ordering::SeqCst);
             if let Some(stats) = &self.pulse {
                 stats.pulse();
             }
+            if woken && let Some(forward) = &self.forward {
+                forward();
+            }
             if let Some(v) = poll() {
                 return Ok(v);
+            }
+            if woken && !self.after_wake.is_zero() {
+                let spin_until = Instant::now() + self.after_wake;
+                while Instant::now() < spin_until {
+                    std::hint::spin_loop();
+                    if let Some(v) = poll() {
+                        return Ok(v);
+                    }
+                }
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(TimedOut);

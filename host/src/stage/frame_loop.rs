@@ -106,6 +106,12 @@ pub struct FrameLoop<'a, 'p> {
     pub phases: super::measure::PhaseClock,
     /// Set when this process is one of its stage's replicas.
     pub replica: Option<super::replica::Replica>,
+    /// A cuda stage's bound on how far its host runs ahead of its GPU.
+    pub lead: Option<super::gpu_lead::GpuLead>,
+    /// A source that starts a frame after being idle this long wakes its consumers ahead
+    /// (`super::wake_ahead`); with when its last frame ended (ns since the epoch).
+    pub wake_ahead_after_idle: Option<u64>,
+    pub last_end_ns: u64,
 }
 
 /// What became of one frame.
@@ -260,6 +266,11 @@ impl FrameLoop<'_, '_> {
         self.phases.lap(Phase::PrepareOutput);
         self.stats.set_phase(PHASE_PROCESS, seq);
         let started_ns = now_ns();
+        if self.inputs.is_empty()
+            && self.wake_ahead_after_idle.is_some_and(|idle| started_ns.saturating_sub(self.last_end_ns) > idle)
+        {
+            self.output.wake_ahead();
+        }
         let timestamp_ns = source_timestamp.unwrap_or(started_ns);
         let mut out = self.output.raw_frame(&pending, seq, timestamp_ns);
         let stream = gpu.map_or(std::ptr::null_mut(), |g| g.stream_ptr());
@@ -268,6 +279,7 @@ impl FrameLoop<'_, '_> {
         // memory the raw frames point at stays valid and unshared for the call.
         let result = self.instance.process(&inputs, out.as_mut(), &ctx);
         let ended_ns = now_ns();
+        self.last_end_ns = ended_ns;
         self.phases.lap(Phase::Process);
         self.stats.plugin_called(started_ns, ended_ns);
         match result {
@@ -286,10 +298,10 @@ impl FrameLoop<'_, '_> {
             }
         }
         for (end, slot) in self.input_ends.iter().zip(held) {
-            end.done(slot.index())?;
+            end.done(slot)?;
         }
         self.phases.lap(Phase::CloseInput);
-        self.output.finish(&pending)?;
+        self.output.finish(&pending, seq)?;
         self.phases.lap(Phase::FinishOutput);
         // A replica publishes in its turn (ticket order), or yields it to an owed frame.
         let turn = match (&self.replica, ticket) {
@@ -315,6 +327,9 @@ impl FrameLoop<'_, '_> {
         self.phases.lap(Phase::Publish);
         if let Some(latency) = &mut self.latency {
             latency.frame_done(timestamp_ns)?;
+        }
+        if let Some(lead) = &mut self.lead {
+            lead.frame_enqueued(index)?;
         }
         Ok(Done::Made(ended_ns))
     }

@@ -72,6 +72,13 @@ impl Output {
         Ok(())
     }
 
+    /// Wake the output ring's consumers ahead of a frame (see `link::wait::Waiter::waking_ahead`).
+    pub fn wake_ahead(&self) {
+        if let Output::Ring(_, p) = self {
+            p.wake_ahead();
+        }
+    }
+
     /// The ring whose consumers' objects this output holds (a GPU ring), if any.
     pub fn followed_ring(&self) -> Option<&crate::link::RingMap> {
         match self {
@@ -116,9 +123,9 @@ impl Output {
 
     /// The plugin's work is enqueued: make the frame visible to consumers' streams or copy it
     /// out to host memory.
-    pub fn finish(&mut self, pending: &Pending) -> Result<(), StageError> {
+    pub fn finish(&mut self, pending: &Pending, seq: u64) -> Result<(), StageError> {
         if let (Output::Ring(end, p), Pending::Ring(slot)) = (self, pending) {
-            end.finish(p.ring(), slot.index())?;
+            end.finish(p.ring(), slot.index(), seq)?;
         }
         Ok(())
     }

@@ -15,7 +15,8 @@
 //! - memory: [`DeviceMemory`] (frame slots: VMM POSIX-fd or legacy IPC exports and their
 //!   imports, private allocations) and [`PinnedHost`] (a host range registered for fast
 //!   copies);
-//! - [`IpcEvent`]: an interprocess event (DisableTiming | Interprocess); [`TimingEvent`] and
+//! - [`IpcEvent`]: an interprocess event (DisableTiming | Interprocess); [`SleepEvent`] a local
+//!   one a host thread sleeps on (BlockingSync); [`TimingEvent`] and
 //!   [`memory_in_use`] for measuring;
 //! - kernels: [`Kernels`] (compile with NVRTC or take from the disk cache, load, look up),
 //!   [`Kernel`] (a launch checked against the kernel's parameters), [`KernelArg`],
@@ -69,6 +70,7 @@ mod module;
 mod nvrtc;
 mod pinned;
 mod scratch;
+mod sleep_event;
 mod table;
 mod timing;
 pub mod testing;
@@ -88,6 +90,7 @@ pub use module::Kernel;
 pub use nvrtc::{NVRTC_OPTIONS, compile_cubin, nvrtc_version};
 pub use pinned::PinnedHost;
 pub use scratch::Scratch;
+pub use sleep_event::SleepEvent;
 pub use table::DeviceTable;
 pub use timing::{TimingEvent, memory_in_use};
 

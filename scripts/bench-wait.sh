@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# How the stages wait, compared in one call on a machine with an NVIDIA GPU (from a bundle of
+# scripts/gpu-check.sh: BUNDLE_DIR/bench-wait.sh [FRAMES]). Each variant is a set of
+# environment variables every stage process inherits (docs/benchmarks.md, "Where the time
+# goes"); each row is one `gpuipc-host bench` call: frames/s in one process and separately,
+# host CPU of the stages, latency at 1,000 frames/s and what each hop adds.
+#
+#   GPUIPC_EVENT_ROUNDS=1   one interprocess event per slot (as before the rounds)
+#   GPUIPC_GPU_LEAD=N       frames a stage's host may run ahead of its GPU (0: unbounded)
+#   GPUIPC_GPU_LEAD_WAIT=poll   query and sleep instead of the driver's blocking wait
+#   GPUIPC_WAKE_AHEAD_US=N  wake a stage's consumers ahead of a frame, spinning N µs for it
+set -uo pipefail
+cd "$(dirname "$0")"
+here=$PWD
+host=$here/bin/gpuipc-host
+results=${OUT:-$here/results}/wait
+work=$here/work/wait
+mkdir -p "$results" "$work"
+frames=${1:-6000}
+export GPUIPC_KERNEL_CACHE=$here/kernel-cache
+for dir in $(ldconfig -p | awk '/libnvrtc.so/ {print $NF}' | xargs -r -n1 dirname) /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    if [ -e "$dir/libnvrtc.so.13" ] || [ -e "$dir/libnvrtc.so" ]; then export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
+done
+echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(nproc) cores; commit $(cat "$here/COMMIT" 2>/dev/null || echo unknown)"
+
+sized() {  # W H
+    sed -e "s/width = 3840, height = 2160/width = $1, height = $2/" -e "s/^name = \"4k-yuv\"/name = \"yuv-$1x$2\"/" \
+        "$here/pipelines/4k-yuv.toml" > "$work/yuv-$1x$2.toml"
+    echo "$work/yuv-$1x$2.toml"
+}
+chain() {  # N: generator, N-2 rgb-process, yuv420 at 1080p
+    {
+        printf '[pipeline]\nname = "chain-%s"\n\n[[stage]]\nname = "s1"\nplugin = "generator"\nparams = { width = 1920, height = 1080, pattern = "bars" }\n' "$1"
+        for i in $(seq 2 $(( $1 - 1 ))); do
+            printf '\n[[stage]]\nname = "s%s"\nplugin = "rgb-process"\ninputs = ["s%s"]\nparams = { brightness = 0.01, contrast = 1.01 }\n' "$i" $(( i - 1 ))
+        done
+        printf '\n[[stage]]\nname = "s%s"\nplugin = "yuv420"\ninputs = ["s%s"]\n' "$1" $(( $1 - 1 ))
+    } > "$work/chain-$1.toml"
+    echo "$work/chain-$1.toml"
+}
+
+variants=${VARIANTS:-"old rounds lead8 lead8-poll lead16 lead8-wake old-wake"}
+variant_env() {
+    case $1 in
+        old) echo "GPUIPC_EVENT_ROUNDS=1 GPUIPC_GPU_LEAD=0" ;;
+        rounds) echo "GPUIPC_GPU_LEAD=0" ;;
+        lead8) echo "GPUIPC_GPU_LEAD=8" ;;
+        lead8-poll) echo "GPUIPC_GPU_LEAD=8 GPUIPC_GPU_LEAD_WAIT=poll" ;;
+        lead16) echo "GPUIPC_GPU_LEAD=16" ;;
+        lead8-wake) echo "GPUIPC_GPU_LEAD=8 GPUIPC_WAKE_AHEAD_US=200" ;;
+        old-wake) echo "GPUIPC_EVENT_ROUNDS=1 GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_AHEAD_US=200" ;;
+        default) echo "" ;;
+        *) echo "unknown variant $1" >&2; return 1 ;;
+    esac
+}
+cases=${CASES:-"4k 1080p chain8"}
+case_file() {
+    case $1 in
+        4k) sized 3840 2160 ;;
+        1080p) sized 1920 1080 ;;
+        720p) sized 1280 720 ;;
+        256) sized 256 256 ;;
+        chain8) chain 8 ;;
+    esac
+}
+for c in $cases; do
+    file=$(case_file "$c")
+    for v in $variants; do
+        label="$c-$v"
+        (cd "$work" && env $(variant_env "$v") "$host" bench "$file" --device cuda --isolation mps --frames "$frames" \
+            --json "$results/$label.json" > "$work/$label.out" 2> "$work/$label.err") || { echo "FAILED: $label"; tail -5 "$work/$label.err"; }
+    done
+done
+python3 - "$results" <<'PY'
+import glob, json, os, sys
+print(f"{'case-variant':22} {'one proc':>9} {'separate':>9} {'ratio':>7} {'cpu sum':>8} {'cpu per stage':>24} {'lat p50/p99 sep':>16} {'hop p50/p99':>14}")
+for path in sorted(glob.glob(f"{sys.argv[1]}/*.json")):
+    r = json.load(open(path))
+    name = os.path.basename(path)[:-5]
+    cpus = [s["cpu_separate"] * 100 for s in r["stages"]]
+    lat = r["separate"].get("latency_us")
+    hop = r.get("added_latency_per_hop_us")
+    same = "" if not r["outputs_differ"] else "  OUTPUTS DIFFER"
+    print(f"{name:22} {r['in_process']['frames_per_s']:>9,.0f} {r['separate']['frames_per_s']:>9,.0f} {r['ratio']*100:>6.1f}% {sum(cpus):>7.0f}% "
+          f"{'/'.join(f'{c:.0f}' for c in cpus):>24} {(f'{lat[0]:.0f}/{lat[1]:.0f}' if lat else '-'):>16} {(f'{hop[0]:.1f}/{hop[1]:.1f}' if hop else '-'):>14}{same}")
+PY
+
+# Host CPU of each stage with the source paced (generator `fps`), from `run --report`:
+# 1080p generator -> rgb-process -> yuv420 at 60 frames/s (300 frames) and 1,000 (2,000).
+for fps in 60 1000; do
+    frames_paced=$(( fps == 60 ? 300 : 2000 ))
+    sed -e 's/width = 3840, height = 2160/width = 1920, height = 1080, fps = '"$fps"'.0/' "$here/pipelines/4k-yuv.toml" > "$work/paced-$fps.toml"
+    (cd "$work" && "$host" run "$work/paced-$fps.toml" --device cuda --frames "$frames_paced" --quiet --report "$work/paced-$fps.json" > /dev/null 2> "$work/paced-$fps.err") ||
+        { echo "FAILED: paced $fps"; tail -5 "$work/paced-$fps.err"; continue; }
+    python3 - "$work/paced-$fps.json" "$fps" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"paced at {sys.argv[2]} frames/s, host CPU per stage: " + ", ".join(f"{s['name']} {s.get('cpu', 0) * 100:.1f} %" for s in r["stages"]))
+PY
+done
