@@ -39,7 +39,19 @@ pub fn rounds(depth: usize) -> usize {
     if let Some(n) = std::env::var("GPUIPC_EVENT_ROUNDS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n >= 1) {
         return n;
     }
-    (depth + crate::stage::gpu_lead::frames().max(1)).div_ceil(depth.max(1)) + 1
+    rounds_for(depth, crate::stage::gpu_lead::frames())
+}
+
+/// Rounds for a ring of `depth` slots when hosts run at most `lead` frames ahead of their GPU
+/// (0: unbounded, sized as for 1). A producer recording frame `seq` holds its slot, so its
+/// consumers' hosts have released `seq - depth` and their GPUs are at most `lead` frames behind
+/// them; the event's previous record (`rounds * depth` frames back) then has its waits run when
+/// `rounds * depth >= depth + lead`. A consumer recording `released` for `seq` needs the
+/// producer's GPU past its write of `seq - (rounds - 1) * depth`; the producer's host has
+/// published `seq`, so `(rounds - 1) * depth >= lead`. One round more for slack.
+fn rounds_for(depth: usize, lead: usize) -> usize {
+    let depth = depth.max(1);
+    (depth + lead.max(1)).div_ceil(depth) + 1
 }
 
 /// The index in a slot-major list of events (`rounds` per slot) of the event the frame `seq`
@@ -226,11 +238,14 @@ mod tests {
 
     #[test]
     fn rounds_cover_a_ring_full_and_the_lead() {
-        // Whatever the lead (here the default, none), a ring has at least two rounds more than
-        // a lead of one frame needs.
-        for depth in [1, 2, 4, 8, 64] {
-            assert!(rounds(depth) * depth >= depth + 1, "depth {depth}");
-            assert!(rounds(depth) >= 3);
+        for depth in [1, 2, 3, 4, 8, 16, 64] {
+            for lead in [0, 1, 4, 8, 16, 32] {
+                let k = rounds_for(depth, lead);
+                assert!(k * depth >= depth + lead, "depth {depth}, lead {lead}: {k} rounds");
+                assert!((k - 1) * depth >= lead, "depth {depth}, lead {lead}: {k} rounds");
+            }
         }
+        assert_eq!(rounds_for(4, 0), 3);
+        assert_eq!(rounds_for(4, 8), 4);
     }
 }
