@@ -1,5 +1,5 @@
-//! Stages on several hosts: what the plan says of them (docs/hosts.md). Running them needs the
-//! agents, which do not exist yet: `run` refuses such a plan, naming the stage.
+//! Stages on several hosts (docs/multi-host.md): what the plan says of them, and runs whose
+//! parts real agents run: on loopback, and in network namespaces where this user can make them.
 
 mod common;
 
@@ -67,13 +67,39 @@ fn validate_shows_each_link_that_crosses_hosts_and_what_its_network_link_allows(
 }
 
 #[test]
-fn run_refuses_stages_on_other_hosts_until_agents_exist() {
-    let dir = scratch("hosts-run");
-    let file = pipeline(&dir, "p.toml", TWO_HOSTS);
+fn run_says_how_to_start_an_agent_that_does_not_answer() {
+    let dir = scratch("hosts-run-down");
+    let port = free_ports(2);
+    let text = format!(
+        "[pipeline]\ndevice = \"cpu\"\nframes = 3\n\n[[host]]\nname = \"gone\"\ncontrol = \"tcp/127.0.0.1:{port}\"\n\n\
+         [[stage]]\nname = \"gen\"\nplugin = \"generator\"\nhost = \"gone\"\n\n[[stage]]\nname = \"sink\"\nplugin = \"null\"\nhost = \"gone\"\ninputs = [\"gen\"]\n"
+    );
+    let file = pipeline(&dir, "p.toml", &text);
     let out = run(&dir, &["run", file.to_str().unwrap(), "--quiet"]);
-    assert_eq!(out.status.code(), Some(2), "{}", out.output());
-    assert!(out.stderr.contains("error: stage 'grade' runs on host `gpu1`: stages on other hosts run through an agent there"), "{}", out.output());
+    assert_eq!(out.status.code(), Some(1), "{}", out.output());
+    assert!(
+        out.stderr.contains(&format!("error: host `gone`: no agent answered at tcp/127.0.0.1:{port} within 10 s (start it there: gpuipc-host agent --name gone --listen tcp/127.0.0.1:{port})")),
+        "{}",
+        out.output()
+    );
     assert_nothing_left(out.pid);
+}
+
+#[test]
+fn a_link_from_another_host_into_this_machine_is_refused_at_plan_time() {
+    let dir = scratch("hosts-into-local");
+    let text = "[pipeline]\ndevice = \"cpu\"\n\n[[host]]\nname = \"a\"\ncontrol = \"tcp/127.0.0.1:1\"\n\n\
+                [[stage]]\nname = \"gen\"\nplugin = \"generator\"\nhost = \"a\"\n\n[[stage]]\nname = \"sink\"\nplugin = \"null\"\ninputs = [\"gen\"]\n";
+    let file = pipeline(&dir, "p.toml", text);
+    for command in ["validate", "run"] {
+        let out = run(&dir, &[command, file.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{}", out.output());
+        assert!(
+            out.stderr.contains("error: link gen -> sink goes from host `a` into stage 'sink' on the machine `run` starts on, which has no data address for frames: put 'sink' on a [[host]]"),
+            "{}",
+            out.output()
+        );
+    }
 }
 
 /// A TCP port nobody listens on now (the OS's pick of a free one).
@@ -112,4 +138,145 @@ fn an_agent_with_a_bad_endpoint_says_so() {
     let out = run(&dir, &["agent", "--name", "gpu1", "--listen", "tcp/127.0.0.1:99999"]);
     assert_eq!(out.status.code(), Some(1), "{}", out.output());
     assert!(out.stderr.contains("error: agent 'gpu1': cannot listen on tcp/127.0.0.1:99999"), "{}", out.output());
+}
+
+/// Two chains, one on each agent, and one on this machine: nothing crosses hosts, so this
+/// checks the agents' part of a run (start, outcome, report) apart from the link stages.
+fn three_chains(a: &Agent, b: &Agent, frames: Option<u64>, fps: Option<u32>) -> String {
+    let frames = frames.map_or(String::new(), |f| format!("frames = {f}\n"));
+    let fps = fps.map_or(String::new(), |f| format!(", fps = {f}.0"));
+    let mut text = format!("[pipeline]\nname = \"three\"\ndevice = \"cpu\"\n{frames}\n{}\n{}\n", a.host_table(), b.host_table());
+    for (host, seed) in [("a", 1), ("b", 2), ("local", 3)] {
+        text.push_str(&format!(
+            "[[stage]]\nname = \"gen_{host}\"\nplugin = \"generator\"\nhost = \"{host}\"\nparams = {{ width = 40, height = 24, pattern = \"noise\", seed = {seed}{fps} }}\n\n\
+             [[stage]]\nname = \"grade_{host}\"\nplugin = \"rgb-process\"\nhost = \"{host}\"\ninputs = [\"gen_{host}\"]\nparams = {{ brightness = 0.1 }}\n\n\
+             [[stage]]\nname = \"sink_{host}\"\nplugin = \"null\"\nhost = \"{host}\"\ninputs = [\"grade_{host}\"]\n\n"
+        ));
+    }
+    text
+}
+
+/// The same pipeline without hosts: the reference, run `--in-process`.
+fn without_hosts(text: &str) -> String {
+    let mut out = String::new();
+    let mut skip = false;
+    for line in text.lines() {
+        if line.starts_with("[[host]]") {
+            skip = true;
+            continue;
+        }
+        if line.starts_with('[') {
+            skip = false;
+        }
+        if !skip && !line.starts_with("host = ") {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// `(host, stage)` → checksum lines, from a multi-host run's `--checksums DIR` (`DIR/HOST/STAGE.sum`).
+fn sums_by_host(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    files_under(dir).into_iter().filter(|(k, _)| k.ends_with(".sum")).collect()
+}
+
+#[test]
+fn each_agent_runs_its_part_and_the_coordinator_reports_every_host() {
+    let dir = scratch("hosts-parts");
+    let (a, b) = (Agent::start(&dir, "a"), Agent::start(&dir, "b"));
+    let text = three_chains(&a, &b, Some(25), None);
+    let file = pipeline(&dir, "p.toml", &text);
+    let sums = dir.join("sums");
+    let report = dir.join("report.json");
+    let out = run(&dir, &["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap(), "--report", report.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", out.output());
+    for (host, stage) in [("a", "gen_a"), ("a", "sink_a"), ("b", "grade_b"), ("local", "sink_local")] {
+        let row = out.stdout.lines().find(|l| l.split_whitespace().take(2).eq([host, stage])).unwrap_or_else(|| panic!("no row of {stage} on {host}:\n{}", out.stdout));
+        assert!(row.contains(" 25 ") && row.ends_with("finished"), "{row}");
+    }
+    assert!(out.stdout.contains("run 'three' finished"), "{}", out.stdout);
+    // The report merges the parts', each stage with its host.
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let stages = json["stages"].as_array().unwrap();
+    assert_eq!(stages.len(), 9, "{json}");
+    assert!(stages.iter().any(|s| s["name"] == "grade_b" && s["host"] == "b" && s["frames"] == 25), "{json}");
+
+    // Every stage's every frame equals the run in one process of the same stages.
+    let reference = dir.join("reference");
+    let one = pipeline(&dir, "one.toml", &without_hosts(&text));
+    let refrun = run(&dir, &["run", one.to_str().unwrap(), "--in-process", "--quiet", "--checksums", reference.to_str().unwrap()]);
+    assert_eq!(refrun.status.code(), Some(0), "{}", refrun.output());
+    let got = sums_by_host(&sums);
+    for (stage, want) in files_under(&reference) {
+        let host = stage.split('_').nth(1).unwrap().trim_end_matches(".sum");
+        assert_eq!(got.get(&format!("{host}/{stage}")), Some(&want), "{host}/{stage}");
+    }
+    assert_nothing_left(out.pid);
+    for agent in [&a, &b] {
+        assert_eq!(parts_left_after(agent.pid(), RUN_TIMEOUT), vec![], "agent {}", agent.name);
+    }
+    // An agent's stderr carries its part's, prefixed with the run and the host.
+    let a_log = a.stop();
+    assert_eq!(a_log.status.code(), Some(0), "{}", a_log.output());
+    assert!(a_log.stderr.lines().any(|l| l.starts_with("[run ") && l.contains(" host a] ") && l.contains("all 3 stages ready")), "{}", a_log.stderr);
+}
+
+#[test]
+fn ctrl_c_at_the_coordinator_drains_every_host() {
+    let dir = scratch("hosts-ctrl-c");
+    let (mut a, mut b) = (Agent::start(&dir, "a"), Agent::start(&dir, "b"));
+    let text = three_chains(&a, &b, None, Some(200));
+    let file = pipeline(&dir, "p.toml", &text);
+    let sums = dir.join("sums");
+    let mut coordinator = start(&dir, &["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap()]);
+    coordinator.wait_for_stderr("host local] ", RUN_TIMEOUT);
+    for agent in [&mut a, &mut b] {
+        agent.running.as_mut().unwrap().wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    }
+    coordinator.signal(rustix::process::Signal::INT);
+    let out = coordinator.finish(RUN_TIMEOUT);
+    assert_eq!(out.status.code(), Some(0), "{}", out.output());
+    assert!(out.stdout.contains("run 'three' stopped by"), "{}", out.stdout);
+    // What each host's sink took is a prefix of what the same stages make in one process.
+    let got = sums_by_host(&sums);
+    let most = got.values().map(|v| v.iter().filter(|&&c| c == b'\n').count()).max().unwrap() as u64;
+    assert!(most > 0, "no frames at all: {}", out.output());
+    let reference = dir.join("reference");
+    let one = pipeline(&dir, "one.toml", &without_hosts(&text).replace(", fps = 200.0", ""));
+    let refrun = run(&dir, &["run", one.to_str().unwrap(), "--in-process", "--quiet", "--frames", &most.to_string(), "--checksums", reference.to_str().unwrap()]);
+    assert_eq!(refrun.status.code(), Some(0), "{}", refrun.output());
+    for (stage, want) in files_under(&reference) {
+        let host = stage.split('_').nth(1).unwrap().trim_end_matches(".sum");
+        let have = got.get(&format!("{host}/{stage}")).unwrap_or_else(|| panic!("no {host}/{stage}"));
+        assert!(!have.is_empty() && want.starts_with(have), "{host}/{stage} is not a prefix of the reference");
+    }
+    assert_nothing_left(out.pid);
+    for agent in [&a, &b] {
+        assert_eq!(parts_left_after(agent.pid(), RUN_TIMEOUT), vec![], "agent {}", agent.name);
+    }
+}
+
+#[test]
+fn an_agent_killed_mid_run_stops_the_run_naming_its_host() {
+    let dir = scratch("hosts-agent-killed");
+    let (mut a, mut b) = (Agent::start(&dir, "a"), Agent::start(&dir, "b"));
+    let text = three_chains(&a, &b, None, Some(200));
+    let file = pipeline(&dir, "p.toml", &text);
+    let coordinator = start(&dir, &["run", file.to_str().unwrap(), "--quiet"]);
+    for agent in [&mut a, &mut b] {
+        agent.running.as_mut().unwrap().wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    }
+    let b_pid = b.pid();
+    b.running.as_ref().unwrap().signal(rustix::process::Signal::KILL);
+    let out = coordinator.finish(RUN_TIMEOUT);
+    assert_eq!(out.status.code(), Some(1), "{}", out.output());
+    assert!(out.stderr.contains("host `b` was lost: its agent's liveliness token vanished (on_host_loss = \"stop\")"), "{}", out.output());
+    assert!(out.stdout.contains("host `b`: lost"), "{}", out.stdout);
+    assert_nothing_left(out.pid);
+    // Nothing of the run is left on either host: a's part was ended, b's died with its agent.
+    assert_eq!(parts_left_after(a.pid(), RUN_TIMEOUT), vec![], "agent a");
+    assert_eq!(parts_left_after(b_pid, RUN_TIMEOUT), vec![], "agent b");
+    let a_log = a.stop();
+    assert_eq!(a_log.status.code(), Some(0), "{}", a_log.output());
 }
