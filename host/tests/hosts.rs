@@ -230,9 +230,13 @@ fn ctrl_c_at_the_coordinator_drains_every_host() {
     let file = pipeline(&dir, "p.toml", &text);
     let sums = dir.join("sums");
     let mut coordinator = start(&dir, &["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap()]);
-    coordinator.wait_for_stderr("host local] ", RUN_TIMEOUT);
+    coordinator.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
     for agent in [&mut a, &mut b] {
-        agent.running.as_mut().unwrap().wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+        agent.running().wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    }
+    // Stopped once every host's sink has taken frames, so the prefixes say something.
+    for host in ["a", "b", "local"] {
+        wait_until(RUN_TIMEOUT, &format!("frames in {host}'s sink"), || std::fs::metadata(sums.join(host).join(format!("sink_{host}.sum"))).is_ok_and(|m| m.len() > 0));
     }
     coordinator.signal(rustix::process::Signal::INT);
     let out = coordinator.finish(RUN_TIMEOUT);
@@ -249,7 +253,13 @@ fn ctrl_c_at_the_coordinator_drains_every_host() {
     for (stage, want) in files_under(&reference) {
         let host = stage.split('_').nth(1).unwrap().trim_end_matches(".sum");
         let have = got.get(&format!("{host}/{stage}")).unwrap_or_else(|| panic!("no {host}/{stage}"));
-        assert!(!have.is_empty() && want.starts_with(have), "{host}/{stage} is not a prefix of the reference");
+        assert!(
+            !have.is_empty() && want.starts_with(have),
+            "{host}/{stage} ({} bytes) is not a prefix of the reference ({} bytes): its last line {:?}",
+            have.len(),
+            want.len(),
+            String::from_utf8_lossy(have).lines().last()
+        );
     }
     assert_nothing_left(out.pid);
     for agent in [&a, &b] {
@@ -279,4 +289,97 @@ fn an_agent_killed_mid_run_stops_the_run_naming_its_host() {
     assert_eq!(parts_left_after(b_pid, RUN_TIMEOUT), vec![], "agent b");
     let a_log = a.stop();
     assert_eq!(a_log.status.code(), Some(0), "{}", a_log.output());
+}
+
+/// `generator` on a → `rgb-process` on b → `yuv420` on a: two links cross hosts, one each way.
+fn split_chain(a: &Agent, b: &Agent, frames: Option<u64>, size: (u32, u32), extra: &str) -> String {
+    let frames = frames.map_or(String::new(), |f| format!("frames = {f}\n"));
+    let (w, h) = size;
+    format!(
+        "[pipeline]\nname = \"cross\"\ndevice = \"cpu\"\n{frames}{extra}\n{}\n{}\n\
+         [[stage]]\nname = \"gen\"\nplugin = \"generator\"\nhost = \"a\"\nparams = {{ width = {w}, height = {h}, pattern = \"noise\", seed = 5 }}\n\n\
+         [[stage]]\nname = \"grade\"\nplugin = \"rgb-process\"\nhost = \"b\"\ninputs = [\"gen\"]\nparams = {{ brightness = 0.2, contrast = 1.1 }}\n\n\
+         [[stage]]\nname = \"yuv\"\nplugin = \"yuv420\"\nhost = \"a\"\ninputs = [\"grade\"]\n",
+        a.host_table(),
+        b.host_table()
+    )
+}
+
+/// The frames of every stage of `text` run in one process, `--checksums` into `dir/reference`.
+fn reference_sums(dir: &std::path::Path, text: &str, frames: Option<u64>) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let reference = dir.join("reference");
+    let one = pipeline(dir, "one.toml", &without_hosts(text));
+    let mut args = vec!["run", one.to_str().unwrap(), "--in-process", "--quiet", "--checksums", reference.to_str().unwrap()];
+    let frames = frames.map(|f| f.to_string());
+    if let Some(f) = &frames {
+        args.extend(["--frames", f]);
+    }
+    let out = run(dir, &args);
+    assert_eq!(out.status.code(), Some(0), "{}", out.output());
+    files_under(&reference)
+}
+
+/// Each stage's frames on the host it ran on, and the same frames on the host its receiver
+/// passed them to, equal the reference byte for byte (`--checksums` hashes every frame).
+fn assert_split_chain_sums(sums: &std::path::Path, reference: &std::collections::BTreeMap<String, Vec<u8>>) {
+    let got = sums_by_host(sums);
+    for (file, hosts) in [("gen.sum", ["a", "b"]), ("grade.sum", ["b", "a"]), ("yuv.sum", ["a", "a"])] {
+        let want = &reference[file];
+        assert!(want.iter().filter(|&&c| c == b'\n').count() > 0, "no frames in the reference's {file}");
+        for host in hosts {
+            assert_eq!(got.get(&format!("{host}/{file}")), Some(want), "{host}/{file}");
+        }
+    }
+}
+
+#[test]
+fn a_pipeline_split_over_two_agents_on_loopback_makes_the_in_process_frames() {
+    let dir = scratch("hosts-cross-loopback");
+    let (a, mut b) = (Agent::start(&dir, "a"), Agent::start(&dir, "b"));
+    let text = split_chain(&a, &b, Some(40), (64, 48), "");
+    let file = pipeline(&dir, "p.toml", &text);
+    let sums = dir.join("sums");
+    let report = dir.join("report.json");
+    let out = run(&dir, &["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap(), "--report", report.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", out.output());
+    assert_split_chain_sums(&sums, &reference_sums(&dir, &text, None));
+    // The bridge stages are rows of their hosts, every frame through them.
+    for (host, stage, plugin) in [("a", "gen-to-b", "tcp-send"), ("b", "gen", "tcp-receive"), ("b", "grade-to-a", "tcp-send"), ("a", "grade", "tcp-receive")] {
+        let row = out.stdout.lines().find(|l| l.split_whitespace().take(3).eq([host, stage, plugin])).unwrap_or_else(|| panic!("no {stage} row on {host}:\n{}", out.stdout));
+        assert!(row.contains(" 40 ") && row.ends_with("finished"), "{row}");
+    }
+    // b's receiver took gen's frames from a's sender, on b's data port.
+    b.running().wait_for_stderr("link 'gen->b': connection 1 from 127.0.0.1:", RUN_TIMEOUT);
+    assert!(b.running().stderr_so_far().contains(&format!("to {}", b.data)), "{}", b.running().stderr_so_far());
+    assert_nothing_left(out.pid);
+    for agent in [&a, &b] {
+        assert_eq!(parts_left_after(agent.pid(), RUN_TIMEOUT), vec![], "agent {}", agent.name);
+    }
+}
+
+#[test]
+fn a_pipeline_split_over_two_network_namespaces_sends_its_frames_over_the_veth() {
+    let Some(net) = netns::Pair::create("cross", 1) else { return };
+    let dir = scratch("hosts-cross-netns");
+    let (a, mut b) = (Agent::start_in(&dir, "a", &net.a), Agent::start_in(&dir, "b", &net.b));
+    let (frames, (w, h)) = (30u64, (320u32, 240u32));
+    let text = split_chain(&a, &b, Some(frames), (w, h), "");
+    let file = pipeline(&dir, "p.toml", &text);
+    let sums = dir.join("sums");
+    let (before_a, before_b) = (net.a.bytes(), net.b.bytes());
+    let out = start_wrapped(&dir, &net.a.exec(), &["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap()], std::process::Stdio::null()).finish(RUN_TIMEOUT);
+    assert_eq!(out.status.code(), Some(0), "{}", out.output());
+    assert_split_chain_sums(&sums, &reference_sums(&dir, &text, None));
+    // The frames crossed the veth: gen's (RGB8) from a to b, grade's (RGB8) back.
+    let (after_a, after_b) = (net.a.bytes(), net.b.bytes());
+    let frame_bytes = u64::from(w * h * 3);
+    let least = frames * frame_bytes;
+    assert!(after_a.1 - before_a.1 >= least && after_b.0 - before_b.0 >= least, "a sent {} and b took {} bytes; {frames} frames are {least}", after_a.1 - before_a.1, after_b.0 - before_b.0);
+    assert!(after_b.1 - before_b.1 >= least && after_a.0 - before_a.0 >= least, "b sent {} and a took {} bytes; {frames} frames are {least}", after_b.1 - before_b.1, after_a.0 - before_a.0);
+    // b's receiver names the peer: a's veth address.
+    b.running().wait_for_stderr(&format!("link 'gen->b': connection 1 from {}:", net.a.address), RUN_TIMEOUT);
+    assert_nothing_left(out.pid);
+    for agent in [&a, &b] {
+        assert_eq!(parts_left_after(agent.pid(), RUN_TIMEOUT), vec![], "agent {}", agent.name);
+    }
 }

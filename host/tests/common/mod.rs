@@ -2,6 +2,8 @@
 //! bound on every wait, and checking that a run left nothing behind.
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -58,9 +60,23 @@ pub fn start(dir: &Path, args: &[&str]) -> Running {
 
 /// Start `gpuipc-host ARGS` in `dir` reading `stdin` (a file, a pipe) as its standard input.
 pub fn start_with_stdin(dir: &Path, args: &[&str], stdin: Stdio) -> Running {
+    start_wrapped(dir, &[], args, stdin)
+}
+
+/// Start `WRAP... gpuipc-host ARGS` in `dir` (`wrap`: a command that runs another, such as
+/// `ip netns exec NS`, and execs it, so the pid is gpuipc-host's).
+pub fn start_wrapped(dir: &Path, wrap: &[&str], args: &[&str], stdin: Stdio) -> Running {
     // Under the target dir, not `dir`: a run from the repository's root leaves nothing there.
     let stdout = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("stdout-{}-{}.txt", std::process::id(), unique()));
-    let mut child = Command::new(host_bin())
+    let mut command = match wrap.split_first() {
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg(host_bin());
+            c
+        }
+        None => Command::new(host_bin()),
+    };
+    let mut child = command
         .args(args)
         .current_dir(dir)
         .env("GPUIPC_LOG", "info")
@@ -366,8 +382,21 @@ impl Agent {
         panic!("agent '{name}' could not listen on any free port");
     }
 
+    /// An agent named `name` in the namespace of `side`, on its veth address: control port
+    /// 7447, frames from 7448 (the namespace is the test's own, so they are free).
+    pub fn start_in(dir: &Path, name: &str, side: &netns::Side) -> Agent {
+        let control = format!("tcp/{}:7447", side.address);
+        let mut running = start_wrapped(dir, &side.exec(), &["agent", "--name", name, "--listen", &control], Stdio::null());
+        running.wait_for_stderr("listening on", Duration::from_secs(30));
+        Agent { name: name.to_owned(), control, data: format!("{}:7448", side.address), running: Some(running) }
+    }
+
     pub fn pid(&self) -> u32 {
         self.running.as_ref().unwrap().pid()
+    }
+
+    pub fn running(&mut self) -> &mut Running {
+        self.running.as_mut().unwrap()
     }
 
     /// The `[[host]]` table of this agent, named `host`.
@@ -410,5 +439,15 @@ impl Running {
     /// What it wrote to stderr so far.
     pub fn stderr_so_far(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+}
+
+/// Block until `ready()` holds, looking again every 20 ms, at most `timeout` (then fail
+/// naming `what`): for states only files show, such as frames a stage wrote.
+pub fn wait_until(timeout: Duration, what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ready() {
+        assert!(Instant::now() < deadline, "no {what} within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

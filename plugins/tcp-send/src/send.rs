@@ -137,7 +137,7 @@ impl Plugin for TcpSend {
         }
         let format = *inputs.first().ok_or("tcp-send takes 1 input")?;
         let layout = FrameLayout::for_format(format).ok_or_else(|| Error::new(format!("no layout for {format}")))?;
-        let mut stage = TcpSend {
+        let stage = TcpSend {
             to: parse_to(&params.to)?,
             link: params.link,
             timeout: Duration::from_secs_f64(params.connect_timeout_s),
@@ -148,11 +148,14 @@ impl Plugin for TcpSend {
             unacked: None,
             kept: Vec::new(),
         };
-        stage.connect()?;
+        // Connected at the first frame, not here: a run starts its frame loops only once every
+        // stage is created, and a receiver answers the hello from its frame loop, so two hosts
+        // whose links cross both ways (a -> b -> a) would each wait for the other's start.
         Ok(stage)
     }
 
     fn process(&mut self, inputs: &[InputFrame<'_>], _output: Option<&mut OutputFrame<'_>>, _ctx: &ProcessContext) -> Result<()> {
+        self.first_connect()?;
         let input = inputs.first().ok_or("tcp-send takes 1 input")?;
         let bytes = input.host_bytes().ok_or("tcp-send reads host memory only")?;
         let need = self.frame_bytes;
@@ -170,6 +173,7 @@ impl Plugin for TcpSend {
     }
 
     fn flush(&mut self) -> Result<()> {
+        self.first_connect()?;
         self.settle()?;
         // The end goes over a connection like a frame, and is sent again on a new one if the
         // old one breaks before the receiver acknowledges it.
@@ -184,6 +188,11 @@ impl Plugin for TcpSend {
 }
 
 impl TcpSend {
+    /// The first connection, made at the first frame or the end of stream (see `create`).
+    fn first_connect(&mut self) -> Result<()> {
+        if self.epoch == 0 && self.conn.is_none() { self.connect() } else { Ok(()) }
+    }
+
     fn stream(&mut self) -> Result<&mut TcpStream, WireError> {
         self.conn.as_mut().ok_or_else(|| WireError::Lost(std::io::ErrorKind::NotConnected.into()))
     }
@@ -315,7 +324,9 @@ mod tests {
         let text = format!("to = \"127.0.0.1:{port}\"\nlink = \"a->b\"\nconnect_timeout_s = 0.2");
         let params = parse_params::<TcpSend>(&text).unwrap();
         let format = FrameFormat::new(PixelFormat::Gray8, 4, 4);
-        let e = TcpSend::create(params, &[format], None, &gpuipc_plugin_api::testing::cpu_context()).unwrap_err().to_string();
+        // It connects at its first frame or its end of stream, whichever comes first.
+        let mut stage = TcpSend::create(params, &[format], None, &gpuipc_plugin_api::testing::cpu_context()).unwrap();
+        let e = stage.flush().unwrap_err().to_string();
         assert!(e.contains(&format!("link 'a->b': could not connect to the receiver at 127.0.0.1:{port} within 0.2 s")), "{e}");
     }
 }
