@@ -3,7 +3,10 @@
 //! `tcp-receive` stage on the consumer's host (cpu domain only; any pixel format). The planner
 //! inserts it for a link that crosses hosts; a pipeline may also name it.
 //!
-//! It connects when the stage starts, retrying every 50 ms until `connect_timeout_s`; sends a
+//! It connects at its first frame (or its end of stream, if none comes), not when the stage
+//! starts: a receiver answers from its frame loop, and a run starts its frame loops only once
+//! every stage is created, so two hosts whose links cross both ways would wait for each other.
+//! It retries every 50 ms until `connect_timeout_s`; sends a
 //! hello (link name, format, frame size) that the receiver accepts or refuses with a reason,
 //! then each frame as a header and the slot's bytes. It keeps the last frame until the receiver
 //! acknowledges it: when the connection breaks (either end died), it connects again (a new
