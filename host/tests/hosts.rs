@@ -383,3 +383,80 @@ fn a_pipeline_split_over_two_network_namespaces_sends_its_frames_over_the_veth()
         assert_eq!(parts_left_after(agent.pid(), RUN_TIMEOUT), vec![], "agent {}", agent.name);
     }
 }
+
+/// `generator` on a → `rgb-process` on b (with `policy` on its input), the veth rate-limited.
+fn over_a_slow_link(a: &Agent, b: &Agent, frames: u64, policy: &str) -> String {
+    format!(
+        "[pipeline]\nname = \"slow\"\ndevice = \"cpu\"\nframes = {frames}\n\n{}\n{}\n\
+         [[stage]]\nname = \"gen\"\nplugin = \"generator\"\nhost = \"a\"\nparams = {{ width = 320, height = 240, pattern = \"noise\", seed = 9 }}\n\n\
+         [[stage]]\nname = \"grade\"\nplugin = \"rgb-process\"\nhost = \"b\"\ninputs = [\"gen\"]\npolicy = \"{policy}\"\nparams = {{ brightness = 0.2 }}\n",
+        a.host_table(),
+        b.host_table()
+    )
+}
+
+/// A report row's field: `(host, stage)` → its value of `field`.
+fn report_field(report: &serde_json::Value, host: &str, stage: &str, field: &str) -> u64 {
+    let rows = report["stages"].as_array().unwrap();
+    let row = rows.iter().find(|s| s["host"] == host && s["name"] == stage).unwrap_or_else(|| panic!("no {stage} on {host} in {report}"));
+    row[field].as_u64().unwrap()
+}
+
+#[test]
+fn a_rate_limited_link_holds_the_producer_back_or_drops_whole_frames_on_the_sending_host() {
+    let Some(net) = netns::Pair::create("tbf", 2) else { return };
+    let dir = scratch("hosts-tbf");
+    let (a, b) = (Agent::start_in(&dir, "a", &net.a), Agent::start_in(&dir, "b", &net.b));
+    // 50 Mb/s: about 27 frames of 320x240 RGB8 a second, far fewer than the generator makes.
+    net.a.tc(&["qdisc", "add", "dev", &net.a.veth, "root", "tbf", "rate", "50mbit", "burst", "32kbit", "latency", "400ms"]);
+    let reference = |frames: u64, policy: &str| reference_sums(&dir, &over_a_slow_link(&a, &b, frames, policy), None);
+    let run_over = |frames: u64, policy: &str| {
+        let file = pipeline(&dir, "p.toml", &over_a_slow_link(&a, &b, frames, policy));
+        let sums = dir.join(format!("sums-{policy}"));
+        let report = dir.join(format!("report-{policy}.json"));
+        let args = ["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap(), "--report", report.to_str().unwrap()];
+        let out = start_wrapped(&dir, &net.a.exec(), &args, std::process::Stdio::null()).finish(RUN_TIMEOUT);
+        assert_eq!(out.status.code(), Some(0), "{}", out.output());
+        assert_nothing_left(out.pid);
+        (sums_by_host(&sums), serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(&report).unwrap()).unwrap())
+    };
+
+    // block: the receiver's ring full holds the sender, and its ring the generator: nothing
+    // is dropped anywhere and every frame arrives, equal to the one-process run's.
+    let (sums, report) = run_over(40, "block");
+    let want = reference(40, "block");
+    assert_eq!(sums.get("b/gen.sum"), Some(&want["gen.sum"]), "b's received frames");
+    assert_eq!(sums.get("b/grade.sum"), Some(&want["grade.sum"]), "b's graded frames");
+    for (host, stage) in [("a", "gen"), ("a", "gen-to-b"), ("b", "gen"), ("b", "grade")] {
+        assert_eq!(report_field(&report, host, stage, "dropped"), 0, "{host}/{stage}: {report}");
+        assert_eq!(report_field(&report, host, stage, "frames"), 40, "{host}/{stage}: {report}");
+    }
+
+    // drop_oldest on grade's input: the sender takes gen's ring with it, so frames are dropped
+    // on a, counted there, and every frame b gets is whole: its hash is the reference's frame
+    // of the same number.
+    let frames = 400;
+    let (sums, report) = run_over(frames, "drop_oldest");
+    let want: std::collections::BTreeMap<u64, String> = sum_lines_of(&reference(frames, "drop_oldest")["gen.sum"]);
+    let got = sum_lines_of(&sums["b/gen.sum"]);
+    assert!(!got.is_empty(), "b got no frames: {report}");
+    for (seq, hash) in &got {
+        assert_eq!(want.get(seq), Some(hash), "frame {seq} on b");
+    }
+    let (sent, dropped) = (report_field(&report, "a", "gen-to-b", "frames"), report_field(&report, "a", "gen-to-b", "dropped"));
+    assert_eq!(report_field(&report, "a", "gen", "frames"), frames, "{report}");
+    assert!(dropped > 0, "nothing dropped on a over a 50 Mb/s link: {report}");
+    assert_eq!(sent + dropped, frames, "a's sender sent {sent} and dropped {dropped} of {frames}: {report}");
+    assert_eq!(got.len() as u64, sent, "b got {} of the {sent} frames a sent", got.len());
+}
+
+/// `seq hash` lines as a map.
+fn sum_lines_of(text: &[u8]) -> std::collections::BTreeMap<u64, String> {
+    String::from_utf8_lossy(text)
+        .lines()
+        .map(|l| {
+            let (seq, hash) = l.split_once(' ').unwrap();
+            (seq.parse().unwrap(), hash.to_owned())
+        })
+        .collect()
+}
