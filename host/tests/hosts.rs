@@ -460,3 +460,49 @@ fn sum_lines_of(text: &[u8]) -> std::collections::BTreeMap<u64, String> {
         })
         .collect()
 }
+
+/// Lines of a file (0 when it does not exist yet).
+fn lines_in(path: &std::path::Path) -> usize {
+    std::fs::read(path).map_or(0, |t| t.iter().filter(|&&c| c == b'\n').count())
+}
+
+#[test]
+fn the_link_down_and_up_mid_run_delays_frames_and_loses_none() {
+    let Some(net) = netns::Pair::create("updown", 3) else { return };
+    let dir = scratch("hosts-link-down");
+    let (a, b) = (Agent::start_in(&dir, "a", &net.a), Agent::start_in(&dir, "b", &net.b));
+    let frames = 300;
+    let text = format!(
+        "[pipeline]\nname = \"updown\"\ndevice = \"cpu\"\nframes = {frames}\nrestart = \"on-failure\"\n\n{}\n{}\n\
+         [[stage]]\nname = \"gen\"\nplugin = \"generator\"\nhost = \"a\"\ndepth = 8\nparams = {{ width = 64, height = 48, pattern = \"noise\", seed = 3, fps = 100.0 }}\n\n\
+         [[stage]]\nname = \"grade\"\nplugin = \"rgb-process\"\nhost = \"b\"\ninputs = [\"gen\"]\nparams = {{ brightness = 0.2 }}\n",
+        a.host_table(),
+        b.host_table()
+    );
+    let file = pipeline(&dir, "p.toml", &text);
+    let sums = dir.join("sums");
+    let report = dir.join("report.json");
+    let args = ["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap(), "--report", report.to_str().unwrap()];
+    let run = start_wrapped(&dir, &net.a.exec(), &args, std::process::Stdio::null());
+    let (made, taken) = (sums.join("a").join("gen.sum"), sums.join("b").join("grade.sum"));
+    wait_until(RUN_TIMEOUT, "frames on b", || lines_in(&taken) > 0);
+    net.a.ip(&["link", "set", &net.a.veth, "down"]);
+    // While the link is down b gets nothing, and a goes on making frames until gen's ring of 8
+    // is full (the sender has one frame in flight, unacknowledged): a gets 7 frames ahead at
+    // least, which at 100 frames a second over a working veth it never is.
+    wait_until(RUN_TIMEOUT, "a getting ahead of b while the link is down", || lines_in(&made) >= lines_in(&taken) + 7);
+    net.a.ip(&["link", "set", &net.a.veth, "up"]);
+    let out = run.finish(RUN_TIMEOUT);
+    assert_eq!(out.status.code(), Some(0), "{}", out.output());
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let (produced, delivered) = (report_field(&json, "a", "gen", "frames"), report_field(&json, "b", "grade", "frames"));
+    let lost: u64 = json["stages"].as_array().unwrap().iter().map(|s| s["lost"].as_u64().unwrap()).sum();
+    assert_eq!(produced, frames, "{json}");
+    assert_eq!(delivered + lost, produced, "{json}");
+    // What arrived is the reference's frames of the same numbers.
+    let want = sum_lines_of(&reference_sums(&dir, &text, None)["grade.sum"]);
+    for (seq, hash) in sum_lines_of(&std::fs::read(&taken).unwrap()) {
+        assert_eq!(want.get(&seq), Some(&hash), "frame {seq} on b");
+    }
+    assert_nothing_left(out.pid);
+}
