@@ -506,3 +506,44 @@ fn the_link_down_and_up_mid_run_delays_frames_and_loses_none() {
     }
     assert_nothing_left(out.pid);
 }
+
+#[test]
+fn with_on_host_loss_wait_a_host_cut_off_past_the_lease_is_waited_for_and_the_run_completes() {
+    let Some(net) = netns::Pair::create("wait", 4) else { return };
+    let dir = scratch("hosts-wait");
+    let (a, b) = (Agent::start_in(&dir, "a", &net.a), Agent::start_in(&dir, "b", &net.b));
+    let frames = 300;
+    let text = format!(
+        "[pipeline]\nname = \"wait\"\ndevice = \"cpu\"\nframes = {frames}\non_host_loss = \"wait\"\n\n{}\n{}\n\
+         [[stage]]\nname = \"gen\"\nplugin = \"generator\"\nhost = \"a\"\nparams = {{ width = 64, height = 48, pattern = \"noise\", seed = 4, fps = 100.0 }}\n\n\
+         [[stage]]\nname = \"grade\"\nplugin = \"rgb-process\"\nhost = \"b\"\ninputs = [\"gen\"]\nparams = {{ brightness = 0.2 }}\n",
+        a.host_table(),
+        b.host_table()
+    );
+    let file = pipeline(&dir, "p.toml", &text);
+    let sums = dir.join("sums");
+    let report = dir.join("report.json");
+    let args = ["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap(), "--report", report.to_str().unwrap()];
+    let mut run = start_wrapped(&dir, &net.a.exec(), &args, std::process::Stdio::null());
+    let taken = sums.join("b").join("grade.sum");
+    wait_until(RUN_TIMEOUT, "frames on b", || lines_in(&taken) > 0);
+    // Down until Zenoh's lease ends and b's token vanishes for the coordinator; the frames
+    // wait (block), and the run goes on.
+    net.a.ip(&["link", "set", &net.a.veth, "down"]);
+    run.wait_for_stderr("host `b` was lost; the others run on until it is back (on_host_loss = \"wait\")", RUN_TIMEOUT);
+    net.a.ip(&["link", "set", &net.a.veth, "up"]);
+    let back = run.wait_for_either("host `b` is back", "host `b` came back without its part", RUN_TIMEOUT);
+    assert!(back, "b came back without its part:\n{}\nb's agent said:\n{}", run.stderr_so_far(), b.running.as_ref().unwrap().stderr_so_far());
+    let out = run.finish(RUN_TIMEOUT);
+    assert_eq!(out.status.code(), Some(0), "{}", out.output());
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let (produced, delivered) = (report_field(&json, "a", "gen", "frames"), report_field(&json, "b", "grade", "frames"));
+    let lost: u64 = json["stages"].as_array().unwrap().iter().map(|s| s["lost"].as_u64().unwrap()).sum();
+    assert_eq!(produced, frames, "{json}");
+    assert_eq!(delivered + lost, produced, "{json}");
+    let want = sum_lines_of(&reference_sums(&dir, &text, None)["grade.sum"]);
+    for (seq, hash) in sum_lines_of(&std::fs::read(&taken).unwrap()) {
+        assert_eq!(want.get(&seq), Some(&hash), "frame {seq} on b");
+    }
+    assert_nothing_left(out.pid);
+}

@@ -43,6 +43,13 @@ pub enum CoordinatorError {
     Local(#[from] super::part::PartError),
 }
 
+/// Where a part stands on an agent whose token came back.
+enum PartStatus {
+    Running,
+    Ended(Outcome),
+    Unknown,
+}
+
 /// What the event loop hears.
 enum Event {
     Outcome(Outcome),
@@ -294,17 +301,7 @@ impl<'p> Coordinator<'p> {
                         give_up_at = Some(Instant::now() + COORDINATOR_GRACE);
                     }
                 }
-                Event::Outcome(o) => {
-                    self.pending.retain(|h| h != &o.host);
-                    if !o.succeeded() && failure.is_none() && signals < 2 {
-                        let why = o.failure();
-                        eprintln!("run {}: {why}; the other hosts drain", self.run);
-                        failure = Some(why);
-                        self.drain();
-                        kill_at.get_or_insert(Instant::now() + COORDINATOR_GRACE);
-                    }
-                    self.outcomes.insert(o.host.clone(), o);
-                }
+                Event::Outcome(o) => self.on_outcome(o, &mut failure, &mut kill_at, signals),
                 Event::Agent { host, alive } if self.pending.contains(&host) => match (alive, self.plan.on_host_loss) {
                     (false, OnHostLoss::Stop) => {
                         let why = format!("host `{host}` was lost: its agent's liveliness token vanished (on_host_loss = \"{}\")", OnHostLoss::Stop.name());
@@ -319,7 +316,11 @@ impl<'p> Coordinator<'p> {
                         eprintln!("run {}: host `{host}` was lost; the others run on until it is back (on_host_loss = \"{}\")", self.run, OnHostLoss::Wait.name());
                     }
                     (true, _) => {
-                        if self.runs_part_still(&host) {
+                        let status = self.part_status(&host);
+                        if let PartStatus::Ended(o) = status {
+                            eprintln!("run {}: host `{host}` is back; its part had ended", self.run);
+                            self.on_outcome(o, &mut failure, &mut kill_at, signals);
+                        } else if let PartStatus::Running = status {
                             eprintln!("run {}: host `{host}` is back", self.run);
                         } else {
                             let why = format!("host `{host}` came back without its part of the run (its agent was restarted)");
@@ -338,10 +339,45 @@ impl<'p> Coordinator<'p> {
         self.finish(failure, &lost, signals > 0, args)
     }
 
-    /// Whether `host`'s agent still runs its part (asked when its token comes back).
-    fn runs_part_still(&self, host: &str) -> bool {
-        let Ok(replies) = self.session.get(control::status_key(&self.run, host)).timeout(Duration::from_secs(5)).wait() else { return false };
-        replies.recv().ok().and_then(|r| r.result().ok().and_then(|s| s.payload().try_to_string().ok().map(|t| t == "running"))).unwrap_or(false)
+    /// A part's outcome: one that failed first drains the others.
+    fn on_outcome(&mut self, o: Outcome, failure: &mut Option<String>, kill_at: &mut Option<Instant>, signals: u32) {
+        if !self.pending.contains(&o.host) {
+            return;
+        }
+        self.pending.retain(|h| h != &o.host);
+        if !o.succeeded() && failure.is_none() && signals < 2 {
+            let why = o.failure();
+            eprintln!("run {}: {why}; the other hosts drain", self.run);
+            *failure = Some(why);
+            self.drain();
+            kill_at.get_or_insert(Instant::now() + COORDINATOR_GRACE);
+        }
+        self.outcomes.insert(o.host.clone(), o);
+    }
+
+    /// Where `host`'s part stands, asked when its agent's token comes back. The token can come
+    /// back before its answers do (declarations travel one after another): only the answer
+    /// `unknown`, or none within [`AGENT_UP_TIMEOUT`], says it has lost the part.
+    fn part_status(&self, host: &str) -> PartStatus {
+        let deadline = Instant::now() + AGENT_UP_TIMEOUT;
+        while Instant::now() < deadline {
+            let left = deadline.saturating_duration_since(Instant::now()).min(Duration::from_secs(2));
+            let answer = self
+                .session
+                .get(control::status_key(&self.run, host))
+                .timeout(left)
+                .wait()
+                .ok()
+                .and_then(|replies| replies.recv().ok())
+                .and_then(|r| r.result().ok().and_then(|s| s.payload().try_to_string().ok().map(|t| t.into_owned())));
+            match answer.as_deref() {
+                Some("running") => return PartStatus::Running,
+                // It ended while this coordinator was cut off: its outcome was published then.
+                Some(text) => return serde_json::from_str(text).map_or(PartStatus::Unknown, PartStatus::Ended),
+                None => std::thread::sleep(Duration::from_millis(100).min(deadline.saturating_duration_since(Instant::now()))),
+            }
+        }
+        PartStatus::Unknown
     }
 
     /// The merged report, the table, the report file and the exit code.

@@ -45,6 +45,13 @@ struct Running {
 
 type Runs = Arc<Mutex<HashMap<String, Running>>>;
 
+/// How many ended parts' outcomes an agent keeps for a coordinator that was cut off when they
+/// were published (it asks when the agent's token is back).
+const KEPT_OUTCOMES: usize = 64;
+
+/// Outcomes of ended parts, by run, oldest first.
+type Ended = Arc<Mutex<std::collections::VecDeque<(String, String)>>>;
+
 fn serve(name: &str, listen: &str) -> Result<(), String> {
     crate::config::StageName::parse(name).map_err(|_| format!("name `{name}`: use letters, digits, `-` and `_`, starting with a letter"))?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -65,18 +72,19 @@ fn serve(name: &str, listen: &str) -> Result<(), String> {
         .map_err(|e| format!("cannot answer on {key}: {e}"))?;
 
     let runs: Runs = Arc::default();
+    let ended: Ended = Arc::default();
     let declared = |what: &str, e: zenoh::Error| format!("cannot declare {what}: {e}");
-    let (starts, s, r) = (control::start_key(name), session.clone(), runs.clone());
+    let (starts, s, r, e) = (control::start_key(name), session.clone(), runs.clone(), ended.clone());
     let agent = name.to_owned();
     let _start = session
         .declare_queryable(&starts)
         .callback(move |query| {
             // Checking a part takes a while (it loads plugins): not on Zenoh's own threads.
-            let (s, r, agent) = (s.clone(), r.clone(), agent.clone());
+            let (s, r, e, agent) = (s.clone(), r.clone(), e.clone(), agent.clone());
             std::thread::spawn(move || {
                 let payload = query.payload().and_then(|p| p.try_to_string().ok()).map(|t| t.into_owned()).unwrap_or_default();
                 let reply = match serde_json::from_str::<StartRequest>(&payload) {
-                    Ok(request) => start(&s, &r, &agent, request),
+                    Ok(request) => start(&s, &r, &e, &agent, request),
                     Err(e) => StartReply::Refused { error: format!("not a start request: {e}") },
                 };
                 let text = serde_json::to_string(&reply).expect("a reply serialises");
@@ -115,7 +123,7 @@ fn serve(name: &str, listen: &str) -> Result<(), String> {
         })
         .wait()
         .map_err(|e| declared("coordinators' liveliness", e))?;
-    let r = runs.clone();
+    let (r, e) = (runs.clone(), ended.clone());
     let agent = name.to_owned();
     let _status = session
         .declare_queryable("gpuipc/run/*/status/*")
@@ -124,8 +132,13 @@ fn serve(name: &str, listen: &str) -> Result<(), String> {
             if !key.ends_with(&format!("/status/{agent}")) {
                 return;
             }
-            let running = control::run_of_key(&key).is_some_and(|run| r.lock().expect("runs lock").contains_key(run));
-            let _ = query.reply(query.key_expr().clone(), if running { "running" } else { "unknown" }).wait();
+            // `running`, the outcome of a part that ended, or `unknown`.
+            let answer = match control::run_of_key(&key) {
+                Some(run) if r.lock().expect("runs lock").contains_key(run) => "running".to_owned(),
+                Some(run) => e.lock().expect("ended lock").iter().find(|(id, _)| id == run).map_or_else(|| "unknown".to_owned(), |(_, o)| o.clone()),
+                None => "unknown".to_owned(),
+            };
+            let _ = query.reply(query.key_expr().clone(), answer).wait();
         })
         .wait()
         .map_err(|e| declared("status", e))?;
@@ -156,7 +169,7 @@ fn with_run(runs: &Runs, key: &str, f: impl FnOnce(&Running)) {
 }
 
 /// Start the part `request` asks for, and say so.
-fn start(session: &zenoh::Session, runs: &Runs, agent: &str, request: StartRequest) -> StartReply {
+fn start(session: &zenoh::Session, runs: &Runs, ended: &Ended, agent: &str, request: StartRequest) -> StartReply {
     let refuse = |error: String| StartReply::Refused { error };
     if request.host != agent {
         return refuse(format!("this agent is `{agent}`, not `{}`", request.host));
@@ -168,7 +181,7 @@ fn start(session: &zenoh::Session, runs: &Runs, agent: &str, request: StartReque
         return refuse(format!("run {} already has a part here", request.run));
     }
     let spec = PartSpec { run: request.run.clone(), host: request.host.clone(), pipeline: request.pipeline, frames: request.frames, checksums: request.checksums };
-    let (s, r, run) = (session.clone(), runs.clone(), request.run.clone());
+    let (s, r, e, run) = (session.clone(), runs.clone(), ended.clone(), request.run.clone());
     // Set, under the runs' lock, once the part has ended: a part that ends at once is not
     // entered after its outcome took it out.
     let done = Arc::new(AtomicBool::new(false));
@@ -178,8 +191,15 @@ fn start(session: &zenoh::Session, runs: &Runs, agent: &str, request: StartReque
         // once every outcome is out.
         let key = control::outcome_key(&run, &outcome.host);
         let text = serde_json::to_string(&outcome).expect("an outcome serialises");
-        if let Err(e) = s.put(&key, text).wait() {
-            tracing::warn!("cannot publish {key}: {e}");
+        if let Err(why) = s.put(&key, text.clone()).wait() {
+            tracing::warn!("cannot publish {key}: {why}");
+        }
+        {
+            let mut kept = e.lock().expect("ended lock");
+            if kept.len() == KEPT_OUTCOMES {
+                kept.pop_front();
+            }
+            kept.push_back((run.clone(), text));
         }
         let mut runs = r.lock().expect("runs lock");
         ended.store(true, Ordering::Relaxed);
