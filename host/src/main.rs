@@ -82,8 +82,9 @@ enum Command {
         #[arg(long)]
         ask_hosts: bool,
     },
-    /// The agent of a host that runs stages of pipelines started elsewhere (docs/hosts.md):
-    /// announces itself on Zenoh and answers what it is, until Ctrl-C or SIGTERM.
+    /// The agent of a host that runs stages of pipelines started elsewhere (docs/multi-host.md):
+    /// announces itself on Zenoh, answers what it is and runs the parts of runs coordinators
+    /// ask it to, until Ctrl-C or SIGTERM (which drain its parts first).
     Agent {
         /// Its name, as pipeline files' `[[host]]` tables call it.
         #[arg(long)]
@@ -235,6 +236,9 @@ fn main() -> ExitCode {
                 if ask_hosts {
                     let _ = write!(std::io::stdout(), "{}", agents_text(&plan));
                 }
+                if let Err(code) = splits(&file, &plan) {
+                    return code;
+                }
                 match budget_check(&file, &needs, &has, no_budget_check) {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(code) => code,
@@ -285,8 +289,13 @@ fn main() -> ExitCode {
             if let Err(code) = budget_check(&file, &plan::budget::needs(&plan), &plan::budget::has(), no_budget_check) {
                 return code;
             }
-            if let Err(code) = this_machine_only(&file, &plan) {
-                return code;
+            agent::part::adopt_parent_death();
+            if plan.needs_agents().is_some() {
+                if in_process {
+                    eprintln!("{}: error: --in-process runs one machine's stages; this plan has stages on other hosts", file.display());
+                    return ExitCode::from(2);
+                }
+                return agent::coordinator::run(&plan, &agent::coordinator::RunArgs { frames, report, checksums });
             }
             let options = RunArgs { frames, in_process, report, live: !quiet, spin_us, checksums };
             run(&plan, &options)
@@ -312,7 +321,23 @@ fn agents_text(plan: &plan::Plan) -> String {
     out
 }
 
-/// A plan with stages on other hosts cannot run yet: say so, as a plan error (exit 2).
+/// A plan with stages on other hosts splits into hosts' parts (a link from another host into
+/// this machine does not): say why not, as a plan error (exit 2).
+fn splits(file: &Path, plan: &plan::Plan) -> Result<(), ExitCode> {
+    if plan.needs_agents().is_none() {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(file).map_err(|e| e.to_string());
+    match text.and_then(|t| plan::split::split(plan, &t).map(drop).map_err(|e| e.to_string())) {
+        Ok(()) => Ok(()),
+        Err(why) => {
+            eprintln!("{}: error: {why}", file.display());
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+/// `bench` measures one machine: a plan with stages on other hosts is refused (exit 2).
 fn this_machine_only(file: &Path, plan: &plan::Plan) -> Result<(), ExitCode> {
     match plan.needs_agents() {
         None => Ok(()),

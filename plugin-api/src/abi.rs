@@ -16,7 +16,10 @@ pub const ABI_MAJOR: u32 = 1;
 /// - 1.1: [`PluginDescriptor::param_info`], the declared params; [`STATUS_END_OF_STREAM`], a
 ///   source ending its stream.
 /// - 1.2: [`PluginDescriptor::flags`], with [`FLAG_REPLICABLE`].
-pub const ABI_MINOR: u32 = 2;
+/// - 1.3: a source may write `seq` and `timestamp_ns` of its output [`RawFrame`] in `process`
+///   (it relays frames made elsewhere: `OutputFrame::relay`); the host reads them back from
+///   plugins built for 1.3 or later only, so an older plugin's frames stay numbered by the host.
+pub const ABI_MINOR: u32 = 3;
 
 /// The one symbol a plugin exports: `extern "C" fn() -> *const PluginDescriptor`.
 pub const ENTRY_SYMBOL: &str = "gpuipc_plugin_entry_v1";
@@ -134,8 +137,11 @@ pub struct RawFrame {
     /// Bytes readable (inputs) or writable (outputs) from `addr`.
     pub len: u64,
     /// Sequence number: a source numbers its frames 0, 1, 2, ...; other stages pass it on.
+    /// Since 1.3 a source's `process` may overwrite it in its output frame (a relayed frame's
+    /// own number, never lower than the one given).
     pub seq: u64,
-    /// When the source produced the frame, nanoseconds since the Unix epoch.
+    /// When the source produced the frame, nanoseconds since the Unix epoch. Since 1.3 a
+    /// source's `process` may overwrite it in its output frame, with `seq`.
     pub timestamp_ns: u64,
 }
 

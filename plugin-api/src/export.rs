@@ -315,7 +315,7 @@ unsafe extern "C" fn process<P: Plugin>(
             (
                 &mut *(instance as *mut P),
                 raw_inputs,
-                output.as_ref(),
+                output.as_mut(),
                 &*ctx,
             )
         };
@@ -325,7 +325,7 @@ unsafe extern "C" fn process<P: Plugin>(
             frames.push(unsafe { input_frame(raw)? });
         }
         // SAFETY: see above.
-        let mut out = match raw_output {
+        let mut out = match &raw_output {
             Some(raw) => Some(unsafe { output_frame(raw)? }),
             None => None,
         };
@@ -335,6 +335,14 @@ unsafe extern "C" fn process<P: Plugin>(
         };
         plugin.process(&frames, out.as_mut(), &context)?;
         ended = out.as_ref().is_some_and(OutputFrame::ends_stream);
+        // A relayed frame's number and timestamp go back in the host's frame (ABI 1.3); a
+        // frame not relayed leaves them as the host wrote them.
+        if let (Some(raw), Some(out)) = (raw_output, out.as_ref())
+            && out.relays()
+        {
+            raw.seq = out.info().seq;
+            raw.timestamp_ns = out.info().timestamp_ns;
+        }
         Ok(())
     });
     if status == abi::STATUS_OK && ended {
@@ -585,5 +593,64 @@ mod tests {
             assert_eq!((got, bytes[0]), (status, byte), "seq {seq}");
         }
         assert_eq!(last_error_text(&d), "failed");
+    }
+
+    /// A source of 1x1 gray frames that relays `seq + 10` with timestamp 77 on odd `seq`s.
+    struct Relays;
+
+    impl Plugin for Relays {
+        type Params = ();
+        const INFO: PluginInfo = PluginInfo {
+            name: "relays",
+            version: "0",
+            description: "",
+            domains: &[Domain::Cpu],
+            min_inputs: 0,
+            max_inputs: 0,
+            accepts: &[],
+            produces: &[crate::PixelFormat::Gray8],
+        };
+        fn negotiate(_: &(), _: &[FrameFormat]) -> Result<Option<FrameFormat>> {
+            Ok(Some(FrameFormat::new(crate::PixelFormat::Gray8, 1, 1)))
+        }
+        fn create(_: (), _: &[FrameFormat], _: Option<FrameFormat>, _: &CreateContext<'_>) -> Result<Relays> {
+            Ok(Relays)
+        }
+        fn process(&mut self, _: &[InputFrame<'_>], out: Option<&mut OutputFrame<'_>>, _: &ProcessContext) -> Result<()> {
+            let out = out.expect("a source has an output");
+            let seq = out.info().seq;
+            if seq % 2 == 1 {
+                out.relay(seq + 10, 77);
+                assert_eq!((out.info().seq, out.info().timestamp_ns), (seq + 10, 77));
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_relayed_frame_carries_its_own_seq_and_timestamp_back_to_the_host() {
+        let d = descriptor::<Relays>();
+        let format = FrameFormat::new(crate::PixelFormat::Gray8, 1, 1);
+        let layout = crate::FrameLayout::for_format(format).unwrap();
+        let mut bytes = vec![0u8; layout.total_bytes as usize];
+        let ctx = RawProcessContext { frame_index: 0, cuda_stream: std::ptr::null_mut() };
+        let mut instance = Relays;
+        let ptr = &mut instance as *mut Relays as *mut c_void;
+        for (seq, want) in [(4, (4, 5)), (5, (15, 77))] {
+            let mut out = RawFrame {
+                format,
+                layout,
+                domain: abi::DOMAIN_CPU,
+                addr: bytes.as_mut_ptr() as u64,
+                len: bytes.len() as u64,
+                seq,
+                timestamp_ns: 5,
+            };
+            // SAFETY: `ptr` is a live instance used by this thread only; `out` points at
+            // `bytes`, which nothing else touches during the call.
+            let got = unsafe { (d.process)(ptr, std::ptr::null(), 0, &mut out, &ctx) };
+            assert_eq!(got, abi::STATUS_OK);
+            assert_eq!((out.seq, out.timestamp_ns), want, "seq {seq}");
+        }
     }
 }

@@ -150,13 +150,17 @@ impl<'a> InputFrame<'a> {
 }
 
 /// The frame a plugin writes: its bytes, and what it is ([`OutputFrame::info`], read-only:
-/// the format, layout, `seq` and timestamp are the runner's, decided before `process`).
+/// the format, layout, `seq` and timestamp are the runner's, decided before `process`; a
+/// source that passes on frames made elsewhere gives them their own with
+/// [`OutputFrame::relay`]).
 #[derive(Debug)]
 pub struct OutputFrame<'a> {
     info: FrameInfo,
     data: FrameDataMut<'a>,
     /// Set by [`OutputFrame::end_stream`].
     end_of_stream: bool,
+    /// Set by [`OutputFrame::relay`].
+    relayed: bool,
 }
 
 impl<'a> OutputFrame<'a> {
@@ -166,6 +170,7 @@ impl<'a> OutputFrame<'a> {
             info,
             data: FrameDataMut::Host(bytes),
             end_of_stream: false,
+            relayed: false,
         })
     }
 
@@ -174,6 +179,7 @@ impl<'a> OutputFrame<'a> {
             info,
             data: FrameDataMut::Device(buffer),
             end_of_stream: false,
+            relayed: false,
         }
     }
 
@@ -186,6 +192,28 @@ impl<'a> OutputFrame<'a> {
     /// [`crate::abi::STATUS_END_OF_STREAM`].)
     pub fn end_stream(&mut self) {
         self.end_of_stream = true;
+    }
+
+    /// A source that passes on frames made elsewhere (received from another host, read from a
+    /// recording that carries their numbers) gives this frame its original sequence number and
+    /// timestamp instead of the ones the runner chose. The runner publishes the frame under
+    /// them and numbers the source's next frame from `seq + 1`.
+    ///
+    /// `seq` may skip numbers (frames lost before they reached this source stay lost; they are
+    /// counted where they were lost), but it may not go back: a `seq` lower than
+    /// `info().seq` (the next number the runner expects) fails the stage, naming both. Only a
+    /// source may relay: the runner ignores it in a stage with inputs, which passes on its
+    /// inputs' numbers. (Crosses the ABI as the output `RawFrame`'s `seq` and `timestamp_ns`,
+    /// read back by hosts of plugin ABI 1.3 or later.)
+    pub fn relay(&mut self, seq: u64, timestamp_ns: u64) {
+        self.info.seq = seq;
+        self.info.timestamp_ns = timestamp_ns;
+        self.relayed = true;
+    }
+
+    /// Whether [`OutputFrame::relay`] was called.
+    pub fn relays(&self) -> bool {
+        self.relayed
     }
 
     /// Whether [`OutputFrame::end_stream`] was called.

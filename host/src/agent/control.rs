@@ -93,3 +93,108 @@ pub fn ask(hosts: &[crate::plan::hosts::HostPlan], timeout: Duration) -> Vec<Res
     let _ = session.close().wait();
     answers
 }
+
+/// Where agent `name` takes a part of a run ([`StartRequest`], answered with [`StartReply`]).
+pub fn start_key(name: &str) -> String {
+    format!("gpuipc/agent/{name}/start")
+}
+
+/// The liveliness token of run `run`'s coordinator: an agent drains its part when it vanishes.
+pub fn coordinator_key(run: &str) -> String {
+    format!("gpuipc/run/{run}/coordinator")
+}
+
+/// Published by the coordinator: every host drains its part of run `run` (its sources stop,
+/// the frames in flight finish).
+pub fn stop_key(run: &str) -> String {
+    format!("gpuipc/run/{run}/stop")
+}
+
+/// Published by the coordinator: every host ends its part of run `run` now.
+pub fn abort_key(run: &str) -> String {
+    format!("gpuipc/run/{run}/abort")
+}
+
+/// Where host `host` publishes how its part of run `run` ended ([`Outcome`]).
+pub fn outcome_key(run: &str, host: &str) -> String {
+    format!("gpuipc/run/{run}/outcome/{host}")
+}
+
+/// Where agent `host` says whether it still runs its part of run `run` (a coordinator asks
+/// when the agent's token comes back).
+pub fn status_key(run: &str, host: &str) -> String {
+    format!("gpuipc/run/{run}/status/{host}")
+}
+
+/// The run a `gpuipc/run/RUN/...` key is about.
+pub fn run_of_key(key: &str) -> Option<&str> {
+    key.strip_prefix("gpuipc/run/")?.split('/').next()
+}
+
+/// A coordinator's request that an agent run its part of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StartRequest {
+    /// The run's id: its keys are `gpuipc/run/RUN/...`.
+    pub run: String,
+    /// The host this part is for (the agent checks it is its own name).
+    pub host: String,
+    /// The coordinator's gpuipc version: the agent refuses another.
+    pub version: String,
+    /// The part, a pipeline file (plan/split.rs).
+    pub pipeline: String,
+    /// `run --frames`, where the coordinator was given it.
+    pub frames: Option<u64>,
+    /// `run --checksums`: the folder, on the agent's machine, for this host's checksum files.
+    pub checksums: Option<std::path::PathBuf>,
+    /// What to do when the coordinator's token vanishes: `stop` drains at once; `wait` gives
+    /// it [`super::part::COORDINATOR_GRACE`] to come back first.
+    pub on_host_loss: crate::config::OnHostLoss,
+}
+
+/// An agent's answer to a [`StartRequest`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartReply {
+    /// The part's run started, with this pid on the agent's machine.
+    Started { pid: u32 },
+    /// It did not: why (a plan error of the part, a version mismatch, a busy run id).
+    Refused { error: String },
+}
+
+/// How a host's part of a run ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub host: String,
+    /// The part's `run` exit code; `None` when a signal ended it.
+    pub code: Option<i32>,
+    /// The signal that ended it.
+    pub signal: Option<String>,
+    /// Its run report, when it wrote one.
+    pub report: Option<serde_json::Value>,
+    /// The last lines it wrote to stderr.
+    pub stderr_tail: Vec<String>,
+}
+
+impl Outcome {
+    pub fn succeeded(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// Why the part failed, naming its stage where its report does.
+    pub fn failure(&self) -> String {
+        let report: Option<crate::supervisor::RunReport> = self.report.clone().and_then(|r| serde_json::from_value(r).ok());
+        let how = match (&self.code, &self.signal) {
+            (Some(code), _) => format!("its run exited with code {code}"),
+            (None, Some(signal)) => format!("its run was ended by {signal}"),
+            (None, None) => "its run ended for an unknown reason".to_owned(),
+        };
+        match report.and_then(|r| r.failure) {
+            Some((who, why)) if who == "host" => format!("host `{}`: {why} ({how})", self.host),
+            Some((stage, why)) => format!("host `{}`: stage '{stage}' {why} ({how})", self.host),
+            None => {
+                let last: Vec<&str> = self.stderr_tail.iter().rev().take(3).rev().map(String::as_str).collect();
+                format!("host `{}`: {how}; its last lines: {}", self.host, if last.is_empty() { "none".to_owned() } else { last.join(" | ") })
+            }
+        }
+    }
+}

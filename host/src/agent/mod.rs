@@ -1,16 +1,28 @@
-//! The agent of a host (docs/hosts.md): `gpuipc-host agent --name NAME --listen ENDPOINT`.
+//! The agent of a host (docs/multi-host.md): `gpuipc-host agent --name NAME --listen ENDPOINT`.
 //! It opens a Zenoh session listening on the endpoint (TCP, no multicast scouting: peers are
-//! named, never discovered), announces itself with a liveliness token, and answers what it is
-//! to anyone who asks (`validate --ask-hosts`), until SIGINT or SIGTERM. Taking a share of a
-//! run (its rings and stage processes) is the next step of issue 14.
+//! named, never discovered), announces itself with a liveliness token, answers what it is, and
+//! runs the parts of runs coordinators ask it to ([`part`]), until SIGINT or SIGTERM, which
+//! drain its parts first.
+//!
+//! - [`control`]: the keys and messages between coordinators and agents.
+//! - [`part`]: one host's part of a run, as a child `run`.
+//! - [`coordinator`]: `run` of a plan with stages on other hosts.
 
 pub mod control;
+pub mod coordinator;
+pub mod part;
 
+use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use zenoh::Wait;
+
+use crate::config::OnHostLoss;
+use control::{StartReply, StartRequest};
+use part::{PartRun, PartSpec};
 
 /// Run the agent until a stop signal.
 pub fn main(name: &str, listen: &str) -> ExitCode {
@@ -23,6 +35,23 @@ pub fn main(name: &str, listen: &str) -> ExitCode {
     }
 }
 
+/// A part this agent runs, by run id.
+struct Running {
+    part: PartRun,
+    on_host_loss: OnHostLoss,
+    /// Whether the run's coordinator is up, as its token last said.
+    coordinator_up: Arc<AtomicBool>,
+}
+
+type Runs = Arc<Mutex<HashMap<String, Running>>>;
+
+/// How many ended parts' outcomes an agent keeps for a coordinator that was cut off when they
+/// were published (it asks when the agent's token is back).
+const KEPT_OUTCOMES: usize = 64;
+
+/// Outcomes of ended parts, by run, oldest first.
+type Ended = Arc<Mutex<std::collections::VecDeque<(String, String)>>>;
+
 fn serve(name: &str, listen: &str) -> Result<(), String> {
     crate::config::StageName::parse(name).map_err(|_| format!("name `{name}`: use letters, digits, `-` and `_`, starting with a letter"))?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -30,14 +59,9 @@ fn serve(name: &str, listen: &str) -> Result<(), String> {
         signal_hook::flag::register(signal, stop.clone()).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     }
     let session = zenoh::open(control::config(Some(listen), &[])?).wait().map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    let _token = session
-        .liveliness()
-        .declare_token(control::liveliness_key(name))
-        .wait()
-        .map_err(|e| format!("cannot announce itself: {e}"))?;
     let info = serde_json::to_string(&control::AgentInfo::of_this_machine(name)).map_err(|e| e.to_string())?;
     let key = control::info_key(name);
-    let _queryable = session
+    let _info = session
         .declare_queryable(&key)
         .callback(move |query| {
             if let Err(e) = query.reply(query.key_expr().clone(), info.clone()).wait() {
@@ -46,11 +70,198 @@ fn serve(name: &str, listen: &str) -> Result<(), String> {
         })
         .wait()
         .map_err(|e| format!("cannot answer on {key}: {e}"))?;
+
+    let runs: Runs = Arc::default();
+    let ended: Ended = Arc::default();
+    let declared = |what: &str, e: zenoh::Error| format!("cannot declare {what}: {e}");
+    let (starts, s, r, e) = (control::start_key(name), session.clone(), runs.clone(), ended.clone());
+    let agent = name.to_owned();
+    let _start = session
+        .declare_queryable(&starts)
+        .callback(move |query| {
+            // Checking a part takes a while (it loads plugins): not on Zenoh's own threads.
+            let (s, r, e, agent) = (s.clone(), r.clone(), e.clone(), agent.clone());
+            std::thread::spawn(move || {
+                let payload = query.payload().and_then(|p| p.try_to_string().ok()).map(|t| t.into_owned()).unwrap_or_default();
+                let reply = match serde_json::from_str::<StartRequest>(&payload) {
+                    Ok(request) => start(&s, &r, &e, &agent, request),
+                    Err(e) => StartReply::Refused { error: format!("not a start request: {e}") },
+                };
+                let text = serde_json::to_string(&reply).expect("a reply serialises");
+                if let Err(e) = query.reply(query.key_expr().clone(), text).wait() {
+                    tracing::warn!("cannot answer {}: {e}", query.key_expr());
+                }
+            });
+        })
+        .wait()
+        .map_err(|e| declared(&starts, e))?;
+    let r = runs.clone();
+    let _stop = session
+        .declare_subscriber("gpuipc/run/*/stop")
+        .callback(move |sample| with_run(&r, sample.key_expr().as_str(), |run| run.part.drain()))
+        .wait()
+        .map_err(|e| declared("stop", e))?;
+    let r = runs.clone();
+    let _abort = session
+        .declare_subscriber("gpuipc/run/*/abort")
+        .callback(move |sample| with_run(&r, sample.key_expr().as_str(), |run| run.part.kill()))
+        .wait()
+        .map_err(|e| declared("abort", e))?;
+    let r = runs.clone();
+    let _coordinators = session
+        .liveliness()
+        .declare_subscriber("gpuipc/run/*/coordinator")
+        .callback(move |sample| {
+            let alive = sample.kind() == zenoh::sample::SampleKind::Put;
+            let key = sample.key_expr().as_str().to_owned();
+            with_run(&r, &key, |run| {
+                run.coordinator_up.store(alive, Ordering::Relaxed);
+                if !alive {
+                    coordinator_lost(&r, &key, run);
+                }
+            });
+        })
+        .wait()
+        .map_err(|e| declared("coordinators' liveliness", e))?;
+    let (r, e) = (runs.clone(), ended.clone());
+    let agent = name.to_owned();
+    let _status = session
+        .declare_queryable("gpuipc/run/*/status/*")
+        .callback(move |query| {
+            let key = query.key_expr().as_str().to_owned();
+            if !key.ends_with(&format!("/status/{agent}")) {
+                return;
+            }
+            // `running`, the outcome of a part that ended, or `unknown`.
+            let answer = match control::run_of_key(&key) {
+                Some(run) if r.lock().expect("runs lock").contains_key(run) => "running".to_owned(),
+                Some(run) => e.lock().expect("ended lock").iter().find(|(id, _)| id == run).map_or_else(|| "unknown".to_owned(), |(_, o)| o.clone()),
+                None => "unknown".to_owned(),
+            };
+            let _ = query.reply(query.key_expr().clone(), answer).wait();
+        })
+        .wait()
+        .map_err(|e| declared("status", e))?;
+    // Announce itself last, once it answers everything a coordinator asks.
+    let _token = session
+        .liveliness()
+        .declare_token(control::liveliness_key(name))
+        .wait()
+        .map_err(|e| format!("cannot announce itself: {e}"))?;
     eprintln!("agent '{name}' listening on {listen}; stop it with Ctrl-C or SIGTERM");
     while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(50));
     }
+    drain_all(&runs);
     session.close().wait().map_err(|e| format!("closing the session: {e}"))?;
     eprintln!("agent '{name}' stopped");
     Ok(())
+}
+
+/// Call `f` on the run a `gpuipc/run/RUN/...` key is about, if this agent runs it.
+fn with_run(runs: &Runs, key: &str, f: impl FnOnce(&Running)) {
+    if let Some(run) = control::run_of_key(key) {
+        let runs = runs.lock().expect("runs lock");
+        if let Some(running) = runs.get(run) {
+            f(running);
+        }
+    }
+}
+
+/// Start the part `request` asks for, and say so.
+fn start(session: &zenoh::Session, runs: &Runs, ended: &Ended, agent: &str, request: StartRequest) -> StartReply {
+    let refuse = |error: String| StartReply::Refused { error };
+    if request.host != agent {
+        return refuse(format!("this agent is `{agent}`, not `{}`", request.host));
+    }
+    if request.version != env!("CARGO_PKG_VERSION") {
+        return refuse(format!("the coordinator runs gpuipc {}, this agent {}: run the same version on every host", request.version, env!("CARGO_PKG_VERSION")));
+    }
+    if runs.lock().expect("runs lock").contains_key(&request.run) {
+        return refuse(format!("run {} already has a part here", request.run));
+    }
+    let spec = PartSpec { run: request.run.clone(), host: request.host.clone(), pipeline: request.pipeline, frames: request.frames, checksums: request.checksums };
+    let (s, r, e, run) = (session.clone(), runs.clone(), ended.clone(), request.run.clone());
+    // Set, under the runs' lock, once the part has ended: a part that ends at once is not
+    // entered after its outcome took it out.
+    let done = Arc::new(AtomicBool::new(false));
+    let ended = done.clone();
+    let started = PartRun::start(spec, move |outcome| {
+        // Published before the run is forgotten: a draining agent closes its session only
+        // once every outcome is out.
+        let key = control::outcome_key(&run, &outcome.host);
+        let text = serde_json::to_string(&outcome).expect("an outcome serialises");
+        if let Err(why) = s.put(&key, text.clone()).wait() {
+            tracing::warn!("cannot publish {key}: {why}");
+        }
+        {
+            let mut kept = e.lock().expect("ended lock");
+            if kept.len() == KEPT_OUTCOMES {
+                kept.pop_front();
+            }
+            kept.push_back((run.clone(), text));
+        }
+        let mut runs = r.lock().expect("runs lock");
+        ended.store(true, Ordering::Relaxed);
+        runs.remove(&run);
+    });
+    match started {
+        Ok(part) => {
+            let pid = part.pid;
+            let coordinator_up = Arc::new(AtomicBool::new(true));
+            let mut all = runs.lock().expect("runs lock");
+            if !done.load(Ordering::Relaxed) {
+                all.insert(request.run.clone(), Running { part, on_host_loss: request.on_host_loss, coordinator_up });
+            }
+            eprintln!("agent '{agent}': run {} started (pid {pid})", request.run);
+            StartReply::Started { pid }
+        }
+        Err(e) => refuse(e.to_string()),
+    }
+}
+
+/// The coordinator of a run vanished: drain its part (after [`part::COORDINATOR_GRACE`] with
+/// `on_host_loss = "wait"`, unless it is back by then), and kill it if it does not end within
+/// the grace after that.
+fn coordinator_lost(runs: &Runs, key: &str, running: &Running) {
+    let Some(run) = control::run_of_key(key).map(str::to_owned) else { return };
+    let (runs, up, wait) = (runs.clone(), running.coordinator_up.clone(), running.on_host_loss == OnHostLoss::Wait);
+    eprintln!("run {run}: its coordinator is gone; {}", if wait { "waiting for it to come back" } else { "draining its part" });
+    std::thread::spawn(move || {
+        if wait {
+            let deadline = Instant::now() + part::COORDINATOR_GRACE;
+            while Instant::now() < deadline && !up.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if up.load(Ordering::Relaxed) {
+                return;
+            }
+        }
+        with_run(&runs, &format!("gpuipc/run/{run}/"), |r| r.part.drain());
+        let deadline = Instant::now() + part::COORDINATOR_GRACE;
+        while Instant::now() < deadline && runs.lock().expect("runs lock").contains_key(&run) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        with_run(&runs, &format!("gpuipc/run/{run}/"), |r| r.part.kill());
+    });
+}
+
+/// Drain every part, kill those still running after the grace, and wait until their outcomes
+/// are published.
+fn drain_all(runs: &Runs) {
+    for r in runs.lock().expect("runs lock").values() {
+        r.part.drain();
+    }
+    let deadline = Instant::now() + part::COORDINATOR_GRACE;
+    let mut killed = false;
+    let hard_deadline = deadline + Duration::from_secs(10);
+    while !runs.lock().expect("runs lock").is_empty() && Instant::now() < hard_deadline {
+        if !killed && Instant::now() >= deadline {
+            for r in runs.lock().expect("runs lock").values() {
+                r.part.kill();
+            }
+            killed = true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

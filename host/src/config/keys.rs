@@ -21,6 +21,7 @@ pub const PIPELINE_KEYS: &[&str] = &[
     "restart_window",
     "restart_backoff",
     "stall_timeout",
+    "on_host_loss",
 ];
 pub const STAGE_KEYS: &[&str] = &[
     "name",

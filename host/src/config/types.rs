@@ -21,7 +21,7 @@ pub struct PipelineFile {
 }
 
 /// `[[host]]`: a machine some stages run on, reached through the agent running there
-/// (docs/hosts.md).
+/// (docs/multi-host.md).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostSection {
@@ -62,6 +62,8 @@ pub struct PipelineSection {
     pub restart_backoff: Option<Spanned<DurationSpec>>,
     /// A stage that makes no progress for this long is killed and handled as a failure.
     pub stall_timeout: Option<Spanned<DurationSpec>>,
+    /// What a run does when the agent of a host it uses is lost (docs/multi-host.md).
+    pub on_host_loss: Option<Spanned<OnHostLoss>>,
 }
 
 /// `[[stage]]`: one process running one plugin.
@@ -228,6 +230,28 @@ impl OnLoss {
         match self {
             OnLoss::Retry => "retry",
             OnLoss::Drop => "drop",
+        }
+    }
+}
+
+/// What a run does when the agent of one of its hosts is lost (its liveliness token vanishes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnHostLoss {
+    /// The run stops: every other host's part is ended and the run fails, naming the host.
+    #[default]
+    Stop,
+    /// The other hosts keep running (their link stages reconnect by themselves) until the
+    /// agent is back.
+    Wait,
+}
+
+impl OnHostLoss {
+    /// As the pipeline file writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnHostLoss::Stop => "stop",
+            OnHostLoss::Wait => "wait",
         }
     }
 }

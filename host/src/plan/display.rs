@@ -131,7 +131,7 @@ pub fn render_text(plan: &Plan) -> String {
         let _ = writeln!(out, "note: {} run on cpu (device auto): {why}", names.join(", "));
     }
     if !plan.hosts.is_empty() {
-        let _ = writeln!(out, "hosts (each runs an agent: docs/hosts.md):");
+        let _ = writeln!(out, "hosts (each runs an agent: docs/multi-host.md):");
         for h in &plan.hosts {
             let speed = h.link_gbps.map_or("link speed not given".to_owned(), |g| format!("{g} Gb/s link"));
             let _ = writeln!(out, "  {}  control {}, frames to {}, {speed}; its devices are checked there when the run starts", h.name, h.control, h.data);

@@ -1,4 +1,4 @@
-//! Stages on several machines (docs/hosts.md): the `[[host]]` tables checked, each stage's
+//! Stages on several machines (docs/multi-host.md): the `[[host]]` tables checked, each stage's
 //! host, and the links that cross from one host to another, with the frames a second each
 //! one's network link can carry.
 

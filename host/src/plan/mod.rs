@@ -7,6 +7,7 @@ pub mod budget;
 mod display;
 mod domain;
 pub mod hosts;
+pub mod split;
 mod resolve;
 mod supervision;
 
@@ -44,7 +45,7 @@ pub const CUDA_SPIN_US: u32 = 0;
 /// A checked pipeline, ready to run.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// The `[[host]]` tables: machines some stages run on (docs/hosts.md).
+    /// The `[[host]]` tables: machines some stages run on (docs/multi-host.md).
     pub hosts: Vec<hosts::HostPlan>,
     pub name: String,
     pub file: PathBuf,
@@ -55,6 +56,8 @@ pub struct Plan {
     pub mps: MpsScope,
     /// The file's `spin_us`; `None`: [`DEFAULT_SPIN_US`] or [`CUDA_SPIN_US`] by domain.
     pub spin_us: Option<u32>,
+    /// What the run does when a host's agent is lost (docs/multi-host.md).
+    pub on_host_loss: crate::config::OnHostLoss,
     /// In topological order: every stage comes after the stages it reads.
     pub stages: Vec<StagePlan>,
     pub links: Vec<LinkPlan>,
@@ -205,12 +208,13 @@ impl Plan {
     }
 
     /// Why this machine cannot run the plan by itself: a stage on another host, which runs
-    /// through that host's agent (docs/hosts.md: not built yet).
+    /// through that host's agent (docs/multi-host.md). `run` coordinates such a plan; `bench`
+    /// measures one machine and refuses it.
     pub fn needs_agents(&self) -> Option<String> {
         let s = self.stages.iter().find(|s| s.host.is_some())?;
         let host = &self.hosts[s.host.expect("found by it")];
         Some(format!(
-            "stage '{}' runs on host `{}`: stages on other hosts run through an agent there (`gpuipc-host agent`, docs/hosts.md), which this version does not have yet; `validate` plans such a pipeline, `run` cannot",
+            "stage '{}' runs on host `{}`: bench measures the stages of one machine; `run` runs a pipeline over several hosts (docs/multi-host.md)",
             s.name, host.name
         ))
     }

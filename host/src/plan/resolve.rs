@@ -120,6 +120,7 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
         isolation: settings.isolation,
         mps: settings.mps,
         spin_us: settings.spin_us,
+        on_host_loss: settings.on_host_loss,
         stages: stages_out,
         links,
         graph: plan_graph,
@@ -170,6 +171,7 @@ struct Settings {
     isolation: crate::config::Isolation,
     mps: crate::config::MpsScope,
     spin_us: Option<u32>,
+    on_host_loss: crate::config::OnHostLoss,
 }
 
 fn pipeline_settings(source: &SourceFile, file: &PipelineFile, diags: &mut Diagnostics) -> Settings {
@@ -198,6 +200,7 @@ fn pipeline_settings(source: &SourceFile, file: &PipelineFile, diags: &mut Diagn
         isolation: p.isolation.as_ref().map(|i| *i.get_ref()).unwrap_or_default(),
         mps: p.mps.as_ref().map(|m| *m.get_ref()).unwrap_or_default(),
         spin_us: p.spin_us.as_ref().map(|s| *s.get_ref()),
+        on_host_loss: p.on_host_loss.as_ref().map(|o| *o.get_ref()).unwrap_or_default(),
     }
 }
 
@@ -734,7 +737,7 @@ fn wire_links(
             }
         };
         // Consumers on other hosts read what a sender on the producer's host takes from the
-        // ring in host memory (docs/hosts.md): for the ring they are a cpu end.
+        // ring in host memory (docs/multi-host.md): for the ring they are a cpu end.
         let home = stages[link.producer].host;
         let mut consumers: Vec<_> = link.consumers.iter().filter(|&&c| stages[c].host == home).flat_map(|&c| ends(c)).collect();
         if consumers.len() < link.consumers.len() {

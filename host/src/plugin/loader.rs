@@ -337,6 +337,14 @@ pub struct Instance<'p> {
 }
 
 impl Instance<'_> {
+    /// Whether the plugin may give a source's output frame a number and timestamp of its own
+    /// (`OutputFrame::relay`, plugin ABI 1.3), which the host then reads back from the frame.
+    /// An older plugin never writes them; reading them back only from a plugin that may keeps
+    /// that promise out of the old plugin's hands.
+    pub fn may_relay(&self) -> bool {
+        self.plugin.meta().abi >= (1, 3)
+    }
+
     /// Process one set of input frames into `output`.
     ///
     /// The frames' memory must stay valid, and the inputs unwritten, for the call; the caller

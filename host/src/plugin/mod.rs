@@ -7,4 +7,4 @@ pub mod python;
 mod resolve;
 
 pub use loader::{Instance, LoadedPlugin, PluginCallError, PluginMeta, Processed};
-pub use resolve::resolve;
+pub use resolve::{is_path, resolve};

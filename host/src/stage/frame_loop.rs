@@ -27,6 +27,9 @@ pub enum StageError {
     /// `frame`: the sequence number it was processing.
     #[error("got an error from the plugin's `{during}`{}: {error}", at_frame(*.frame))]
     Plugin { during: &'static str, frame: Option<u64>, error: PluginCallError },
+    /// A source relayed a frame (`OutputFrame::relay`) under a number it had passed already.
+    #[error("relayed frame {relayed}, but the next frame must be {expected} or later: a source's frame numbers only go up")]
+    RelayedBackwards { relayed: u64, expected: u64 },
     #[error("link failed: {0}")]
     Link(LinkError),
     #[error("CUDA: {0}")]
@@ -116,8 +119,9 @@ pub struct FrameLoop<'a, 'p> {
 
 /// What became of one frame.
 enum Done {
-    /// Made and published; when the plugin's work ended (ns since the epoch).
-    Made(u64),
+    /// Made and published under `seq` (a source that relays frames chooses it); when the
+    /// plugin's work ended (ns since the epoch).
+    Made { seq: u64, ended_ns: u64 },
     /// A source ended its stream instead of making the frame.
     SourceEnded,
     /// A replica gave the frame back for a sibling's owed one to go first.
@@ -221,8 +225,8 @@ impl FrameLoop<'_, '_> {
             }
             self.cpu.frame(self.stats);
             // On an error the held frames drop here, released; the host counts the frame lost.
-            let ended_ns = match self.process_one(index, seq, source_timestamp, &held, ticket)? {
-                Done::Made(ended_ns) => ended_ns,
+            let (seq, ended_ns) = match self.process_one(index, seq, source_timestamp, &held, ticket)? {
+                Done::Made { seq, ended_ns } => (seq, ended_ns),
                 Done::SourceEnded => return Ok(LoopEnd::SourceEnded),
                 Done::Yielded => {
                     let (replica, taken) = (self.replica.as_ref().expect("only replicas yield"), ticket.expect("with a ticket"));
@@ -231,6 +235,10 @@ impl FrameLoop<'_, '_> {
                 }
             };
             index += 1;
+            if self.inputs.is_empty() {
+                // A relayed frame may have skipped numbers: the next one follows it.
+                next_source_seq = seq + 1;
+            }
             // Counted done before the inputs are released: see `StageStats::last_seq_plus_one`.
             self.count(seq, ended_ns);
             drop(held);
@@ -297,6 +305,17 @@ impl FrameLoop<'_, '_> {
                 return Err(StageError::Plugin { during: "process", frame: Some(seq), error });
             }
         }
+        // A source passing on frames made elsewhere gave this one its own number and time.
+        let (seq, timestamp_ns) = match out.as_ref() {
+            Some(raw) if self.inputs.is_empty() && self.instance.may_relay() => {
+                if raw.seq < seq {
+                    self.output.cancel(pending);
+                    return Err(StageError::RelayedBackwards { relayed: raw.seq, expected: seq });
+                }
+                (raw.seq, raw.timestamp_ns)
+            }
+            _ => (seq, timestamp_ns),
+        };
         for (end, slot) in self.input_ends.iter().zip(held) {
             end.done(slot)?;
         }
@@ -331,7 +350,7 @@ impl FrameLoop<'_, '_> {
         if let Some(lead) = &mut self.lead {
             lead.frame_enqueued(index)?;
         }
-        Ok(Done::Made(ended_ns))
+        Ok(Done::Made { seq, ended_ns })
     }
 
     fn count(&self, seq: u64, ended_ns: u64) {

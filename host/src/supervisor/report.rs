@@ -7,7 +7,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::control::FromStage;
 use crate::link::StatsMap;
@@ -15,7 +15,7 @@ use crate::link::stats::{Plausible, StatsSnapshot};
 use crate::plan::{Plan, ProcessPlan};
 
 /// How one stage ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StageOutcome {
     /// Drained and exited 0.
@@ -73,9 +73,12 @@ impl StageOutcome {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StageReport {
     pub name: String,
+    /// The host it ran on, in a run over several hosts (docs/multi-host.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     pub plugin: String,
     pub domain: String,
     pub frames: u64,
@@ -92,7 +95,7 @@ pub struct StageReport {
     pub outcome: StageOutcome,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunReport {
     pub pipeline: String,
     pub stages: Vec<StageReport>,
@@ -157,9 +160,14 @@ impl RunReport {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let width = self.stages.iter().map(|s| s.name.len()).max().unwrap_or(5).max(5);
+        // A run over several hosts shows where each stage ran (a receiver has its producer's name).
+        let hosts = self.stages.iter().any(|s| s.host.is_some());
+        let host_width = self.stages.iter().filter_map(|s| s.host.as_ref().map(String::len)).max().unwrap_or(0).max(4);
+        let host_cell = |h: Option<&str>| if hosts { format!("{:host_width$}  ", h.unwrap_or("")) } else { String::new() };
         let _ = writeln!(
             out,
-            "{:width$}  {:12} {:6} {:>10} {:>12} {:>9} {:>6} {:>8} {:>6} {:>6}  outcome",
+            "{}{:width$}  {:12} {:6} {:>10} {:>12} {:>9} {:>6} {:>8} {:>6} {:>6}  outcome",
+            host_cell(Some("host")),
             "stage", "plugin", "domain", "frames", "fps", "dropped", "lost", "restarts", "busy", "cpu"
         );
         for s in &self.stages {
@@ -171,7 +179,8 @@ impl RunReport {
             };
             let _ = writeln!(
                 out,
-                "{:width$}  {:12} {:6} {:>10} {:>12.1} {:>9} {:>6} {:>8} {:>5.1}% {:>5.0}%  {outcome}",
+                "{}{:width$}  {:12} {:6} {:>10} {:>12.1} {:>9} {:>6} {:>8} {:>5.1}% {:>5.0}%  {outcome}",
+                host_cell(s.host.as_deref()),
                 s.name,
                 s.plugin,
                 s.domain,
@@ -216,6 +225,7 @@ impl StageReport {
         let active = snap.last_ns.saturating_sub(snap.first_ns);
         StageReport {
             name: name.to_owned(),
+            host: None,
             plugin: plugin.to_owned(),
             domain: domain.to_owned(),
             frames: snap.frames,

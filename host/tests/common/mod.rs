@@ -2,6 +2,8 @@
 //! bound on every wait, and checking that a run left nothing behind.
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -58,9 +60,23 @@ pub fn start(dir: &Path, args: &[&str]) -> Running {
 
 /// Start `gpuipc-host ARGS` in `dir` reading `stdin` (a file, a pipe) as its standard input.
 pub fn start_with_stdin(dir: &Path, args: &[&str], stdin: Stdio) -> Running {
+    start_wrapped(dir, &[], args, stdin)
+}
+
+/// Start `WRAP... gpuipc-host ARGS` in `dir` (`wrap`: a command that runs another, such as
+/// `ip netns exec NS`, and execs it, so the pid is gpuipc-host's).
+pub fn start_wrapped(dir: &Path, wrap: &[&str], args: &[&str], stdin: Stdio) -> Running {
     // Under the target dir, not `dir`: a run from the repository's root leaves nothing there.
     let stdout = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("stdout-{}-{}.txt", std::process::id(), unique()));
-    let mut child = Command::new(host_bin())
+    let mut command = match wrap.split_first() {
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg(host_bin());
+            c
+        }
+        None => Command::new(host_bin()),
+    };
+    let mut child = command
         .args(args)
         .current_dir(dir)
         .env("GPUIPC_LOG", "info")
@@ -294,4 +310,144 @@ pub fn pid_of(host: u32, process: &str) -> rustix::process::Pid {
         .find(|(_, cmd)| format!("{cmd} ").contains(&marker))
         .unwrap_or_else(|| panic!("'{process}' is not running"));
     rustix::process::Pid::from_raw(pid as i32).unwrap()
+}
+
+/// Processes whose environment holds `VAR=VALUE`, still alive: pid and command line.
+pub fn processes_with_env(var: &str, value: &str) -> Vec<(u32, String)> {
+    let marker = format!("{var}={value}");
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(environ) = fs::read(entry.path().join("environ")) else { continue };
+        if environ.split(|&b| b == 0).any(|v| v == marker.as_bytes()) {
+            let cmdline = fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            found.push((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+        }
+    }
+    found
+}
+
+/// The runs a coordinator or an agent with pid `parent` started for parts of runs, and their
+/// stages (which inherit the variable), that are still alive after at most `timeout`.
+pub fn parts_left_after(parent: u32, timeout: Duration) -> Vec<(u32, String)> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = processes_with_env("GPUIPC_PART_OF", &parent.to_string());
+        if left.is_empty() || Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Ports `port..port + n` on 127.0.0.1 that nobody listens on now: the OS picks the first,
+/// the others are checked, and another pick is made where one is taken.
+pub fn free_ports(n: u16) -> u16 {
+    for _ in 0..100 {
+        let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = first.local_addr().unwrap().port();
+        if port.checked_add(n).is_none() {
+            continue;
+        }
+        if (1..n).all(|k| std::net::TcpListener::bind(("127.0.0.1", port + k)).is_ok()) {
+            return port;
+        }
+    }
+    panic!("no {n} free consecutive ports on 127.0.0.1");
+}
+
+/// A `gpuipc-host agent` under test; killed when dropped, so a failing test leaves none.
+pub struct Agent {
+    pub name: String,
+    /// Its control endpoint, `tcp/127.0.0.1:PORT`; its data address is the next port.
+    pub control: String,
+    pub data: String,
+    pub running: Option<Running>,
+}
+
+impl Agent {
+    /// An agent named `name` on free loopback ports (the control port, then 4 for frames),
+    /// once it says it listens.
+    pub fn start(dir: &Path, name: &str) -> Agent {
+        for _ in 0..10 {
+            let port = free_ports(5);
+            let control = format!("tcp/127.0.0.1:{port}");
+            let mut running = start(dir, &["agent", "--name", name, "--listen", &control]);
+            match running.wait_for_either("listening on", "cannot listen", Duration::from_secs(30)) {
+                true => return Agent { name: name.to_owned(), control, data: format!("127.0.0.1:{}", port + 1), running: Some(running) },
+                // Another process took the port between the check and the agent: pick again.
+                false => drop(running.finish(Duration::from_secs(10))),
+            }
+        }
+        panic!("agent '{name}' could not listen on any free port");
+    }
+
+    /// An agent named `name` in the namespace of `side`, on its veth address: control port
+    /// 7447, frames from 7448 (the namespace is the test's own, so they are free).
+    pub fn start_in(dir: &Path, name: &str, side: &netns::Side) -> Agent {
+        let control = format!("tcp/{}:7447", side.address);
+        let mut running = start_wrapped(dir, &side.exec(), &["agent", "--name", name, "--listen", &control], Stdio::null());
+        running.wait_for_stderr("listening on", Duration::from_secs(30));
+        Agent { name: name.to_owned(), control, data: format!("{}:7448", side.address), running: Some(running) }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.running.as_ref().unwrap().pid()
+    }
+
+    pub fn running(&mut self) -> &mut Running {
+        self.running.as_mut().unwrap()
+    }
+
+    /// The `[[host]]` table of this agent, named `host`.
+    pub fn host_table(&self) -> String {
+        format!("[[host]]\nname = \"{}\"\ncontrol = \"{}\"\ndata = \"{}\"\n", self.name, self.control, self.data)
+    }
+
+    /// Stop it with SIGTERM and wait for it to exit.
+    pub fn stop(mut self) -> Finished {
+        let running = self.running.take().unwrap();
+        running.signal(rustix::process::Signal::TERM);
+        running.finish(Duration::from_secs(60))
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(mut running) = self.running.take() {
+            let _ = running.child.kill();
+            let _ = running.child.wait();
+        }
+    }
+}
+
+impl Running {
+    /// Block until stderr has a line containing `yes` (true) or `no` (false), at most `timeout`.
+    pub fn wait_for_either(&mut self, yes: &str, no: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(yes) => return true,
+                Ok(line) if line.contains(no) => return false,
+                Ok(_) => continue,
+                Err(_) => panic!("neither `{yes}` nor `{no}` on stderr within {timeout:?}:\n{}", self.stderr.lock().unwrap()),
+            }
+        }
+    }
+
+    /// What it wrote to stderr so far.
+    pub fn stderr_so_far(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+/// Block until `ready()` holds, looking again every 20 ms, at most `timeout` (then fail
+/// naming `what`): for states only files show, such as frames a stage wrote.
+pub fn wait_until(timeout: Duration, what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ready() {
+        assert!(Instant::now() < deadline, "no {what} within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -1,0 +1,260 @@
+//! Links between hosts, on one machine: two `gpuipc-host run` processes on 127.0.0.1, one
+//! running `generator -> tcp-send`, the other `tcp-receive -> null`. What crosses is checked
+//! frame by frame against an in-process reference run; a sender or receiver killed mid-run
+//! restarts and the link reconnects, losing only counted frames and delivering only right ones.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::*;
+use rustix::process::Signal;
+
+const LINK: &str = "gen->b";
+
+/// A port nothing listens on now (bound then released; another process could take it in
+/// between, which on a test machine does not happen in practice).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The producer's host: a 64x48 generator into a tcp-send to `port`; `frames`: a `frames =`
+/// line or nothing (run until stopped).
+fn sender(port: u16, frames: &str, size: (u32, u32), extra: &str) -> String {
+    let (w, h) = size;
+    format!(
+        r#"
+[pipeline]
+name = "a"
+device = "cpu"
+restart_backoff = "1ms"
+{frames}
+[[stage]]
+name = "gen"
+plugin = "generator"
+params = {{ width = {w}, height = {h}, pattern = "gradient" }}
+
+[[stage]]
+name = "gen-to-b"
+plugin = "tcp-send"
+inputs = ["gen"]
+{extra}
+params = {{ to = "127.0.0.1:{port}", link = "{LINK}", connect_timeout_s = 20.0 }}
+"#
+    )
+}
+
+/// The consumer's host: a tcp-receive named like the producer on `port`, into a null sink.
+fn receiver(port: u16, size: (u32, u32), timeout_s: f64, extra: &str) -> String {
+    let (w, h) = size;
+    format!(
+        r#"
+[pipeline]
+name = "b"
+device = "cpu"
+restart_backoff = "1ms"
+
+[[stage]]
+name = "gen"
+plugin = "tcp-receive"
+{extra}
+params = {{ listen = "127.0.0.1:{port}", link = "{LINK}", format = "rgb8", width = {w}, height = {h}, reconnect_timeout_s = {timeout_s:?} }}
+
+[[stage]]
+name = "sink"
+plugin = "null"
+inputs = ["gen"]
+"#
+    )
+}
+
+/// Seq → hash of a tap file; a seq written twice must carry one hash.
+fn tap(path: &Path) -> BTreeMap<u64, String> {
+    let mut map = BTreeMap::new();
+    for (seq, hash) in sum_lines(path) {
+        if let Some(before) = map.insert(seq, hash.clone()) {
+            assert_eq!(before, hash, "{} has two frames {seq}", path.display());
+        }
+    }
+    map
+}
+
+/// The generator's first `frames` frames made in one process: seq → hash.
+fn reference(dir: &Path, frames: u64) -> BTreeMap<u64, String> {
+    let text = r#"
+[pipeline]
+name = "reference"
+device = "cpu"
+[[stage]]
+name = "gen"
+plugin = "generator"
+params = { width = 64, height = 48, pattern = "gradient" }
+[[stage]]
+name = "sink"
+plugin = "null"
+inputs = ["gen"]
+"#;
+    let file = pipeline(dir, "reference.toml", text);
+    let n = frames.to_string();
+    let run = run(dir, &["run", &file.to_string_lossy(), "--in-process", "--quiet", "--frames", &n, "--checksums", "reference"]);
+    assert_eq!(run.status.code(), Some(0), "{}", run.output());
+    tap(&dir.join("reference/gen.sum"))
+}
+
+fn report(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Frames counted lost or dropped by every stage of a run's report.
+fn counted(report: &serde_json::Value) -> u64 {
+    report["stages"].as_array().unwrap().iter().map(|s| s["lost"].as_u64().unwrap() + s["dropped"].as_u64().unwrap()).sum()
+}
+
+/// Start the receiver's run, then the sender's, in `dir`/b and `dir`/a.
+fn start_both(dir: &Path, sender_text: &str, receiver_text: &str, sender_args: &[&str]) -> (Running, Running) {
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    let rfile = pipeline(&b, "p.toml", receiver_text);
+    let sfile = pipeline(&a, "p.toml", sender_text);
+    let mut receiving = start(&b, &["run", &rfile.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
+    receiving.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let mut args = vec!["run", sfile.to_str().unwrap(), "--quiet", "--report", "report.json", "--checksums", "sums"];
+    args.extend_from_slice(sender_args);
+    let sending = start(&a, &args);
+    (sending, receiving)
+}
+
+#[test]
+fn frames_cross_between_two_runs_exactly_as_one_process_makes_them() {
+    let dir = scratch("net-plain");
+    let port = free_port();
+    let (sending, mut receiving) = start_both(&dir, &sender(port, "frames = 60", (64, 48), ""), &receiver(port, (64, 48), 20.0, ""), &[]);
+    receiving.wait_for_stderr(&format!("link '{LINK}': connection 1 from 127.0.0.1:"), RUN_TIMEOUT);
+    let sent = sending.finish(RUN_TIMEOUT);
+    let received = receiving.finish(RUN_TIMEOUT);
+    assert_eq!(sent.status.code(), Some(0), "{}", sent.output());
+    assert_eq!(received.status.code(), Some(0), "{}", received.output());
+    assert!(received.stderr.contains(&format!(" to 127.0.0.1:{port}")), "{}", received.output());
+
+    let want = reference(&dir, 60);
+    assert_eq!(want.len(), 60);
+    // The receiving source relays each frame under its own number; the sink behind it gets
+    // every one, in order.
+    assert_eq!(tap(&dir.join("b/sums/gen.sum")), want);
+    let sink = sum_lines(&dir.join("b/sums/sink.sum"));
+    assert_eq!(sink.iter().map(|(s, _)| *s).collect::<Vec<_>>(), (0..60).collect::<Vec<u64>>());
+    assert_eq!(tap(&dir.join("a/sums/gen.sum")), want);
+    assert_nothing_left(sent.pid);
+    assert_nothing_left(received.pid);
+}
+
+/// Wait until the tap at `path` has at least `n` lines, at most `RUN_TIMEOUT`: the frames
+/// crossed. (A bounded wait on what the runs wrote; the taps are written a line per frame.)
+fn wait_for_frames(path: &Path, n: usize) -> usize {
+    let deadline = std::time::Instant::now() + RUN_TIMEOUT;
+    loop {
+        let lines = std::fs::read_to_string(path).map_or(0, |t| t.lines().count());
+        if lines >= n {
+            return lines;
+        }
+        assert!(std::time::Instant::now() < deadline, "{} has {lines} frames, not {n}, after {RUN_TIMEOUT:?}", path.display());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Kill `victim` of one of the two runs once frames flow, wait for its restart and the link's
+/// second connection, stop the sender's run, and check the books of both runs.
+fn kill_and_check(name: &str, kill_receiver: bool) {
+    let dir = scratch(name);
+    let port = free_port();
+    let restart = "restart = \"on-failure\"";
+    let (s_extra, r_extra) = if kill_receiver { ("", restart) } else { (restart, "") };
+    let (mut sending, mut receiving) =
+        start_both(&dir, &sender(port, "", (64, 48), s_extra), &receiver(port, (64, 48), 20.0, r_extra), &[]);
+    receiving.wait_for_stderr(&format!("link '{LINK}': connection 1 from"), RUN_TIMEOUT);
+    // A stage killed before it is ready is not restarted (it never started): wait for both.
+    sending.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let published = dir.join("b/sums/gen.sum");
+    wait_for_frames(&published, 100);
+    let (victim_run, victim) = if kill_receiver { (&mut receiving, "gen") } else { (&mut sending, "gen-to-b") };
+    rustix::process::kill_process(pid_of(victim_run.pid(), victim), Signal::KILL).unwrap();
+    victim_run.wait_for_stderr(&format!("stage '{victim}' restarted (restart 1)"), RUN_TIMEOUT);
+    // A restarted receiver counts its connections from 1 again; a sender's new one is the
+    // receiver's second.
+    let again = format!("link '{LINK}': connection {} from", if kill_receiver { 1 } else { 2 });
+    receiving.wait_for_stderr(&again, RUN_TIMEOUT);
+    let before = std::fs::read_to_string(&published).unwrap().lines().count();
+    wait_for_frames(&published, before + 100);
+    // The link carries frames again: stop the source's run; its end of stream ends the other.
+    sending.signal(Signal::TERM);
+    let sent = sending.finish(RUN_TIMEOUT);
+    let received = receiving.finish(RUN_TIMEOUT);
+    assert_eq!(sent.status.code(), Some(0), "{}", sent.output());
+    assert_eq!(received.status.code(), Some(0), "{}", received.output());
+    assert!(received.stderr.contains(&again), "{}", received.output());
+
+    let made = tap(&dir.join("a/sums/gen.sum"));
+    let produced = made.len() as u64;
+    assert_eq!(made.keys().copied().collect::<Vec<_>>(), (0..produced).collect::<Vec<_>>(), "the source made every number once");
+    let delivered = sum_lines(&dir.join("b/sums/sink.sum"));
+    let seqs: Vec<u64> = delivered.iter().map(|(s, _)| *s).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "the sink got each frame once, in order: {seqs:?}");
+    let lost = counted(&report(&dir.join("a/report.json"))) + counted(&report(&dir.join("b/report.json")));
+    assert_eq!(produced, seqs.len() as u64 + lost, "produced = delivered + lost\n{}\n{}", sent.stdout, received.stdout);
+    // What the receiving source published (a sink's tap has no hashes): every frame the
+    // reference's, and every frame the sink got among them.
+    let want = reference(&dir, produced);
+    let relayed = tap(&dir.join("b/sums/gen.sum"));
+    for (seq, hash) in &relayed {
+        assert_eq!(want.get(seq), Some(hash), "frame {seq} differs from the in-process reference");
+    }
+    assert!(seqs.iter().all(|s| relayed.contains_key(s)), "the sink got frames the receiver never published");
+    assert_nothing_left(sent.pid);
+    assert_nothing_left(received.pid);
+}
+
+#[test]
+fn a_killed_sender_restarts_and_the_link_reconnects() {
+    kill_and_check("net-kill-sender", false);
+}
+
+#[test]
+fn a_killed_receiver_restarts_and_the_link_reconnects() {
+    kill_and_check("net-kill-receiver", true);
+}
+
+#[test]
+fn a_format_mismatch_fails_both_ends_naming_both_formats_and_the_link() {
+    let dir = scratch("net-mismatch");
+    let port = free_port();
+    let (sending, receiving) =
+        start_both(&dir, &sender(port, "frames = 5", (32, 32), ""), &receiver(port, (64, 64), 20.0, ""), &[]);
+    let sent = sending.finish(RUN_TIMEOUT);
+    let received = receiving.finish(RUN_TIMEOUT);
+    let why = format!("link '{LINK}': the sender sends rgb8 32x32 (");
+    for (run, end) in [(&sent, "sender"), (&received, "receiver")] {
+        assert_eq!(run.status.code(), Some(1), "{end}: {}", run.output());
+        assert!(run.stdout.contains(&why), "{end}: {}", run.output());
+        assert!(run.stdout.contains("the receiver expects rgb8 64x64 ("), "{end}: {}", run.output());
+    }
+    assert!(sent.stdout.contains(&format!("the receiver at 127.0.0.1:{port} refused the connection")), "{}", sent.output());
+    assert_nothing_left(sent.pid);
+    assert_nothing_left(received.pid);
+}
+
+#[test]
+fn a_receiver_nobody_connects_to_fails_naming_its_address() {
+    let dir = scratch("net-nobody");
+    let port = free_port();
+    let file = pipeline(&dir, "p.toml", &receiver(port, (64, 48), 0.3, ""));
+    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
+    assert_eq!(run.status.code(), Some(1), "{}", run.output());
+    assert!(
+        run.stdout.contains(&format!("no sender connected to 127.0.0.1:{port} for link '{LINK}' within 0.3 s")),
+        "{}",
+        run.output()
+    );
+    assert_nothing_left(run.pid);
+}

@@ -1,0 +1,41 @@
+//! `tcp-receive`: the consumer's end of a link between two hosts. A source stage on the
+//! consumer's host, named like the producer so its consumers' `inputs` stay as they are; it
+//! takes the frames a `tcp-send` stage sends and writes each straight into a slot of its output
+//! ring (cpu domain only), under the frame's own sequence number and timestamp
+//! (`OutputFrame::relay`).
+//!
+//! It listens when the stage starts and accepts a sender within `reconnect_timeout_s`; checks
+//! the sender's hello (link name, format and frame size must be its own, or it refuses naming
+//! both and fails); then reads each frame's header and bytes. A connection lost before a frame
+//! is complete drops that frame's bytes (never published) and waits for the sender to connect
+//! again, which sends it again. Each connection is logged as `link 'L': connection N from PEER
+//! to LOCAL`. A frame that comes again after it was published (the sender did not hear the
+//! acknowledgement) is acknowledged and not published twice. The wire format is
+//! `gpuipc_tcp_wire`'s.
+//!
+//! Leave the pipeline's `frames` out on the receiver's host: the sender's side counts frames,
+//! and the stream ends when the sender's does.
+//!
+//! # Params
+//!
+//! | param | type | default | meaning |
+//! |---|---|---|---|
+//! | `listen` | string, ADDRESS:PORT | required | the address and port to listen on |
+//! | `link` | string | required | the link's name; the sender must name the same |
+//! | `format` | `"rgb8" \| "rgba8" \| "gray8" \| "i420" \| "nv12"` | required | the frames' pixel format |
+//! | `width` | integer, > 0 | required | frame width in pixels |
+//! | `height` | integer, > 0 | required | frame height in pixels |
+//! | `reconnect_timeout_s` | float, > 0 | `30.0` | how long to wait for a sender, at start and after a connection breaks |
+//!
+//! ```toml
+//! [[stage]]
+//! name = "gen"
+//! plugin = "tcp-receive"
+//! restart = "on-failure"
+//! params = { listen = "10.77.0.2:7448", link = "gen->b", format = "rgb8", width = 1920, height = 1080 }
+//! ```
+#![deny(unsafe_code)]
+
+pub mod receive;
+
+gpuipc_plugin_api::export_plugin!(receive::TcpReceive);

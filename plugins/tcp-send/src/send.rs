@@ -1,0 +1,332 @@
+//! The tcp-send stage: params, the connection with its reconnections, and the frames sent.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use gpuipc_plugin_api::{
+    CreateContext, Domain, Error, FrameFormat, FrameLayout, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin,
+    PluginInfo, ProcessContext, Result, bail, info, warn,
+};
+use gpuipc_tcp_wire::{self as wire, FrameHeader, Hello, WireError};
+use serde::Deserialize;
+
+/// How long to wait between two connection attempts the receiver refused or did not answer.
+const RETRY_EVERY: Duration = Duration::from_millis(50);
+
+/// The `params` table of a tcp-send stage.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    pub to: String,
+    pub link: String,
+    #[serde(default = "default_timeout")]
+    pub connect_timeout_s: f64,
+}
+
+fn default_timeout() -> f64 {
+    30.0
+}
+
+/// Why a send failed for good (a broken connection is not a failure: it is retried).
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("link '{link}': could not connect to the receiver at {to} within {secs} s (last: {last})")]
+    Unreachable { link: String, to: SocketAddr, secs: f64, last: String },
+    #[error("link '{link}': the receiver at {to} refused the connection: {reason}")]
+    Refused { link: String, to: SocketAddr, reason: String },
+    #[error("link '{link}': the receiver at {to} broke the protocol: {what}")]
+    Protocol { link: String, to: SocketAddr, what: String },
+    #[error("link '{link}': input frame of {got} bytes, its layout needs {need}")]
+    ShortFrame { link: String, got: usize, need: u64 },
+}
+
+impl From<SendError> for Error {
+    fn from(e: SendError) -> Error {
+        Error::new(e)
+    }
+}
+
+/// The `to` param as an address, or the error naming it.
+fn parse_to(to: &str) -> Result<SocketAddr> {
+    to.parse().map_err(|_| Error::new(format!("param `to`: {to:?} is not ADDRESS:PORT (an IP address and a port, e.g. 10.0.0.2:7448 or [fd00::2]:7448)")))
+}
+
+/// A tcp-send stage instance.
+#[derive(Debug)]
+pub struct TcpSend {
+    to: SocketAddr,
+    link: String,
+    timeout: Duration,
+    format: FrameFormat,
+    frame_bytes: u64,
+    conn: Option<TcpStream>,
+    /// Connections made so far; the hello carries it.
+    epoch: u64,
+    /// The last frame sent, header and bytes, kept until the receiver acknowledges it: it is
+    /// sent again on a new connection if the old one broke before the acknowledgement.
+    unacked: Option<FrameHeader>,
+    kept: Vec<u8>,
+}
+
+impl Plugin for TcpSend {
+    type Params = Params;
+
+    const INFO: PluginInfo = PluginInfo {
+        name: "tcp-send",
+        version: env!("CARGO_PKG_VERSION"),
+        description: "sends every frame of its input over TCP to a tcp-receive stage on another host",
+        domains: &[Domain::Cpu],
+        min_inputs: 1,
+        max_inputs: 1,
+        accepts: &PixelFormat::ALL,
+        produces: &[],
+    };
+
+    const PARAMS: &'static [ParamInfo] = &[
+        ParamInfo {
+            name: "to",
+            kind: "string",
+            default: ParamInfo::REQUIRED,
+            range: "ADDRESS:PORT",
+            description: "the receiver's address and port",
+        },
+        ParamInfo {
+            name: "link",
+            kind: "string",
+            default: ParamInfo::REQUIRED,
+            range: "",
+            description: "the link's name; the receiver must name the same",
+        },
+        ParamInfo {
+            name: "connect_timeout_s",
+            kind: "float",
+            default: "30.0",
+            range: "> 0",
+            description: "how long to keep trying to connect, at start and after a connection breaks",
+        },
+    ];
+
+    fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
+        let mut problems = Vec::new();
+        if let Err(e) = parse_to(&params.to) {
+            problems.push(e.message().to_owned());
+        }
+        if params.link.is_empty() || params.link.len() > wire::MAX_LINK_NAME {
+            problems.push(format!("param `link` must be 1 to {} bytes", wire::MAX_LINK_NAME));
+        }
+        if !(params.connect_timeout_s.is_finite() && params.connect_timeout_s > 0.0) {
+            problems.push(format!("param `connect_timeout_s` must be > 0, got {}", params.connect_timeout_s));
+        }
+        match problems.is_empty() {
+            true => Ok(()),
+            false => Err(Error::new(problems.join("; "))),
+        }
+    }
+
+    fn negotiate(_params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
+        if inputs.len() != 1 {
+            bail!("tcp-send takes 1 input, got {}", inputs.len());
+        }
+        Ok(None)
+    }
+
+    fn create(params: Params, inputs: &[FrameFormat], _output: Option<FrameFormat>, ctx: &CreateContext<'_>) -> Result<TcpSend> {
+        if ctx.domain != Domain::Cpu {
+            bail!("tcp-send runs in the cpu domain only (the ring at a network end is in host memory)");
+        }
+        let format = *inputs.first().ok_or("tcp-send takes 1 input")?;
+        let layout = FrameLayout::for_format(format).ok_or_else(|| Error::new(format!("no layout for {format}")))?;
+        let stage = TcpSend {
+            to: parse_to(&params.to)?,
+            link: params.link,
+            timeout: Duration::from_secs_f64(params.connect_timeout_s),
+            format,
+            frame_bytes: layout.total_bytes,
+            conn: None,
+            epoch: 0,
+            unacked: None,
+            kept: Vec::new(),
+        };
+        // Connected at the first frame, not here: a run starts its frame loops only once every
+        // stage is created, and a receiver answers the hello from its frame loop, so two hosts
+        // whose links cross both ways (a -> b -> a) would each wait for the other's start.
+        Ok(stage)
+    }
+
+    fn process(&mut self, inputs: &[InputFrame<'_>], _output: Option<&mut OutputFrame<'_>>, _ctx: &ProcessContext) -> Result<()> {
+        self.first_connect()?;
+        let input = inputs.first().ok_or("tcp-send takes 1 input")?;
+        let bytes = input.host_bytes().ok_or("tcp-send reads host memory only")?;
+        let need = self.frame_bytes;
+        let payload = bytes
+            .get(..need as usize)
+            .ok_or_else(|| SendError::ShortFrame { link: self.link.clone(), got: bytes.len(), need })?;
+        // The frame before this one must be in the receiver's ring before this one replaces it.
+        self.settle()?;
+        let header = FrameHeader { flags: 0, seq: input.info.seq, timestamp_ns: input.info.timestamp_ns, payload_len: need };
+        // Kept before it is sent, so the stage's work on the frame ends with the send.
+        self.kept.clear();
+        self.kept.extend_from_slice(payload);
+        self.unacked = Some(header);
+        self.send_kept()
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.first_connect()?;
+        self.settle()?;
+        // The end goes over a connection like a frame, and is sent again on a new one if the
+        // old one breaks before the receiver acknowledges it.
+        loop {
+            let sent = self.stream().and_then(|s| s.write_all(&FrameHeader::end().to_bytes()).map_err(WireError::Lost));
+            match sent.and_then(|()| self.read_ack(wire::ACK_END)) {
+                Ok(()) => return Ok(()),
+                Err(e) => self.recover(e)?,
+            }
+        }
+    }
+}
+
+impl TcpSend {
+    /// The first connection, made at the first frame or the end of stream (see `create`).
+    fn first_connect(&mut self) -> Result<()> {
+        if self.epoch == 0 && self.conn.is_none() { self.connect() } else { Ok(()) }
+    }
+
+    fn stream(&mut self) -> Result<&mut TcpStream, WireError> {
+        self.conn.as_mut().ok_or_else(|| WireError::Lost(std::io::ErrorKind::NotConnected.into()))
+    }
+
+    /// Send the kept frame, again on a new connection until it is sent.
+    fn send_kept(&mut self) -> Result<()> {
+        let Some(header) = self.unacked else { return Ok(()) };
+        loop {
+            let sent = match self.conn.as_mut() {
+                Some(s) => s.write_all(&header.to_bytes()).and_then(|()| s.write_all(&self.kept)).map_err(WireError::Lost),
+                None => Err(WireError::Lost(std::io::ErrorKind::NotConnected.into())),
+            };
+            match sent {
+                Ok(()) => return Ok(()),
+                Err(e) => self.recover(e)?,
+            }
+        }
+    }
+
+    /// Wait for the acknowledgement of the kept frame, sending it again on a new connection
+    /// until one comes.
+    fn settle(&mut self) -> Result<()> {
+        while self.unacked.is_some() {
+            match self.read_ack(wire::ACK_FRAME) {
+                Ok(()) => self.unacked = None,
+                Err(e) => {
+                    self.recover(e)?;
+                    self.send_kept()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn read_ack(&mut self, want: u8) -> Result<(), WireError> {
+        let mut ack = [0u8; 1];
+        self.stream()?.read_exact(&mut ack)?;
+        match ack[0] {
+            got if got == want => Ok(()),
+            got => Err(WireError::Protocol(format!("acknowledgement {got:#04x}, expected {want:#04x}"))),
+        }
+    }
+
+    /// After `e`: a lost connection is made again (within the timeout); anything else fails.
+    fn recover(&mut self, e: WireError) -> Result<()> {
+        self.conn = None;
+        match e {
+            WireError::Lost(io) => {
+                warn!("link '{}': connection {} to {} lost ({io}); connecting again", self.link, self.epoch, self.to);
+                self.connect()
+            }
+            WireError::Protocol(what) => Err(SendError::Protocol { link: self.link.clone(), to: self.to, what }.into()),
+        }
+    }
+
+    /// Connect and say hello, retrying until the timeout.
+    fn connect(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        let mut last = String::from("no attempt");
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(SendError::Unreachable {
+                    link: self.link.clone(),
+                    to: self.to,
+                    secs: self.timeout.as_secs_f64(),
+                    last,
+                }
+                .into());
+            }
+            match self.try_connect(left) {
+                Ok(stream) => {
+                    self.conn = Some(stream);
+                    return Ok(());
+                }
+                Err(WireError::Lost(e)) => last = e.to_string(),
+                Err(WireError::Protocol(reason)) => {
+                    return Err(SendError::Refused { link: self.link.clone(), to: self.to, reason }.into());
+                }
+            }
+            std::thread::sleep(RETRY_EVERY.min(deadline.saturating_duration_since(Instant::now())));
+        }
+    }
+
+    /// One attempt: connect, hello, answer. A refusal comes back as `Protocol`.
+    fn try_connect(&mut self, left: Duration) -> Result<TcpStream, WireError> {
+        let mut stream = TcpStream::connect_timeout(&self.to, left)?;
+        // Frames are written whole; headers must not wait for the next frame (Nagle).
+        stream.set_nodelay(true)?;
+        // The answer comes at once from a receiver that is running; one that accepted in the
+        // kernel but never answers is retried.
+        stream.set_read_timeout(Some(left))?;
+        self.epoch += 1;
+        let hello = Hello { epoch: self.epoch, format: self.format, frame_bytes: self.frame_bytes, link: self.link.clone() };
+        hello.write_to(&mut stream)?;
+        wire::read_answer(&mut stream)?.map_err(WireError::Protocol)?;
+        // Acknowledgements wait for the receiver's ring (backpressure): no timeout on them; a
+        // receiver that is gone resets or closes the connection.
+        stream.set_read_timeout(None)?;
+        info!("link '{}': connection {} to {} from {}", self.link, self.epoch, self.to, stream.local_addr()?);
+        Ok(stream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpuipc_plugin_api::parse_params;
+
+    use super::*;
+
+    #[test]
+    fn declared_params_match_the_params_type_and_the_docs() {
+        gpuipc_plugin_api::param_check::assert_declared::<TcpSend>(include_str!("lib.rs"), "to = \"127.0.0.1:1\"\nlink = \"a->b\"");
+    }
+
+    #[test]
+    fn check_names_every_bad_param() {
+        let params = parse_params::<TcpSend>("to = \"host:7\"\nlink = \"\"\nconnect_timeout_s = 0.0").unwrap();
+        let e = TcpSend::check(&params, &[]).unwrap_err().to_string();
+        for what in ["param `to`: \"host:7\" is not ADDRESS:PORT", "param `link`", "param `connect_timeout_s` must be > 0"] {
+            assert!(e.contains(what), "{what} in {e}");
+        }
+    }
+
+    #[test]
+    fn nobody_listening_fails_after_the_timeout_naming_the_address_and_link() {
+        // A port just released: nothing listens there.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let text = format!("to = \"127.0.0.1:{port}\"\nlink = \"a->b\"\nconnect_timeout_s = 0.2");
+        let params = parse_params::<TcpSend>(&text).unwrap();
+        let format = FrameFormat::new(PixelFormat::Gray8, 4, 4);
+        // It connects at its first frame or its end of stream, whichever comes first.
+        let mut stage = TcpSend::create(params, &[format], None, &gpuipc_plugin_api::testing::cpu_context()).unwrap();
+        let e = stage.flush().unwrap_err().to_string();
+        assert!(e.contains(&format!("link 'a->b': could not connect to the receiver at 127.0.0.1:{port} within 0.2 s")), "{e}");
+    }
+}

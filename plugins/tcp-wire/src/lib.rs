@@ -1,0 +1,252 @@
+//! The wire protocol of a link between two hosts: what `tcp-send` writes and `tcp-receive`
+//! reads. Every integer is little-endian.
+//!
+//! 1. **Hello** (sender → receiver, once per connection):
+//!    `magic u32 = HELLO_MAGIC`, `version u16 = VERSION`, `link_len u16`, `epoch u64` (the
+//!    sender's connection number, from 1), `pixel u32` (the `PixelFormat` code), `width u32`,
+//!    `height u32`, `frame_bytes u64` (one frame's bytes in the ring's layout), then `link_len`
+//!    bytes of the link's name (UTF-8, at most [`MAX_LINK_NAME`]).
+//! 2. **Answer** (receiver → sender): `status u8` ([`ACCEPT`] or [`REFUSE`]), `reason_len u16`,
+//!    then the reason (UTF-8; empty on accept). A refusal names both ends' formats or links.
+//! 3. **Frames** (sender → receiver): a [`FrameHeader`] of [`HEADER_BYTES`] (`magic u32 =
+//!    FRAME_MAGIC`, `flags u32`, `seq u64`, `timestamp_ns u64`, `payload_len u64`), then
+//!    `payload_len` bytes: the frame exactly as the ring slot holds it, padding included
+//!    (both ends compute the same layout from the same format). With [`FLAG_END_OF_STREAM`]
+//!    there is no payload: the stream is over.
+//! 4. **Acknowledgements** (receiver → sender), one byte each, in order: [`ACK_FRAME`] once a
+//!    frame is published in the receiver's ring (or was already: a frame sent again after a
+//!    reconnection), [`ACK_END`] for the end of stream.
+//!
+//! A sender keeps the last frame it sent until its acknowledgement comes, so a connection that
+//! breaks (either end died and restarted) loses nothing: the sender connects again (a new
+//! epoch), sends a new hello and the unacknowledged frame again, and the receiver publishes it
+//! unless it already had (its number is below the next the receiver's ring expects). A frame
+//! is never published half-read.
+
+use std::io::{self, Read, Write};
+
+use gpuipc_plugin_api::FrameFormat;
+
+/// "GPNH": a hello.
+pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"GPNH");
+/// "GPNF": a frame header.
+pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"GPNF");
+/// The protocol version; a receiver refuses any other.
+pub const VERSION: u16 = 1;
+/// The longest link name a hello carries.
+pub const MAX_LINK_NAME: usize = 1024;
+/// The longest refusal reason an answer carries.
+pub const MAX_REASON: usize = 4096;
+
+pub const ACCEPT: u8 = 0;
+pub const REFUSE: u8 = 1;
+
+/// [`FrameHeader::flags`]: the stream is over; no payload follows.
+pub const FLAG_END_OF_STREAM: u32 = 1;
+
+/// The receiver published the frame (or had it already).
+pub const ACK_FRAME: u8 = 0x06;
+/// The receiver took the end of stream.
+pub const ACK_END: u8 = 0x04;
+
+/// Bytes of a [`FrameHeader`] on the wire.
+pub const HEADER_BYTES: usize = 32;
+
+/// Bytes of a hello before the link name.
+const HELLO_FIXED: usize = 4 + 2 + 2 + 8 + 4 + 4 + 4 + 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The connection broke or ended (EOF, reset, broken pipe): the other end is gone.
+    #[error("connection lost: {0}")]
+    Lost(#[source] io::Error),
+    /// The peer sent something that is not this protocol.
+    #[error("{0}")]
+    Protocol(String),
+}
+
+impl From<io::Error> for WireError {
+    fn from(e: io::Error) -> WireError {
+        WireError::Lost(e)
+    }
+}
+
+/// What a sender says when it connects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    pub epoch: u64,
+    pub format: FrameFormat,
+    pub frame_bytes: u64,
+    pub link: String,
+}
+
+impl Hello {
+    pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+        let link = self.link.as_bytes();
+        let link = &link[..link.len().min(MAX_LINK_NAME)];
+        let mut buf = Vec::with_capacity(HELLO_FIXED + link.len());
+        buf.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
+        buf.extend_from_slice(&VERSION.to_le_bytes());
+        buf.extend_from_slice(&(link.len() as u16).to_le_bytes());
+        buf.extend_from_slice(&self.epoch.to_le_bytes());
+        buf.extend_from_slice(&self.format.pixel.to_le_bytes());
+        buf.extend_from_slice(&self.format.width.to_le_bytes());
+        buf.extend_from_slice(&self.format.height.to_le_bytes());
+        buf.extend_from_slice(&self.frame_bytes.to_le_bytes());
+        buf.extend_from_slice(link);
+        w.write_all(&buf)
+    }
+
+    pub fn read_from(r: &mut impl Read) -> Result<Hello, WireError> {
+        let mut fixed = [0u8; HELLO_FIXED];
+        r.read_exact(&mut fixed)?;
+        let mut at = Cursor(&fixed);
+        let magic = at.u32();
+        if magic != HELLO_MAGIC {
+            return Err(WireError::Protocol(format!("not a gpuipc link: the hello starts with {magic:#010x}")));
+        }
+        let version = at.u16();
+        if version != VERSION {
+            return Err(WireError::Protocol(format!(
+                "the sender speaks link protocol version {version}; this receiver speaks {VERSION}"
+            )));
+        }
+        let link_len = usize::from(at.u16());
+        let epoch = at.u64();
+        let format = FrameFormat { pixel: at.u32(), width: at.u32(), height: at.u32() };
+        let frame_bytes = at.u64();
+        if link_len > MAX_LINK_NAME {
+            return Err(WireError::Protocol(format!("link name of {link_len} bytes (at most {MAX_LINK_NAME})")));
+        }
+        let mut link = vec![0u8; link_len];
+        r.read_exact(&mut link)?;
+        let link = String::from_utf8_lossy(&link).into_owned();
+        Ok(Hello { epoch, format, frame_bytes, link })
+    }
+}
+
+/// The receiver's answer to a hello: `Ok(())` or the reason it refused.
+pub fn write_answer(w: &mut impl Write, answer: Result<(), &str>) -> io::Result<()> {
+    let (status, reason) = match answer {
+        Ok(()) => (ACCEPT, &b""[..]),
+        Err(reason) => (REFUSE, reason.as_bytes()),
+    };
+    let reason = &reason[..reason.len().min(MAX_REASON)];
+    let mut buf = Vec::with_capacity(3 + reason.len());
+    buf.push(status);
+    buf.extend_from_slice(&(reason.len() as u16).to_le_bytes());
+    buf.extend_from_slice(reason);
+    w.write_all(&buf)
+}
+
+/// Read the receiver's answer: `Ok(Ok(()))` accepted, `Ok(Err(reason))` refused.
+pub fn read_answer(r: &mut impl Read) -> Result<Result<(), String>, WireError> {
+    let mut fixed = [0u8; 3];
+    r.read_exact(&mut fixed)?;
+    let len = usize::from(u16::from_le_bytes([fixed[1], fixed[2]]));
+    if len > MAX_REASON {
+        return Err(WireError::Protocol(format!("a refusal of {len} bytes (at most {MAX_REASON})")));
+    }
+    let mut reason = vec![0u8; len];
+    r.read_exact(&mut reason)?;
+    match fixed[0] {
+        ACCEPT => Ok(Ok(())),
+        REFUSE => Ok(Err(String::from_utf8_lossy(&reason).into_owned())),
+        other => Err(WireError::Protocol(format!("an answer of status {other}"))),
+    }
+}
+
+/// What precedes every frame on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub flags: u32,
+    pub seq: u64,
+    pub timestamp_ns: u64,
+    pub payload_len: u64,
+}
+
+impl FrameHeader {
+    /// The header of the end of stream.
+    pub fn end() -> FrameHeader {
+        FrameHeader { flags: FLAG_END_OF_STREAM, seq: 0, timestamp_ns: 0, payload_len: 0 }
+    }
+
+    pub fn ends_stream(&self) -> bool {
+        self.flags & FLAG_END_OF_STREAM != 0
+    }
+
+    pub fn to_bytes(&self) -> [u8; HEADER_BYTES] {
+        let mut buf = [0u8; HEADER_BYTES];
+        buf[0..4].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
+        buf[4..8].copy_from_slice(&self.flags.to_le_bytes());
+        buf[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        buf[16..24].copy_from_slice(&self.timestamp_ns.to_le_bytes());
+        buf[24..32].copy_from_slice(&self.payload_len.to_le_bytes());
+        buf
+    }
+
+    pub fn read_from(r: &mut impl Read) -> Result<FrameHeader, WireError> {
+        let mut buf = [0u8; HEADER_BYTES];
+        r.read_exact(&mut buf)?;
+        let mut at = Cursor(&buf);
+        let magic = at.u32();
+        if magic != FRAME_MAGIC {
+            return Err(WireError::Protocol(format!("a frame header starting with {magic:#010x}")));
+        }
+        Ok(FrameHeader { flags: at.u32(), seq: at.u64(), timestamp_ns: at.u64(), payload_len: at.u64() })
+    }
+}
+
+/// Reads fixed-size fields off the front of a buffer whose size the caller checked.
+struct Cursor<'a>(&'a [u8]);
+
+impl Cursor<'_> {
+    fn take<const N: usize>(&mut self) -> [u8; N] {
+        let (head, rest) = self.0.split_at(N);
+        self.0 = rest;
+        head.try_into().expect("split at N")
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes(self.take())
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes(self.take())
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.take())
+    }
+}
+
+/// Whether an I/O error means the connection is gone (rather than, say, a bad address).
+pub fn is_disconnect(e: &io::Error) -> bool {
+    use io::ErrorKind::*;
+    matches!(e.kind(), UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe | NotConnected | TimedOut | WouldBlock)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuipc_plugin_api::PixelFormat;
+
+    #[test]
+    fn a_hello_an_answer_and_a_header_read_back_as_written() {
+        let hello = Hello { epoch: 3, format: FrameFormat::new(PixelFormat::Rgb8, 64, 48), frame_bytes: 9216, link: "gen->b".into() };
+        let mut wire = Vec::new();
+        hello.write_to(&mut wire).unwrap();
+        write_answer(&mut wire, Err("no")).unwrap();
+        let header = FrameHeader { flags: 0, seq: 7, timestamp_ns: 99, payload_len: 9216 };
+        wire.extend_from_slice(&header.to_bytes());
+        let mut r = &wire[..];
+        assert_eq!(Hello::read_from(&mut r).unwrap(), hello);
+        assert_eq!(read_answer(&mut r).unwrap(), Err("no".to_owned()));
+        assert_eq!(FrameHeader::read_from(&mut r).unwrap(), header);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn something_else_is_refused_and_a_short_read_is_a_lost_connection() {
+        let e = Hello::read_from(&mut &b"GET / HTTP/1.1\r\nHost: example.org\r\nAccept: */*\r\n\r\n"[..]).unwrap_err();
+        assert!(e.to_string().contains("not a gpuipc link"), "{e}");
+        assert!(matches!(FrameHeader::read_from(&mut &FrameHeader::end().to_bytes()[..20]), Err(WireError::Lost(_))));
+    }
+}
