@@ -22,6 +22,8 @@
 #     replica killed without a restart policy, the stage going on with the others
 # 10. python stages on the GPU: a PyTorch and a CuPy invert between generator and yuv420 at
 #     4K, outputs = cpu reference; the torch stage's speed against the same torch code alone
+# 11. stages on two hosts (two agents on this machine, loopback): a 4K and a 1080p cuda chain
+#     split a -> b -> a, frames over TCP; every stage's frames = the cpu reference
 set -uo pipefail
 cd "$(dirname "$0")"
 here=$PWD
@@ -468,6 +470,47 @@ if "$python" -c "import torch" 2>/dev/null; then
     echo "    torch stage in the pipeline (generator -> torch, its output in private GPU memory, 4K): $(awk '$1 == "invert" {print $5 " frames/s"}' "$here/work/torch-speed.txt")"
     echo "    $("$python" "$here/pipelines/python/torch_bench.py" 3000)"
 fi
+fi
+
+if want 11; then
+section "11. stages on two hosts: two agents on this machine (loopback), cuda stages, frames over TCP"
+# generator (cuda) on a -> rgb-process (cuda) on b -> yuv420 (cuda) on a: each frame crosses
+# to b and back, copied to host memory before each link and back to the GPU after it
+# (docs/multi-host.md). Every stage's frames against the cpu reference in one process.
+hw=$here/work/hosts
+rm -rf "$hw" && mkdir -p "$hw"
+agent_pids=()
+for a in "a 17447" "b 17457"; do
+    set -- $a
+    "$host" agent --name "$1" --listen "tcp/127.0.0.1:$2" > "$hw/agent-$1.log" 2>&1 &
+    agent_pids+=($!)
+done
+for _ in $(seq 1 100); do [ "$(cat "$hw"/agent-*.log 2>/dev/null | grep -c listening)" = 2 ] && break; sleep 0.1; done
+split_file() {  # W H FRAMES
+    printf '%s\n' '[pipeline]' 'name = "split"' "frames = $3" '' \
+        '[[host]]' 'name = "a"' 'control = "tcp/127.0.0.1:17447"' '' '[[host]]' 'name = "b"' 'control = "tcp/127.0.0.1:17457"' '' \
+        '[[stage]]' 'name = "gen"' 'plugin = "generator"' 'host = "a"' 'device = "cuda:0"' "params = { width = $1, height = $2, pattern = \"noise\", seed = 5 }" '' \
+        '[[stage]]' 'name = "grade"' 'plugin = "rgb-process"' 'host = "b"' 'device = "cuda:0"' 'inputs = ["gen"]' 'params = { brightness = 0.2, contrast = 1.1 }' '' \
+        '[[stage]]' 'name = "yuv"' 'plugin = "yuv420"' 'host = "a"' 'device = "cuda:0"' 'inputs = ["grade"]'
+}
+for size in "3840 2160 300" "1920 1080 1000"; do
+    set -- $size
+    split_file "$1" "$2" "$3" > "$hw/split-$1.toml"
+    grep -v -e '^host = ' -e '^control = ' "$hw/split-$1.toml" | sed -e '/^\[\[host\]\]/d' -e '/^name = "[ab]"$/d' -e 's/cuda:0/cpu/' > "$hw/ref-$1.toml"
+    (cd "$hw" && "$host" run "split-$1.toml" --checksums "sums-$1" --report "report-$1.json" > "run-$1.txt" 2> "err-$1.txt") ||
+        { fail "split run $1x$2"; tail -20 "$hw/err-$1.txt" "$hw/run-$1.txt"; continue; }
+    (cd "$hw" && "$host" run "ref-$1.toml" --in-process --quiet --checksums "ref-$1" > /dev/null 2> "ref-err-$1.txt") || { fail "reference $1x$2"; continue; }
+    bad=0 compared=0
+    for sum in "$hw/sums-$1"/*/*.sum; do
+        stage=$(basename "$sum")
+        [ -e "$hw/ref-$1/$stage" ] || continue  # a bridge's sender: it makes no frames
+        compared=$(( compared + $(wc -l < "$sum") ))
+        cmp -s "$sum" "$hw/ref-$1/$stage" || { bad=1; fail "split $1x$2: $(basename "$(dirname "$sum")")/$stage differs from the cpu reference"; }
+    done
+    [ "$bad" = 0 ] && echo "match  split $1x$2: $compared stage outputs on both hosts = the cpu reference in one process, byte for byte"
+    grep -E "^(host|[ab] )" "$hw/run-$1.txt" | sed 's/^/    /'
+done
+for p in "${agent_pids[@]}"; do kill -TERM "$p"; wait "$p" || fail "an agent did not stop cleanly"; done
 fi
 
 echo
