@@ -42,11 +42,11 @@ chain() {  # N: generator, N-2 rgb-process, yuv420 at 1080p
 variants=${VARIANTS:-"old rounds lead8 lead8-poll lead16 lead8-wake old-wake"}
 variant_env() {
     case $1 in
-        old) echo "GPUIPC_EVENT_ROUNDS=1 GPUIPC_GPU_LEAD=0" ;;
-        rounds) echo "GPUIPC_GPU_LEAD=0" ;;
-        lead8) echo "GPUIPC_GPU_LEAD=8" ;;
-        lead8-poll) echo "GPUIPC_GPU_LEAD=8 GPUIPC_GPU_LEAD_WAIT=poll" ;;
-        lead16) echo "GPUIPC_GPU_LEAD=16" ;;
+        old) echo "GPUIPC_EVENT_ROUNDS=1 GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_AHEAD_US=0" ;;
+        rounds) echo "GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_AHEAD_US=0" ;;
+        lead8) echo "GPUIPC_GPU_LEAD=8 GPUIPC_WAKE_AHEAD_US=0" ;;
+        lead8-poll) echo "GPUIPC_GPU_LEAD=8 GPUIPC_GPU_LEAD_WAIT=poll GPUIPC_WAKE_AHEAD_US=0" ;;
+        lead16) echo "GPUIPC_GPU_LEAD=16 GPUIPC_WAKE_AHEAD_US=0" ;;
         lead8-wake) echo "GPUIPC_GPU_LEAD=8 GPUIPC_WAKE_AHEAD_US=200" ;;
         old-wake) echo "GPUIPC_EVENT_ROUNDS=1 GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_AHEAD_US=200" ;;
         default) echo "" ;;
