@@ -5,7 +5,6 @@
 # goes"); each row is one `gpuipc-host bench` call: frames/s in one process and separately,
 # host CPU of the stages, latency at 1,000 frames/s and what each hop adds.
 #
-#   GPUIPC_EVENT_ROUNDS=1   one interprocess event per slot (as before the rounds)
 #   GPUIPC_GPU_LEAD=N       frames a stage's host may run ahead of its GPU (0: unbounded)
 #   GPUIPC_GPU_LEAD_WAIT=poll   query and sleep instead of the driver's blocking wait
 #   GPUIPC_WAKE_AHEAD_US=N  wake a stage's consumers ahead of a frame, spinning N µs for it
@@ -39,16 +38,14 @@ chain() {  # N: generator, N-2 rgb-process, yuv420 at 1080p
     echo "$work/chain-$1.toml"
 }
 
-variants=${VARIANTS:-"old rounds lead8 lead8-poll lead16 lead8-wake old-wake"}
+variants=${VARIANTS:-"old default lead8 lead8-poll lead16 lead8-wake"}
 variant_env() {
     case $1 in
-        old) echo "GPUIPC_EVENT_ROUNDS=1 GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_AHEAD_US=0" ;;
-        rounds) echo "GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_AHEAD_US=0" ;;
+        old) echo "GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_AHEAD_US=0" ;;
         lead8) echo "GPUIPC_GPU_LEAD=8 GPUIPC_WAKE_AHEAD_US=0" ;;
         lead8-poll) echo "GPUIPC_GPU_LEAD=8 GPUIPC_GPU_LEAD_WAIT=poll GPUIPC_WAKE_AHEAD_US=0" ;;
         lead16) echo "GPUIPC_GPU_LEAD=16 GPUIPC_WAKE_AHEAD_US=0" ;;
         lead8-wake) echo "GPUIPC_GPU_LEAD=8 GPUIPC_WAKE_AHEAD_US=200" ;;
-        old-wake) echo "GPUIPC_EVENT_ROUNDS=1 GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_AHEAD_US=200" ;;
         default) echo "" ;;
         *) echo "unknown variant $1" >&2; return 1 ;;
     esac

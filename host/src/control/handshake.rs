@@ -11,7 +11,7 @@ use super::{ControlSocket, Export, FromStage, Handle64, Import, LinkEnd, SlotMem
 use crate::config::Transport;
 use crate::gpu::{DeviceMemory, Gpu, GpuError, IpcEvent};
 use crate::link::RingMap;
-use crate::link::backing::device::{DeviceRead, DeviceWrite, rounds};
+use crate::link::backing::device::{DeviceRead, DeviceWrite};
 
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
@@ -23,10 +23,10 @@ pub enum HandshakeError {
 
 /// A GPU link end exported, waiting for the host to bring the other ends' objects.
 pub enum Half {
-    Input { link: usize, depth: usize, released: Vec<IpcEvent> },
+    Input { link: usize, released: Vec<IpcEvent> },
     /// `first_slot`: where the producer's part of the ring starts (replicas each write their
     /// own part; a lone producer writes all of it, from 0).
-    Output { link: usize, first_slot: usize, depth: usize, memory: Vec<DeviceMemory>, ready: Vec<IpcEvent> },
+    Output { link: usize, first_slot: usize, memory: Vec<DeviceMemory>, ready: Vec<IpcEvent> },
 }
 
 fn create_events(gpu: &Arc<Gpu>, n: usize) -> Result<Vec<(IpcEvent, Handle64)>, GpuError> {
@@ -48,9 +48,9 @@ fn send_export(socket: &ControlSocket, export: Export, fds: &[BorrowedFd<'_>]) -
         .map_err(|e| HandshakeError::Protocol(format!("cannot export a GPU link: {e}")))
 }
 
-/// Export consumer `consumer`'s `released` events for `link`: [`rounds`] per slot.
+/// Export consumer `consumer`'s `released` events for `link`, one per slot.
 pub fn export_input(gpu: &Arc<Gpu>, socket: &ControlSocket, link: usize, consumer: usize, depth: usize) -> Result<Half, HandshakeError> {
-    let events = create_events(gpu, depth * rounds(depth))?;
+    let events = create_events(gpu, depth)?;
     let export = Export {
         link,
         end: LinkEnd::Consumer(consumer),
@@ -59,7 +59,7 @@ pub fn export_input(gpu: &Arc<Gpu>, socket: &ControlSocket, link: usize, consume
         generation: 0,
     };
     send_export(socket, export, &[])?;
-    Ok(Half::Input { link, depth, released: events.into_iter().map(|(e, _)| e).collect() })
+    Ok(Half::Input { link, released: events.into_iter().map(|(e, _)| e).collect() })
 }
 
 /// Allocate the slots and `ready` events of a GPU ring and export them, as the producer
@@ -103,12 +103,12 @@ pub fn export_output(
         ring.depth(),
         if use_vmm { "VMM POSIX file descriptors" } else { "legacy CUDA IPC handles" }
     );
-    let events = create_events(gpu, depth * rounds(ring.depth()))?;
+    let events = create_events(gpu, depth)?;
     let export =
         Export { link, end: LinkEnd::Producer, events: events.iter().map(|(_, h)| *h).collect(), memory: Some(shared), generation };
     let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
     send_export(socket, export, &borrowed)?;
-    Ok(Half::Output { link, first_slot, depth: ring.depth(), memory, ready: events.into_iter().map(|(e, _)| e).collect() })
+    Ok(Half::Output { link, first_slot, memory, ready: events.into_iter().map(|(e, _)| e).collect() })
 }
 
 /// The GPU ends a stage got: (link, read end) per input, and its output's write end.
@@ -135,12 +135,10 @@ pub fn complete(
             .position(|h| matches!(h, Some(Half::Input { link, .. } | Half::Output { link, .. }) if *link == import.link))
             .ok_or_else(|| HandshakeError::Protocol(format!("received objects of link {} it does not use", import.link)))?;
         match halves[position].take().expect("found above") {
-            Half::Input { link, depth, released } => inputs.push((link, import_input(gpu, import, fds, depth, released)?)),
-            Half::Output { first_slot, depth, memory, ready, .. } => {
+            Half::Input { link, released } => inputs.push((link, import_input(gpu, import, fds, released)?)),
+            Half::Output { first_slot, memory, ready, .. } => {
                 let released = import.consumers.iter().map(|c| open_events(gpu, &c.events)).collect::<Result<_, _>>()?;
-                let last_seq = DeviceWrite::last_seqs(memory.len());
-                let rounds = rounds(depth);
-                output = Some(DeviceWrite { gpu: gpu.clone(), first_slot, memory, ready, released, depth, rounds, last_seq, current_for: import.epoch });
+                output = Some(DeviceWrite { gpu: gpu.clone(), first_slot, memory, ready, released, current_for: import.epoch });
             }
         }
     }
@@ -153,47 +151,39 @@ pub(crate) fn import_input(
     gpu: &Arc<Gpu>,
     import: Import,
     fds: Vec<OwnedFd>,
-    depth: usize,
     released: Vec<IpcEvent>,
 ) -> Result<DeviceRead, HandshakeError> {
     let parts = import.producers;
     let Some(first) = parts.first() else {
         return Err(HandshakeError::Protocol("no producer objects for an input".into()));
     };
-    let rounds = rounds(depth);
-    let part_events = first.events.len();
-    let part_slots = part_events / rounds;
-    if part_slots == 0
-        || part_events % rounds != 0
-        || parts.iter().any(|p| p.events.len() != part_events)
-        || part_slots * parts.len() != depth
-        || depth * rounds != released.len()
-    {
+    let part_slots = first.events.len();
+    if part_slots == 0 || parts.iter().any(|p| p.events.len() != part_slots) || part_slots * parts.len() != released.len() {
         let shared: Vec<usize> = parts.iter().map(|p| p.events.len()).collect();
         return Err(HandshakeError::Protocol(format!(
-            "the producers shared {shared:?} events ({rounds} a slot) for a ring of {depth} slots"
+            "the producers shared {shared:?} slots for a ring of {}",
+            released.len()
         )));
     }
     let mut fds = fds.into_iter();
     let (mut memory, mut ready) = (Vec::with_capacity(released.len()), Vec::with_capacity(released.len()));
     for part in &parts {
-        let (m, r) = import_part(gpu, part, rounds, &mut fds)?;
+        let (m, r) = import_part(gpu, part, &mut fds)?;
         memory.extend(m);
         ready.extend(r);
     }
     let generations = parts.iter().map(|p| p.generation).collect();
-    Ok(DeviceRead { gpu: gpu.clone(), memory, ready, released, depth, rounds, generations, part_slots })
+    Ok(DeviceRead { gpu: gpu.clone(), memory, ready, released, generations, part_slots })
 }
 
-/// One producer part's slot memory and `ready` events (`rounds` a slot), its descriptors (a
-/// VMM part's, one per slot) taken from `fds`.
+/// One producer part's slot memory and `ready` events, its descriptors (a VMM part's, one per
+/// slot) taken from `fds`.
 pub(crate) fn import_part(
     gpu: &Arc<Gpu>,
     part: &Export,
-    rounds: usize,
     fds: &mut impl Iterator<Item = OwnedFd>,
 ) -> Result<(Vec<DeviceMemory>, Vec<IpcEvent>), HandshakeError> {
-    let slots = part.events.len() / rounds;
+    let slots = part.events.len();
     let memory = match &part.memory {
         Some(SlotMemory::Vmm { slot_bytes }) => (0..slots)
             .map(|_| {

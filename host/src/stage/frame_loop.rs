@@ -317,10 +317,10 @@ impl FrameLoop<'_, '_> {
             _ => (seq, timestamp_ns),
         };
         for (end, slot) in self.input_ends.iter().zip(held) {
-            end.done(slot)?;
+            end.done(slot.index())?;
         }
         self.phases.lap(Phase::CloseInput);
-        self.output.finish(&pending, seq)?;
+        self.output.finish(&pending)?;
         self.phases.lap(Phase::FinishOutput);
         // A replica publishes in its turn (ticket order), or yields it to an owed frame.
         let turn = match (&self.replica, ticket) {

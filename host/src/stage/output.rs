@@ -123,9 +123,9 @@ impl Output {
 
     /// The plugin's work is enqueued: make the frame visible to consumers' streams or copy it
     /// out to host memory.
-    pub fn finish(&mut self, pending: &Pending, seq: u64) -> Result<(), StageError> {
+    pub fn finish(&mut self, pending: &Pending) -> Result<(), StageError> {
         if let (Output::Ring(end, p), Pending::Ring(slot)) = (self, pending) {
-            end.finish(p.ring(), slot.index(), seq)?;
+            end.finish(p.ring(), slot.index())?;
         }
         Ok(())
     }

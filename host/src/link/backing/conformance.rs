@@ -97,7 +97,7 @@ fn produce(ring: RingMap, end: &dyn WriteEnd, access: &Access) {
         end.prepare(slot.index()).unwrap();
         let frame = end.frame(producer.ring(), slot.index(), seq, seq);
         access.write(&frame, &pattern(seq, bytes));
-        end.finish(producer.ring(), slot.index(), seq).unwrap();
+        end.finish(producer.ring(), slot.index()).unwrap();
         producer.publish(slot, seq, seq);
     }
     producer.close();
@@ -113,7 +113,7 @@ fn consume(ring: RingMap, end: &dyn ReadEnd, access: &Access) -> Vec<u64> {
         let frame = end.frame(consumer.ring(), &slot).unwrap();
         assert_eq!(frame.seq, slot.meta().seq);
         assert_eq!(access.read(&frame, bytes), pattern(frame.seq, bytes), "frame {} arrived torn or stale", frame.seq);
-        end.done(&slot).unwrap();
+        end.done(slot.index()).unwrap();
         got.push(frame.seq);
     }
     got

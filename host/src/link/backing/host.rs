@@ -14,7 +14,7 @@ impl ReadEnd for Host {
         Ok(host_frame(ring, slot.index(), slot.meta().seq, slot.meta().timestamp_ns))
     }
 
-    fn done(&self, _slot: &ReadSlot) -> Result<(), GpuError> {
+    fn done(&self, _slot: usize) -> Result<(), GpuError> {
         Ok(())
     }
 }
@@ -28,7 +28,7 @@ impl WriteEnd for Host {
         host_frame(ring, slot, seq, timestamp_ns)
     }
 
-    fn finish(&self, _ring: &RingMap, _slot: usize, _seq: u64) -> Result<(), GpuError> {
+    fn finish(&self, _ring: &RingMap, _slot: usize) -> Result<(), GpuError> {
         Ok(())
     }
 }

@@ -38,9 +38,8 @@ pub trait ReadEnd {
     /// The frame in `slot`, ready for the plugin: its bytes are there, or (on a GPU) the
     /// stage's stream waits until they are.
     fn frame(&self, ring: &RingMap, slot: &ReadSlot) -> Result<RawFrame, GpuError>;
-    /// The plugin's work on the frame in `slot` is enqueued: after this the slot may be
-    /// released.
-    fn done(&self, slot: &ReadSlot) -> Result<(), GpuError>;
+    /// The plugin's work on frame `slot` is enqueued: after this the slot may be released.
+    fn done(&self, slot: usize) -> Result<(), GpuError>;
     /// Whether this end holds objects of the other end's process, which a restart of that
     /// end replaces (GPU memory, events): it must take the new ones before it goes on.
     fn follows_the_other_end(&self) -> bool {
@@ -63,8 +62,8 @@ pub trait WriteEnd {
     fn prepare(&self, slot: usize) -> Result<(), GpuError>;
     /// Where the plugin writes the frame for `slot`.
     fn frame(&self, ring: &RingMap, slot: usize, seq: u64, timestamp_ns: u64) -> RawFrame;
-    /// After the plugin's work on frame `seq` in `slot` is enqueued, before it is published.
-    fn finish(&self, ring: &RingMap, slot: usize, seq: u64) -> Result<(), GpuError>;
+    /// After the plugin's work on `slot` is enqueued, before the frame is published.
+    fn finish(&self, ring: &RingMap, slot: usize) -> Result<(), GpuError>;
     /// At the end of the stream, before this end's objects go: whether the producer must
     /// first wait until its consumers are done with every frame. Memory in the ring's own
     /// shared memory outlives the producer (the host holds it); GPU memory and events the

@@ -82,7 +82,7 @@ impl ReadEnd for Staged {
         Ok(device_frame(ring, &self.staging, slot.meta().seq, slot.meta().timestamp_ns))
     }
 
-    fn done(&self, _slot: &ReadSlot) -> Result<(), GpuError> {
+    fn done(&self, _slot: usize) -> Result<(), GpuError> {
         Ok(())
     }
 }
@@ -96,7 +96,7 @@ impl WriteEnd for Staged {
         device_frame(ring, &self.staging, seq, timestamp_ns)
     }
 
-    fn finish(&self, ring: &RingMap, slot: usize, _seq: u64) -> Result<(), GpuError> {
+    fn finish(&self, ring: &RingMap, slot: usize) -> Result<(), GpuError> {
         let bytes = ring.layout().total_bytes as usize;
         self.copy_and_wait(|| self.pinned.download(slot_offset(ring, slot), self.staging.addr(), bytes))
     }
