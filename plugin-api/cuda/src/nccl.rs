@@ -525,6 +525,29 @@ mod tests {
         assert!(give_up("x", Instant::now() + Duration::from_secs(60), &mut || false).is_ok());
     }
 
+    /// On a GPU with NCCL: a pair whose peer never comes gives up at its deadline, and one
+    /// whose abort check says the peer is gone gives up at once; dropping either returns (the
+    /// communicator is aborted, not waited for). Two ranks need two processes (or two
+    /// `NCCL_HOSTID`s): the frames themselves are checked by the GPU check's section 11.
+    #[test]
+    fn gpu_a_pair_without_its_peer_gives_up_at_the_deadline_and_aborts() {
+        let Some(gpu) = crate::testing::gpu_for_test() else { return };
+        if !crate::testing::nccl_for_test() {
+            return;
+        }
+        eprintln!("NCCL {:?}", nccl_version().unwrap());
+        gpu.bind().unwrap();
+        let on = gpu.raw_stream();
+        let id = NcclId::new().unwrap();
+        let started = Instant::now();
+        let e = NcclPair::connect(on, &id, 0, Instant::now() + Duration::from_secs(2), &mut || false).unwrap_err();
+        assert!(matches!(e, CudaError::Interrupted { .. }), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(60), "the deadline was not kept");
+        let id = NcclId::new().unwrap();
+        let e = NcclPair::connect(on, &id, 1, Instant::now() + Duration::from_secs(60), &mut || true).unwrap_err();
+        assert!(e.to_string().contains("the other end is gone"), "{e}");
+    }
+
     #[test]
     fn result_codes_are_named() {
         assert_eq!(result_name(6), "ncclRemoteError");
