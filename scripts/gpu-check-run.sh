@@ -23,7 +23,9 @@
 # 10. python stages on the GPU: a PyTorch and a CuPy invert between generator and yuv420 at
 #     4K, outputs = cpu reference; the torch stage's speed against the same torch code alone
 # 11. stages on two hosts (two agents on this machine, loopback): a 4K and a 1080p cuda chain
-#     split a -> b -> a, frames over TCP; every stage's frames = the cpu reference
+#     split a -> b -> a, frames over TCP, then over NCCL (input_transport = "nccl"; libnccl.so.2
+#     of the pip wheel nvidia-nccl-cu13, agents with NCCL_HOSTID=a/b); every stage's frames =
+#     the cpu reference
 set -uo pipefail
 cd "$(dirname "$0")"
 here=$PWD
@@ -473,44 +475,89 @@ fi
 fi
 
 if want 11; then
-section "11. stages on two hosts: two agents on this machine (loopback), cuda stages, frames over TCP"
+section "11. stages on two hosts: two agents on this machine (loopback), cuda stages, frames over TCP, then over NCCL"
 # generator (cuda) on a -> rgb-process (cuda) on b -> yuv420 (cuda) on a: each frame crosses
-# to b and back, copied to host memory before each link and back to the GPU after it
+# to b and back. Over TCP (the default) it is copied to host memory before each link and back
+# to the GPU after it; with input_transport = "nccl" it goes GPU to GPU by NCCL (over its
+# socket transport here: both ranks are on one machine, told apart by NCCL_HOSTID)
 # (docs/multi-host.md). Every stage's frames against the cpu reference in one process.
+# SPLIT_DEVICE=cpu runs the TCP half in the cpu domain (a check of this section without a GPU);
+# SPLIT_SIZES="W H FRAMES;..." replaces the two chains' sizes and frame counts.
 hw=$here/work/hosts
+IFS=';' read -r -a split_sizes <<< "${SPLIT_SIZES:-3840 2160 300;1920 1080 1000}"
 rm -rf "$hw" && mkdir -p "$hw"
+split_device=${SPLIT_DEVICE:-cuda:0}
 agent_pids=()
-for a in "a 17447" "b 17457"; do
-    set -- $a
-    "$host" agent --name "$1" --listen "tcp/127.0.0.1:$2" > "$hw/agent-$1.log" 2>&1 &
-    agent_pids+=($!)
-done
-for _ in $(seq 1 100); do [ "$(cat "$hw"/agent-*.log 2>/dev/null | grep -c listening)" = 2 ] && break; sleep 0.1; done
-split_file() {  # W H FRAMES
+start_agents() {  # ENV=VALUE...: both agents, with that environment (each also gets NCCL_HOSTID=its name)
+    agent_pids=()
+    for a in "a 17447" "b 17457"; do
+        set -- $a
+        rm -f "$hw/agent-$1.log"
+        env "${agent_env[@]}" NCCL_HOSTID="$1" "$host" agent --name "$1" --listen "tcp/127.0.0.1:$2" > "$hw/agent-$1.log" 2>&1 &
+        agent_pids+=($!)
+    done
+    for _ in $(seq 1 100); do [ "$(cat "$hw"/agent-*.log 2>/dev/null | grep -c listening)" = 2 ] && break; sleep 0.1; done
+}
+stop_agents() {
+    for p in "${agent_pids[@]}"; do kill -TERM "$p"; wait "$p" || fail "an agent did not stop cleanly"; done
+    agent_pids=()
+}
+split_file() {  # W H FRAMES TRANSPORT
+    local how=()
+    [ "$4" = nccl ] && how=('input_transport = "nccl"')
     printf '%s\n' '[pipeline]' 'name = "split"' "frames = $3" '' \
         '[[host]]' 'name = "a"' 'control = "tcp/127.0.0.1:17447"' '' '[[host]]' 'name = "b"' 'control = "tcp/127.0.0.1:17457"' '' \
-        '[[stage]]' 'name = "gen"' 'plugin = "generator"' 'host = "a"' 'device = "cuda:0"' "params = { width = $1, height = $2, pattern = \"noise\", seed = 5 }" '' \
-        '[[stage]]' 'name = "grade"' 'plugin = "rgb-process"' 'host = "b"' 'device = "cuda:0"' 'inputs = ["gen"]' 'params = { brightness = 0.2, contrast = 1.1 }' '' \
-        '[[stage]]' 'name = "yuv"' 'plugin = "yuv420"' 'host = "a"' 'device = "cuda:0"' 'inputs = ["grade"]'
+        '[[stage]]' 'name = "gen"' 'plugin = "generator"' 'host = "a"' "device = \"$split_device\"" "params = { width = $1, height = $2, pattern = \"noise\", seed = 5 }" '' \
+        '[[stage]]' 'name = "grade"' 'plugin = "rgb-process"' 'host = "b"' "device = \"$split_device\"" 'inputs = ["gen"]' "${how[@]}" 'params = { brightness = 0.2, contrast = 1.1 }' '' \
+        '[[stage]]' 'name = "yuv"' 'plugin = "yuv420"' 'host = "a"' "device = \"$split_device\"" 'inputs = ["grade"]' "${how[@]}"
 }
-for size in "3840 2160 300" "1920 1080 1000"; do
-    set -- $size
-    split_file "$1" "$2" "$3" > "$hw/split-$1.toml"
-    grep -v -e '^host = ' -e '^control = ' "$hw/split-$1.toml" | sed -e '/^\[\[host\]\]/d' -e '/^name = "[ab]"$/d' -e 's/cuda:0/cpu/' > "$hw/ref-$1.toml"
-    (cd "$hw" && "$host" run "split-$1.toml" --checksums "sums-$1" --report "report-$1.json" > "run-$1.txt" 2> "err-$1.txt") ||
-        { fail "split run $1x$2"; tail -20 "$hw/err-$1.txt" "$hw/run-$1.txt"; continue; }
-    (cd "$hw" && "$host" run "ref-$1.toml" --in-process --quiet --checksums "ref-$1" > /dev/null 2> "ref-err-$1.txt") || { fail "reference $1x$2"; continue; }
-    bad=0 compared=0
-    for sum in "$hw/sums-$1"/*/*.sum; do
-        stage=$(basename "$sum")
-        [ -e "$hw/ref-$1/$stage" ] || continue  # a bridge's sender: it makes no frames
-        compared=$(( compared + $(wc -l < "$sum") ))
-        cmp -s "$sum" "$hw/ref-$1/$stage" || { bad=1; fail "split $1x$2: $(basename "$(dirname "$sum")")/$stage differs from the cpu reference"; }
+split_check() {  # TRANSPORT: the 4K and the 1080p chain, every stage against the cpu reference
+    local transport=$1 size bad compared sum stage
+    for size in "${split_sizes[@]}"; do
+        set -- $size
+        local tag=$transport-$1
+        split_file "$1" "$2" "$3" "$transport" > "$hw/split-$tag.toml"
+        grep -v -e '^host = ' -e '^control = ' -e '^input_transport = ' "$hw/split-$tag.toml" |
+            sed -e '/^\[\[host\]\]/d' -e '/^name = "[ab]"$/d' -e "s/$split_device/cpu/" > "$hw/ref-$tag.toml"
+        (cd "$hw" && "$host" run "split-$tag.toml" --checksums "sums-$tag" --report "report-$tag.json" > "run-$tag.txt" 2> "err-$tag.txt") ||
+            { fail "split run $1x$2 over $transport"; tail -20 "$hw/err-$tag.txt" "$hw/run-$tag.txt"; continue; }
+        (cd "$hw" && "$host" run "ref-$tag.toml" --in-process --quiet --checksums "ref-$tag" > /dev/null 2> "ref-err-$tag.txt") ||
+            { fail "reference $1x$2"; continue; }
+        bad=0 compared=0
+        for sum in "$hw/sums-$tag"/*/*.sum; do
+            stage=$(basename "$sum")
+            [ -e "$hw/ref-$tag/$stage" ] || continue  # a bridge's sender: it makes no frames
+            compared=$(( compared + $(wc -l < "$sum") ))
+            cmp -s "$sum" "$hw/ref-$tag/$stage" || { bad=1; fail "split $1x$2 over $transport: $(basename "$(dirname "$sum")")/$stage differs from the cpu reference"; }
+        done
+        [ "$compared" -gt 0 ] || { bad=1; fail "split $1x$2 over $transport: no stage output to compare"; }
+        [ "$bad" = 0 ] && echo "match  split $1x$2 over $transport: $compared stage outputs on both hosts = the cpu reference in one process, byte for byte"
+        # The rows of the final table: frames/s of every stage, by host.
+        grep -E "^(host|[ab] )" "$hw/run-$tag.txt" | sed 's/^/    /'
     done
-    [ "$bad" = 0 ] && echo "match  split $1x$2: $compared stage outputs on both hosts = the cpu reference in one process, byte for byte"
-    grep -E "^(host|[ab] )" "$hw/run-$1.txt" | sed 's/^/    /'
-done
-for p in "${agent_pids[@]}"; do kill -TERM "$p"; wait "$p" || fail "an agent did not stop cleanly"; done
+}
+agent_env=()
+start_agents
+split_check tcp
+stop_agents
+
+# NCCL: the pip wheel nvidia-nccl-cu13 ships libnccl.so.2 in site-packages/nvidia/nccl/lib.
+nccl_dir=$(python3 -c 'import nvidia.nccl as n, os; print(os.path.join(os.path.dirname(n.__file__) if getattr(n, "__file__", None) else list(n.__path__)[0], "lib"))' 2>/dev/null)
+if [ -z "$nccl_dir" ] || [ ! -e "$nccl_dir/libnccl.so.2" ]; then
+    nccl_dir=$(find / -xdev -name 'libnccl.so.2*' -print -quit 2>/dev/null | xargs -r dirname)
+fi
+if [ "$split_device" = cpu ]; then
+    echo "skipped the NCCL half: SPLIT_DEVICE=cpu (nccl needs both ends on a GPU)"
+elif [ -z "$nccl_dir" ]; then
+    fail "nccl: no libnccl.so.2 on this machine (pip install nvidia-nccl-cu13)"
+else
+    echo "NCCL from $nccl_dir; agents with NCCL_HOSTID=a and b, NCCL_NVLS_ENABLE=0"
+    agent_env=(LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NVLS_ENABLE=0)
+    start_agents
+    split_check nccl
+    stop_agents
+    for h in a b; do grep -h "NCCL rank" "$hw/agent-$h.log" | head -2 | sed "s/^/    agent $h: /"; done
+fi
 fi
 
 echo

@@ -32,6 +32,7 @@ pub const STAGE_KEYS: &[&str] = &[
     "host",
     "policy",
     "transport",
+    "input_transport",
     "replicas",
     "on_loss",
     "params",

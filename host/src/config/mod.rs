@@ -12,7 +12,7 @@ pub use diagnostic::{Diagnostic, Diagnostics, SourceFile};
 pub use names::StageName;
 pub use supervision::format_duration;
 pub use types::{
-    DeviceSpec, DurationSpec, HostSection, StageDevice, Isolation, MpsScope, OnHostLoss, OnLoss, PipelineFile, Policy, RestartPolicy, StageSection, Transport,
+    DeviceSpec, DurationSpec, HostSection, InputTransport, StageDevice, Isolation, MpsScope, OnHostLoss, OnLoss, PipelineFile, Policy, RestartPolicy, StageSection, Transport,
 };
 
 use std::path::Path;

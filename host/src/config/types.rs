@@ -86,6 +86,8 @@ pub struct StageSection {
     pub policy: Option<Spanned<Policy>>,
     /// How this stage's output ring is shared on the GPU (default `auto`).
     pub transport: Option<Spanned<Transport>>,
+    /// How frames from this stage's inputs on other hosts reach it (default `tcp`).
+    pub input_transport: Option<Spanned<InputTransport>>,
     /// Processes running this stage, sharing its frames (default 1).
     pub replicas: Option<Spanned<u32>>,
     /// What becomes of the frame a replica held when it died (default `retry`).
@@ -298,6 +300,26 @@ impl Policy {
             Policy::Block => "block",
             Policy::DropOldest => "drop_oldest",
             Policy::Latest => "latest",
+        }
+    }
+}
+
+/// How frames cross from a stage on one host to a consumer on another (docs/multi-host.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputTransport {
+    /// Over TCP, from and into host memory (`tcp-send`, `tcp-receive`).
+    #[default]
+    Tcp,
+    /// GPU to GPU over NCCL (`nccl-send`, `nccl-receive`): both ends in the cuda domain.
+    Nccl,
+}
+
+impl InputTransport {
+    pub fn name(self) -> &'static str {
+        match self {
+            InputTransport::Tcp => "tcp",
+            InputTransport::Nccl => "nccl",
         }
     }
 }

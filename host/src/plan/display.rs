@@ -183,7 +183,9 @@ fn crossings(plan: &Plan, link: usize) -> Vec<String> {
                 None => "give the hosts' link_gbps for the frames/s it allows".to_owned(),
             };
             let address = h.map_or("the machine run starts on".to_owned(), |i| plan.hosts[i].data.clone());
-            format!("crosses hosts {} -> {}: TCP to {address}, {} a frame; {bound}", host_name(home), host_name(h), megabytes(bytes))
+            let nccl = l.consumers.iter().any(|&c| plan.stages[c].host == h && plan.stages[c].input_transport == crate::config::InputTransport::Nccl);
+            let how = if nccl { format!("NCCL GPU to GPU (control over TCP to {address})") } else { format!("TCP to {address}") };
+            format!("crosses hosts {} -> {}: {how}, {} a frame; {bound}", host_name(home), host_name(h), megabytes(bytes))
         })
         .collect()
 }

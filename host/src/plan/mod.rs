@@ -7,6 +7,7 @@ pub mod budget;
 mod display;
 mod domain;
 pub mod hosts;
+mod input_transport;
 pub mod split;
 mod resolve;
 mod supervision;
@@ -89,6 +90,8 @@ pub struct StagePlan {
     pub policy: Policy,
     /// How the output ring is shared when it lives on a GPU.
     pub transport: Transport,
+    /// How frames from inputs on other hosts reach this stage.
+    pub input_transport: crate::config::InputTransport,
     /// Processes running this stage, sharing its frames (1: no replicas).
     pub replicas: u32,
     /// Slots of the output ring each replica writes (all `depth` of them without replicas):

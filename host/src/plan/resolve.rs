@@ -68,6 +68,8 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
     deepen_time_sliced_links(&mut links, &mut stages_out, &left_to_plan, settings.isolation);
     deepen_links_into_replicas(&mut links, &mut stages_out, left_to_plan);
     let mut diags = Diagnostics::default();
+    let sections: Vec<&Spanned<StageSection>> = order.iter().map(|&i| stages[i]).collect();
+    super::input_transport::check(source, &sections, &stages_out, &links, &hosts, &mut diags);
     for link in &links {
         if link.consumers.len() > MAX_CONSUMERS {
             let producer = &stages_out[link.producer];
@@ -536,6 +538,7 @@ fn plan_stage(
         depth,
         policy,
         transport: stage.transport.as_ref().map(|t| *t.get_ref()).unwrap_or_default(),
+        input_transport: stage.input_transport.as_ref().map(|t| *t.get_ref()).unwrap_or_default(),
         replicas,
         replica_slots,
         on_loss,
@@ -737,11 +740,16 @@ fn wire_links(
             }
         };
         // Consumers on other hosts read what a sender on the producer's host takes from the
-        // ring in host memory (docs/multi-host.md): for the ring they are a cpu end.
+        // ring (docs/multi-host.md): a tcp sender is a cpu end (the ring is in host memory), an
+        // nccl sender a cuda end on the producer's GPU (the ring stays in device memory).
         let home = stages[link.producer].host;
         let mut consumers: Vec<_> = link.consumers.iter().filter(|&&c| stages[c].host == home).flat_map(|&c| ends(c)).collect();
-        if consumers.len() < link.consumers.len() {
+        let remote = || link.consumers.iter().filter(|&&c| stages[c].host != home);
+        if remote().any(|&c| stages[c].input_transport == crate::config::InputTransport::Tcp) {
             consumers.push((gpuipc_plugin_api::Domain::Cpu, None));
+        }
+        if remote().any(|&c| stages[c].input_transport == crate::config::InputTransport::Nccl) {
+            consumers.push((stages[link.producer].domain, stages[link.producer].device));
         }
         link.memory = link_memory(&ends(link.producer), &consumers, stages[link.producer].transport, &Driver);
     }

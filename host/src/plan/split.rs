@@ -1,15 +1,17 @@
 //! A plan with stages on several hosts, split into one ordinary pipeline file per host (a
 //! *part*, docs/multi-host.md): that host's stages as the file wrote them, the `[pipeline]`
 //! settings, and for every link that crosses hosts a `tcp-send` stage on the producer's host
-//! and a `tcp-receive` stage, named like the producer, on each consumer's host. Each part is
-//! then run by a plain `gpuipc-host run` on its host, so nothing of a run is re-implemented.
+//! and a `tcp-receive` stage, named like the producer, on each consumer's host (`nccl-send`
+//! and `nccl-receive`, each on its end's GPU, where those consumers ask for
+//! `input_transport = "nccl"`). Each part is then run by a plain `gpuipc-host run` on its
+//! host, so nothing of a run is re-implemented.
 
 use std::collections::BTreeSet;
 
 use toml::{Table, Value};
 
 use super::Plan;
-use crate::config::{Policy, StageName};
+use crate::config::{InputTransport, Policy, StageName};
 
 /// The host name of the machine `run` starts on (stages without `host`).
 pub const LOCAL: &str = "local";
@@ -101,10 +103,16 @@ pub fn split(plan: &Plan, text: &str) -> Result<Vec<Part>, SplitError> {
                 .filter(|(c, _)| plan.stages[**c].host == Some(h))
                 .map(|(_, p)| *p)
                 .find(|p| *p != Policy::Block);
-            bridges.push((home, sender_table(&sender, producer.name.as_str(), &address, &tag, policy)));
+            // The consumers on one host agree on the transport (checked when planning).
+            let first_there = link.consumers.iter().map(|&c| &plan.stages[c]).find(|c| c.host == Some(h));
+            let bridge = match first_there {
+                Some(c) if c.input_transport == InputTransport::Nccl => Bridge::Nccl { from_gpu: producer.device.unwrap_or(0), to_gpu: c.device.unwrap_or(0) },
+                _ => Bridge::Tcp,
+            };
+            bridges.push((home, sender_table(&sender, producer.name.as_str(), &address, &tag, policy, bridge)));
             let format = link.format;
             let pixel = format.pixel_format().map_or("unknown", |p| p.name());
-            bridges.push((Some(h), receiver_table(producer.name.as_str(), &address, &tag, pixel, format.width, format.height)));
+            bridges.push((Some(h), receiver_table(producer.name.as_str(), &address, &tag, pixel, format.width, format.height, bridge)));
         }
     }
 
@@ -114,6 +122,9 @@ pub fn split(plan: &Plan, text: &str) -> Result<Vec<Part>, SplitError> {
         for s in plan.stages.iter().filter(|s| s.host == *h) {
             let mut table = tables.iter().find(|t| t.get("name").and_then(Value::as_str) == Some(s.name.as_str())).cloned().unwrap_or_default();
             table.remove("host");
+            // The part's inputs are its receivers, on the same host: how frames crossed is the
+            // bridges' business now.
+            table.remove("input_transport");
             // A plugin given as a path was resolved against the pipeline file's folder: the
             // part, written elsewhere, names the same absolute path (the same on every host).
             if table.get("plugin").and_then(Value::as_str).is_some_and(crate::plugin::is_path) {
@@ -147,7 +158,16 @@ fn stage_tables(document: &Table) -> Vec<Table> {
 }
 
 fn is_receiver(table: &Table) -> bool {
-    table.get("plugin").and_then(Value::as_str) == Some("tcp-receive")
+    matches!(table.get("plugin").and_then(Value::as_str), Some("tcp-receive" | "nccl-receive"))
+}
+
+/// The stages that carry one link into one host.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Bridge {
+    /// `tcp-send` and `tcp-receive`, in the cpu domain.
+    Tcp,
+    /// `nccl-send` on the producer's GPU, `nccl-receive` on the (first) consumer's.
+    Nccl { from_gpu: u32, to_gpu: u32 },
 }
 
 /// `ADDRESS:PORT` with the port `k` higher.
@@ -166,10 +186,16 @@ fn free_name(wanted: &str, taken: &BTreeSet<String>) -> Result<String, String> {
         .ok_or_else(|| format!("`{wanted}` and its numbered variants are taken"))
 }
 
-fn sender_table(name: &str, producer: &str, to: &str, link: &str, policy: Option<Policy>) -> Table {
+fn sender_table(name: &str, producer: &str, to: &str, link: &str, policy: Option<Policy>, bridge: Bridge) -> Table {
     let mut t = Table::new();
     t.insert("name".into(), name.into());
-    t.insert("plugin".into(), "tcp-send".into());
+    match bridge {
+        Bridge::Tcp => t.insert("plugin".into(), "tcp-send".into()),
+        Bridge::Nccl { from_gpu, .. } => {
+            t.insert("device".into(), format!("cuda:{from_gpu}").into());
+            t.insert("plugin".into(), "nccl-send".into())
+        }
+    };
     t.insert("inputs".into(), Value::Array(vec![producer.into()]));
     if let Some(p) = policy {
         t.insert("policy".into(), p.name().into());
@@ -182,10 +208,16 @@ fn sender_table(name: &str, producer: &str, to: &str, link: &str, policy: Option
     t
 }
 
-fn receiver_table(producer: &str, listen: &str, link: &str, format: &str, width: u32, height: u32) -> Table {
+fn receiver_table(producer: &str, listen: &str, link: &str, format: &str, width: u32, height: u32, bridge: Bridge) -> Table {
     let mut t = Table::new();
     t.insert("name".into(), producer.into());
-    t.insert("plugin".into(), "tcp-receive".into());
+    match bridge {
+        Bridge::Tcp => t.insert("plugin".into(), "tcp-receive".into()),
+        Bridge::Nccl { to_gpu, .. } => {
+            t.insert("device".into(), format!("cuda:{to_gpu}").into());
+            t.insert("plugin".into(), "nccl-receive".into())
+        }
+    };
     t.insert("restart".into(), "on-failure".into());
     let mut params = Table::new();
     params.insert("listen".into(), listen.into());

@@ -13,6 +13,18 @@ pub enum CudaError {
     /// NVRTC cannot be loaded (see [`crate::nvrtc_available`]).
     #[error("{NO_NVRTC}")]
     NoNvrtc,
+    /// NCCL cannot be loaded (see [`crate::nccl_available`]).
+    #[error("{NO_NCCL}")]
+    NoNccl,
+    /// An NCCL call failed, or a communicator reported an error: `code` is the
+    /// `ncclResult_t`, `name` its name (`ncclRemoteError`), `description` NCCL's text for it
+    /// and `last` NCCL's last error message (empty when it has none).
+    #[error("{op}: {name} ({code}): {description}{}", if last.is_empty() { String::new() } else { format!(" ({last})") })]
+    Nccl { op: &'static str, code: i32, name: &'static str, description: String, last: String },
+    /// A wait on NCCL or on the GPU given up: past its deadline, or its caller's abort check
+    /// said so (the peer is gone). The communicator is no longer usable.
+    #[error("{op}: {reason}")]
+    Interrupted { op: &'static str, reason: String },
     /// The library found lacks a function gpuipc calls: it is too old.
     #[error("{library} ({file}) lacks {symbol}; gpuipc needs {needs}")]
     MissingSymbol { library: Library, file: String, symbol: &'static str, needs: &'static str },
@@ -59,6 +71,10 @@ const NO_NVRTC: &str = "NVRTC cannot be loaded (the dynamic loader finds neither
      nor cudarc's other names for it; put the directory holding libnvrtc.so.13 and \
      libnvrtc-builtins.so.13.0, e.g. site-packages/nvidia/cu13/lib of the PyPI package \
      nvidia-cuda-nvrtc, on LD_LIBRARY_PATH)";
+
+const NO_NCCL: &str = "NCCL cannot be loaded (the dynamic loader finds neither libnccl.so.2 nor libnccl.so \
+     nor cudarc's other names for it; put the directory holding libnccl.so.2, e.g. \
+     site-packages/nvidia/nccl/lib of the PyPI package nvidia-nccl-cu13, on LD_LIBRARY_PATH)";
 
 fn on_device(device: Option<u32>) -> String {
     device.map(|d| format!(" on cuda:{d}")).unwrap_or_default()

@@ -21,6 +21,10 @@
 //! - kernels: [`Kernels`] (compile with NVRTC or take from the disk cache, load, look up),
 //!   [`Kernel`] (a launch checked against the kernel's parameters), [`KernelArg`],
 //!   [`DeviceTable`], [`compile_cubin`];
+//! - NCCL ([`NcclPair`], [`NcclId`], [`nccl_available`], [`nccl_version`]): a two-rank
+//!   communicator, created non-blocking and aborted on drop, sending and receiving device
+//!   memory on a stage's stream (the `nccl` links between hosts); `libnccl.so.2` is loaded at
+//!   run time like the others (`nccl.rs` says why it is not cudarc's loader);
 //! - [`Scratch`]: device memory a plugin allocates in the context it is handed, with fills
 //!   and copies (host to device without waiting, device to device, a read-back that waits)
 //!   enqueued on its stream;
@@ -67,6 +71,7 @@ mod library;
 pub mod log;
 mod memory;
 mod module;
+mod nccl;
 mod nvrtc;
 mod pinned;
 mod scratch;
@@ -87,6 +92,7 @@ pub use kernels::Kernels;
 pub use library::{Library, driver_available, nvrtc_available};
 pub use memory::{DeviceMemory, MemoryKind};
 pub use module::Kernel;
+pub use nccl::{NCCL_ID_BYTES, NcclId, NcclPair, nccl_available, nccl_version};
 pub use nvrtc::{NVRTC_OPTIONS, compile_cubin, nvrtc_version};
 pub use pinned::PinnedHost;
 pub use scratch::Scratch;

@@ -25,6 +25,8 @@ pub enum Library {
     Driver,
     /// The runtime compiler, `libnvrtc`.
     Nvrtc,
+    /// NCCL, `libnccl` (the `nccl` links between hosts only; see `nccl.rs`).
+    Nccl,
 }
 
 impl fmt::Display for Library {
@@ -32,34 +34,47 @@ impl fmt::Display for Library {
         f.write_str(match self {
             Library::Driver => "the CUDA driver",
             Library::Nvrtc => "NVRTC",
+            Library::Nccl => "NCCL",
         })
     }
 }
 
 impl Library {
     /// The names cudarc tries, in its order (the driver's under both of its base names).
-    fn candidates(self) -> Vec<String> {
+    /// NCCL's first: cudarc's list lacks `libnccl.so.2`, the name NCCL's runtime packages
+    /// (the `libnccl2` deb, the PyPI wheel `nvidia-nccl-cu13`) ship; `libnccl.so` comes only
+    /// with the development package.
+    pub(crate) fn candidates(self) -> Vec<String> {
         let bases: &[&str] = match self {
             Library::Driver => &["cuda", "nvcuda"],
             Library::Nvrtc => &["nvrtc"],
+            Library::Nccl => &["nccl"],
         };
-        bases.iter().flat_map(|b| cudarc::get_lib_name_candidates(b)).collect()
+        let first = match self {
+            Library::Nccl => vec!["libnccl.so.2".to_owned()],
+            _ => Vec::new(),
+        };
+        first.into_iter().chain(bases.iter().flat_map(|b| cudarc::get_lib_name_candidates(b))).collect()
     }
 
     fn missing(self, disabled: bool) -> CudaError {
         match self {
             Library::Driver => CudaError::NoDriver { disabled },
             Library::Nvrtc => CudaError::NoNvrtc,
+            Library::Nccl => CudaError::NoNccl,
         }
     }
 
-    /// The file name (as asked of the dynamic loader) cudarc loads, found once.
-    fn file(self) -> Result<&'static str, CudaError> {
+    /// The file name (as asked of the dynamic loader) cudarc loads, found once. For NCCL,
+    /// the name this crate loads itself (`nccl.rs`).
+    pub(crate) fn file(self) -> Result<&'static str, CudaError> {
         static DRIVER: OnceLock<Result<String, CudaError>> = OnceLock::new();
         static NVRTC: OnceLock<Result<String, CudaError>> = OnceLock::new();
+        static NCCL: OnceLock<Result<String, CudaError>> = OnceLock::new();
         let cell = match self {
             Library::Driver => &DRIVER,
             Library::Nvrtc => &NVRTC,
+            Library::Nccl => &NCCL,
         };
         let found = cell.get_or_init(|| {
             if self == Library::Driver && std::env::var_os("GPUIPC_NO_CUDA").is_some() {
@@ -189,6 +204,8 @@ impl Symbols {
                 Library::Driver => unsafe { cudarc::driver::sys::culib() },
                 // SAFETY: as above, for NVRTC.
                 Library::Nvrtc => unsafe { cudarc::nvrtc::sys::culib() },
+                // NCCL's functions are looked up by `nccl.rs` in the library it opens itself.
+                Library::Nccl => return Err(CudaError::Invalid { op: "checking NCCL", reason: "NCCL is checked by nccl.rs".into() }),
             };
             for &symbol in self.names {
                 // SAFETY: only a dlsym lookup; the pointer is never called through this type.
@@ -261,6 +278,7 @@ mod tests {
         ("table.rs", include_str!("table.rs")),
         ("nvrtc.rs", include_str!("nvrtc.rs")),
         ("timing.rs", include_str!("timing.rs")),
+        ("nccl.rs", include_str!("nccl.rs")),
     ];
 
     /// The functions named as `sys::cuX` or `sys::nvrtcX` (called, or passed as a pointer).
@@ -297,6 +315,13 @@ mod tests {
     fn the_scan_finds_calls_and_skips_types() {
         let text = "sys::cuInit(0); sys::CUresult::X; sys::nvrtcProgram; text(sys::cuGetErrorName); sys::nvrtcVersion(";
         assert_eq!(called(text), ["cuInit", "cuGetErrorName", "nvrtcVersion"]);
+    }
+
+    #[test]
+    fn nccls_runtime_name_comes_first_then_cudarcs() {
+        let names = Library::Nccl.candidates();
+        assert_eq!(names[0], "libnccl.so.2");
+        assert!(names.contains(&"libnccl.so".to_owned()));
     }
 
     #[test]

@@ -44,3 +44,19 @@ pub fn gpu_for_test() -> Option<Arc<Gpu>> {
     eprintln!("GPU test skipped: {why}");
     None
 }
+
+/// The environment variable that turns a missing NCCL into a test failure.
+pub const REQUIRE_NCCL_ENV: &str = "GPUIPC_REQUIRE_NCCL";
+
+/// `true` when `libnccl.so.2` loads; `false` (skip, printed) when not, unless
+/// `GPUIPC_REQUIRE_NCCL=1`, when a missing NCCL panics.
+pub fn nccl_for_test() -> bool {
+    match crate::nccl::nccl_version() {
+        Ok(_) => true,
+        Err(e) if required(REQUIRE_NCCL_ENV) => panic!("{REQUIRE_NCCL_ENV}=1 but {e}"),
+        Err(e) => {
+            eprintln!("NCCL test skipped: {e}");
+            false
+        }
+    }
+}

@@ -51,6 +51,11 @@ mod table;
 pub mod testing;
 
 pub use gpuipc_cuda::{KernelArg, MAX_KERNEL_PARAMS, NVRTC_OPTIONS, nvrtc_available};
+/// NCCL between two stages on different hosts (the built-in `nccl-send` and `nccl-receive`):
+/// a two-rank communicator on the stage's context and stream (`RawStream { context:
+/// ctx.cuda_context, stream: ctx.cuda_stream }`), aborted when dropped. See `gpuipc-cuda`'s
+/// `nccl.rs` for how `libnccl.so.2` is found.
+pub use gpuipc_cuda::{NCCL_ID_BYTES, NcclId, NcclPair, RawStream, nccl_available, nccl_version};
 
 /// Wait on the host until everything enqueued on `stream` is done (a stage's stream, or a
 /// raw stream another library handed over).

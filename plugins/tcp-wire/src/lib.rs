@@ -17,6 +17,14 @@
 //!    frame is published in the receiver's ring (or was already: a frame sent again after a
 //!    reconnection), [`ACK_END`] for the end of stream.
 //!
+//! **NCCL** (`nccl-send` and `nccl-receive`, added alongside; the above is unchanged for the
+//! tcp stages): the hello starts with [`NCCL_HELLO_MAGIC`] instead (the rest as above); after an
+//! accepting answer the receiver sends the [`NCCL_ID_BYTES`] bytes of an NCCL unique id, and
+//! both join a two-rank communicator on it (sender rank 0, receiver rank 1). Each frame's
+//! header still goes over TCP, its payload by `ncclSend`/`ncclRecv` from and into the rings'
+//! device memory; acknowledgements as above. A tcp receiver refuses an NCCL hello and an NCCL
+//! receiver a TCP one, naming both.
+//!
 //! A sender keeps the last frame it sent until its acknowledgement comes, so a connection that
 //! breaks (either end died and restarted) loses nothing: the sender connects again (a new
 //! epoch), sends a new hello and the unacknowledged frame again, and the receiver publishes it
@@ -29,6 +37,10 @@ use gpuipc_plugin_api::FrameFormat;
 
 /// "GPNH": a hello.
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"GPNH");
+/// "GPNC": the hello of a sender whose payloads go over NCCL.
+pub const NCCL_HELLO_MAGIC: u32 = u32::from_le_bytes(*b"GPNC");
+/// Bytes of the NCCL unique id an NCCL receiver sends after accepting.
+pub const NCCL_ID_BYTES: usize = 128;
 /// "GPNF": a frame header.
 pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"GPNF");
 /// The protocol version; a receiver refuses any other.
@@ -80,12 +92,43 @@ pub struct Hello {
     pub link: String,
 }
 
+/// How a link's payloads travel; the hello's magic says which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payloads {
+    /// On the TCP connection, after each header (tcp-send, tcp-receive).
+    Tcp,
+    /// By NCCL, GPU to GPU (nccl-send, nccl-receive).
+    Nccl,
+}
+
+impl Payloads {
+    fn magic(self) -> u32 {
+        match self {
+            Payloads::Tcp => HELLO_MAGIC,
+            Payloads::Nccl => NCCL_HELLO_MAGIC,
+        }
+    }
+
+    /// Which stage sends this way, for messages.
+    pub fn sender(self) -> &'static str {
+        match self {
+            Payloads::Tcp => "tcp-send",
+            Payloads::Nccl => "nccl-send",
+        }
+    }
+}
+
 impl Hello {
     pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+        self.write_for(w, Payloads::Tcp)
+    }
+
+    /// The hello of a sender whose payloads travel as `payloads` says.
+    pub fn write_for(&self, w: &mut impl Write, payloads: Payloads) -> io::Result<()> {
         let link = self.link.as_bytes();
         let link = &link[..link.len().min(MAX_LINK_NAME)];
         let mut buf = Vec::with_capacity(HELLO_FIXED + link.len());
-        buf.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
+        buf.extend_from_slice(&payloads.magic().to_le_bytes());
         buf.extend_from_slice(&VERSION.to_le_bytes());
         buf.extend_from_slice(&(link.len() as u16).to_le_bytes());
         buf.extend_from_slice(&self.epoch.to_le_bytes());
@@ -98,12 +141,26 @@ impl Hello {
     }
 
     pub fn read_from(r: &mut impl Read) -> Result<Hello, WireError> {
+        Hello::read_for(r, Payloads::Tcp)
+    }
+
+    /// Read the hello of a sender whose payloads must travel as `payloads` says; another
+    /// sender's is refused, naming it.
+    pub fn read_for(r: &mut impl Read, payloads: Payloads) -> Result<Hello, WireError> {
         let mut fixed = [0u8; HELLO_FIXED];
         r.read_exact(&mut fixed)?;
         let mut at = Cursor(&fixed);
         let magic = at.u32();
-        if magic != HELLO_MAGIC {
-            return Err(WireError::Protocol(format!("not a gpuipc link: the hello starts with {magic:#010x}")));
+        if magic != payloads.magic() {
+            let other = [Payloads::Tcp, Payloads::Nccl].into_iter().find(|p| p.magic() == magic);
+            return Err(WireError::Protocol(match other {
+                Some(other) => format!(
+                    "the sender is a {} stage, this receiver takes the frames of a {} stage: give both ends of the link the same transport",
+                    other.sender(),
+                    payloads.sender()
+                ),
+                None => format!("not a gpuipc link: the hello starts with {magic:#010x}"),
+            }));
         }
         let version = at.u16();
         if version != VERSION {
@@ -217,6 +274,34 @@ impl Cursor<'_> {
     }
 }
 
+/// Send an NCCL unique id (the NCCL receiver, after accepting).
+pub fn write_nccl_id(w: &mut impl Write, id: &[u8; NCCL_ID_BYTES]) -> io::Result<()> {
+    w.write_all(id)
+}
+
+/// Read the NCCL unique id the receiver sends after accepting.
+pub fn read_nccl_id(r: &mut impl Read) -> Result<[u8; NCCL_ID_BYTES], WireError> {
+    let mut id = [0u8; NCCL_ID_BYTES];
+    r.read_exact(&mut id)?;
+    Ok(id)
+}
+
+/// Whether the other end of `stream` is gone: it closed (end of file waits to be read) or the
+/// connection failed. Looks without taking bytes and without blocking, for a wait on the GPU
+/// that must stop when the peer dies.
+pub fn peer_gone(stream: &std::net::TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let gone = match stream.peek(&mut [0u8; 1]) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => false,
+        Err(_) => true,
+    };
+    stream.set_nonblocking(false).is_err() || gone
+}
+
 /// Whether an I/O error means the connection is gone (rather than, say, a bad address).
 pub fn is_disconnect(e: &io::Error) -> bool {
     use io::ErrorKind::*;
@@ -241,6 +326,45 @@ mod tests {
         assert_eq!(read_answer(&mut r).unwrap(), Err("no".to_owned()));
         assert_eq!(FrameHeader::read_from(&mut r).unwrap(), header);
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn an_nccl_hello_is_refused_by_a_tcp_receiver_and_the_other_way_round() {
+        let hello = Hello { epoch: 1, format: FrameFormat::new(PixelFormat::Gray8, 4, 4), frame_bytes: 16, link: "l".into() };
+        let mut wire = Vec::new();
+        hello.write_for(&mut wire, Payloads::Nccl).unwrap();
+        assert_eq!(Hello::read_for(&mut &wire[..], Payloads::Nccl).unwrap(), hello);
+        let e = Hello::read_from(&mut &wire[..]).unwrap_err().to_string();
+        assert!(e.contains("the sender is a nccl-send stage, this receiver takes the frames of a tcp-send stage"), "{e}");
+        let mut wire = Vec::new();
+        hello.write_to(&mut wire).unwrap();
+        let e = Hello::read_for(&mut &wire[..], Payloads::Nccl).unwrap_err().to_string();
+        assert!(e.contains("the sender is a tcp-send stage"), "{e}");
+        let id: [u8; NCCL_ID_BYTES] = std::array::from_fn(|i| i as u8);
+        let mut wire = Vec::new();
+        write_nccl_id(&mut wire, &id).unwrap();
+        assert_eq!(read_nccl_id(&mut &wire[..]).unwrap(), id);
+        assert!(matches!(read_nccl_id(&mut &wire[..100]), Err(WireError::Lost(_))));
+    }
+
+    #[test]
+    fn a_closed_peer_is_seen_without_taking_bytes() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        assert!(!peer_gone(&server));
+        client.write_all(&[ACK_FRAME]).unwrap();
+        drop(client);
+        // The byte sent before the close is still there to read; then the end of file.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut server = server;
+        let mut one = [0u8; 1];
+        server.read_exact(&mut one).unwrap();
+        assert_eq!(one[0], ACK_FRAME);
+        while !peer_gone(&server) {
+            assert!(std::time::Instant::now() < deadline, "the close was never seen");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     #[test]

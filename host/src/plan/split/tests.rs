@@ -242,3 +242,70 @@ fn ports_count_up_from_the_data_port() {
     assert_eq!(port_above("[fd00::7]:9100", 1).as_deref(), Some("[fd00::7]:9101"));
     assert_eq!(port_above("10.0.0.1:65535", 1), None);
 }
+
+/// The 4K chain of the GPU check, split a -> b -> a with both crossing links over NCCL.
+const NCCL_CHAIN: &str = r#"
+[[stage]]
+name = "gen"
+plugin = "generator.so"
+host = "a"
+device = "cuda:1"
+params = { width = 64, height = 48 }
+
+[[stage]]
+name = "grade"
+plugin = "rgb_process.so"
+host = "b"
+device = "cuda:0"
+inputs = ["gen"]
+input_transport = "nccl"
+
+[[stage]]
+name = "yuv"
+plugin = "yuv420.so"
+host = "a"
+device = "cuda:1"
+inputs = ["grade"]
+input_transport = "nccl"
+"#;
+
+#[test]
+fn nccl_links_get_nccl_bridges_on_each_ends_gpu_and_the_rings_stay_on_the_gpu() {
+    let text = format!("{HOSTS}\n{NCCL_CHAIN}").replace("device = \"cpu\"\n", "");
+    let (plan, text) = plan_of(&text);
+    // The producers' rings, read by nccl senders, live in device memory.
+    for link in &plan.links {
+        assert!(matches!(link.memory, crate::plan::LinkMemory::Device { .. }), "{:?}", link.memory);
+    }
+    let shown = crate::plan::render_text(&plan);
+    assert!(shown.contains("crosses hosts a -> b: NCCL GPU to GPU (control over TCP to 10.77.0.2:9000)"), "{shown}");
+    let parts = split(&plan, &text).unwrap();
+    let (a, b) = (stages(&parts[0]), stages(&parts[1]));
+    let sender = stage(&a, "gen-to-b");
+    assert_eq!(sender["plugin"].as_str(), Some("nccl-send"));
+    assert_eq!(sender["device"].as_str(), Some("cuda:1"));
+    assert_eq!(sender["params"]["to"].as_str(), Some("10.77.0.2:9000"));
+    let receiver = stage(&b, "gen");
+    assert_eq!(receiver["plugin"].as_str(), Some("nccl-receive"));
+    assert_eq!(receiver["device"].as_str(), Some("cuda:0"));
+    assert_eq!(receiver["params"]["listen"].as_str(), Some("10.77.0.2:9000"));
+    assert_eq!(receiver["params"]["format"].as_str(), Some("rgb8"));
+    assert_eq!((stage(&b, "grade-to-a")["plugin"].as_str(), stage(&b, "grade-to-a")["device"].as_str()), (Some("nccl-send"), Some("cuda:0")));
+    assert_eq!((stage(&a, "grade")["plugin"].as_str(), stage(&a, "grade")["device"].as_str()), (Some("nccl-receive"), Some("cuda:1")));
+    // The consumers read their receivers on their own host: the key has done its work.
+    assert!(stage(&b, "grade").get("input_transport").is_none());
+    assert!(stage(&a, "yuv").get("input_transport").is_none());
+    assert_eq!(parts[1].stages, ["gen", "grade", "grade-to-a"]);
+}
+
+#[test]
+fn tcp_is_the_default_and_keeps_a_cuda_producers_ring_in_host_memory() {
+    let text = format!("{HOSTS}\n{NCCL_CHAIN}").replace("device = \"cpu\"\n", "").replace("input_transport = \"nccl\"\n", "");
+    let (plan, text) = plan_of(&text);
+    for link in &plan.links {
+        assert!(matches!(link.memory, crate::plan::LinkMemory::HostStaged { .. }), "{:?}", link.memory);
+    }
+    let parts = split(&plan, &text).unwrap();
+    assert_eq!(stage(&stages(&parts[0]), "gen-to-b")["plugin"].as_str(), Some("tcp-send"));
+    assert!(stage(&stages(&parts[0]), "gen-to-b").get("device").is_none());
+}
