@@ -8,10 +8,12 @@
 //! every stage is created, so two hosts whose links cross both ways would wait for each other.
 //! It retries every 50 ms until `connect_timeout_s`; sends a
 //! hello (link name, format, frame size) that the receiver accepts or refuses with a reason,
-//! then each frame as a header and the slot's bytes. It keeps the last frame until the receiver
-//! acknowledges it: when the connection breaks (either end died), it connects again (a new
-//! epoch) and sends that frame again, so nothing is lost or half-delivered. At the end of
-//! stream it sends an end header and waits for its acknowledgement before the stage exits.
+//! then each frame as a header and the slot's bytes. It sends up to `window` frames ahead of
+//! the receiver's acknowledgements, keeping a copy of each until it is acknowledged: when the
+//! connection breaks (either end died), it connects again (a new epoch) and sends every
+//! unacknowledged frame again, oldest first, so nothing is lost or half-delivered. At the end
+//! of stream it waits for every acknowledgement, sends an end header and waits for its
+//! acknowledgement before the stage exits.
 //! The wire format is `gpuipc_tcp_wire`'s.
 //!
 //! # Params
@@ -21,6 +23,7 @@
 //! | `to` | string, ADDRESS:PORT | required | the receiver's address and port |
 //! | `link` | string | required | the link's name; the receiver must name the same |
 //! | `connect_timeout_s` | float, > 0 | `30.0` | how long to keep trying to connect, at start and after a connection breaks |
+//! | `window` | integer, 1 to 64 | `4` | frames sent ahead of the receiver's acknowledgements (each kept as a copy until acknowledged) |
 //!
 //! # Wire protocol
 //!
@@ -38,23 +41,35 @@
 //!    `timestamp_ns u64`, `payload_len u64`), then the frame's bytes exactly as its ring slot
 //!    holds them, which the receiver reads straight into its own ring's slot. Flag 1,
 //!    END_OF_STREAM, has no payload;
-//! 4. acknowledgements, receiver → sender, one byte each: `0x06` when a frame is published in
-//!    the receiver's ring (it is when the receiver's runner asks for the next one), `0x04` for
-//!    the end of stream.
+//! 4. acknowledgements, receiver → sender, one byte each, in the order the frames were sent:
+//!    `0x06` when a frame is published in the receiver's ring (it is when the receiver's runner
+//!    asks for the next one) or was already, `0x04` for the end of stream. The sender has up to
+//!    `window` frames unacknowledged.
 //!
 //! # Reconnection
 //!
-//! The sender keeps its last frame until the receiver acknowledges it, and waits for that
-//! before it sends the next: one frame in flight, so the receiver's ring full (backpressure)
-//! holds the sender, and through its ring the producer. When the connection breaks (reset,
-//! broken pipe, end of file; the receiver or the sender died and restarts by its policy), the
-//! sender connects again within `connect_timeout_s` (a new epoch, a new hello) and sends the
-//! unacknowledged frame again; the receiver publishes it unless its ring has it already (its
-//! number is below the next the ring expects). A frame is never published half-read, and the
-//! frames a dead sender took but never sent are counted lost by its host, so the frames
-//! produced are those delivered plus those counted lost. The end of stream is sent at `flush`
-//! and acknowledged before the sender's stage exits. One copy a frame (into the kept frame) is
-//! the price of losing nothing when the receiver dies.
+//! The sender keeps a copy of every frame it sent until the receiver acknowledges it, and has
+//! at most `window` of them: with the window full it waits for the oldest acknowledgement
+//! before it takes the next frame, so the receiver's ring full (backpressure) holds the
+//! sender, and through its ring the producer. Sending and receiving overlap: the sender copies
+//! and sends frame N+1 while the receiver still reads and publishes frame N (with `window = 1`
+//! they take turns). When the connection breaks (reset, broken pipe, end of file; the receiver
+//! or the sender died and restarts by its policy), the sender connects again within
+//! `connect_timeout_s` (a new epoch, a new hello) and sends every unacknowledged frame again,
+//! oldest first; the receiver acknowledges each and publishes those its ring does not have yet
+//! (their numbers are at or above the next the ring expects). A frame is never published
+//! half-read. The end of stream is sent at `flush`, after every acknowledgement, and
+//! acknowledged before the sender's stage exits.
+//!
+//! The copy (one a frame, into a reused buffer) is what lets a *receiver* die and restart
+//! without losing a frame: the input slot goes back to the producer when `process` returns,
+//! long before the receiver acknowledges it. What a *sender* that dies loses: the frame it was
+//! taking (counted lost by its host), and, with `window > 1`, frames it had sent whose bytes
+//! were still in its own kernel's send buffer when the kernel reset the connection (it does
+//! at the death of a process with acknowledgements unread); those are not counted. Bytes that
+//! reached the receiver's kernel are read and published (Linux keeps them readable after a
+//! reset), so over loopback, or with the receiver keeping up, nothing is lost uncounted; with
+//! `window = 1` never (the only frame in flight is the one being taken).
 //!
 //! ```toml
 //! [[stage]]

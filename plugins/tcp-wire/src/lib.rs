@@ -17,11 +17,12 @@
 //!    frame is published in the receiver's ring (or was already: a frame sent again after a
 //!    reconnection), [`ACK_END`] for the end of stream.
 //!
-//! A sender keeps the last frame it sent until its acknowledgement comes, so a connection that
-//! breaks (either end died and restarted) loses nothing: the sender connects again (a new
-//! epoch), sends a new hello and the unacknowledged frame again, and the receiver publishes it
-//! unless it already had (its number is below the next the receiver's ring expects). A frame
-//! is never published half-read.
+//! A sender keeps every frame it sent until its acknowledgement comes (at most its `window`
+//! of them; the receiver needs no setting for it: it acknowledges each frame in turn), so a
+//! connection that breaks (either end died and restarted) loses nothing: the sender connects
+//! again (a new epoch), sends a new hello and every unacknowledged frame again, oldest first,
+//! and the receiver publishes each unless it already had (its number is below the next the
+//! receiver's ring expects). A frame is never published half-read.
 
 use std::io::{self, Read, Write};
 
