@@ -190,8 +190,15 @@ fn fault_and_check(name: &str, fault: Fault) {
         Fault::KillReceiver => ("", restart),
         Fault::FreezeSender => ("stall_timeout = \"off\"", frozen),
     };
-    let (mut sending, mut receiving) =
-        start_both(&dir, &sender(port, "", (64, 48), s_extra), &receiver(port, (64, 48), 20.0, r_extra), &[]);
+    // With the sender alive, a window of frames in flight goes again whole after the
+    // receiver's restart. A killed sender loses its window's frames still in its kernel's
+    // send buffer, uncounted (docs/plugins.md, tcp-send): that fault runs the default, 1.
+    let mut sender_text = sender(port, "", (64, 48), s_extra);
+    if fault != Fault::KillSender {
+        sender_text = sender_text.replace("connect_timeout_s = 20.0 }", "connect_timeout_s = 20.0, window = 4 }");
+        assert!(sender_text.contains("window = 4"));
+    }
+    let (mut sending, mut receiving) = start_both(&dir, &sender_text, &receiver(port, (64, 48), 20.0, r_extra), &[]);
     receiving.wait_for_stderr(&format!("link '{LINK}': connection 1 from"), RUN_TIMEOUT);
     // A stage killed before it is ready is not restarted (it never started): wait for both.
     sending.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
@@ -240,7 +247,21 @@ fn fault_and_check(name: &str, fault: Fault) {
     let seqs: Vec<u64> = delivered.iter().map(|(s, _)| *s).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "the sink got each frame once, in order: {seqs:?}");
     let lost = counted(&report(&dir.join("a/report.json"))) + counted(&report(&dir.join("b/report.json")));
-    assert_eq!(produced, seqs.len() as u64 + lost, "produced = delivered + lost\n{}\n{}", sent.stdout, received.stdout);
+    // A sender's host marks a frame done when its `process` has returned (its tap line is the
+    // last thing before): a sender killed after the frame's last byte went out and before
+    // that has it delivered and counted lost both. At most the one frame it was taking, and
+    // it shows as a frame the sink got that the sender never tapped.
+    let sender_done: std::collections::BTreeSet<u64> = sum_lines(&dir.join("a/sums/gen-to-b.sum")).iter().map(|(s, _)| *s).collect();
+    let twice: Vec<u64> = seqs.iter().copied().filter(|s| !sender_done.contains(s)).collect();
+    let most = if fault == Fault::KillSender { 1 } else { 0 };
+    assert!(twice.len() <= most, "frames delivered that the sender never finished: {twice:?}");
+    assert_eq!(
+        produced + twice.len() as u64,
+        seqs.len() as u64 + lost,
+        "produced = delivered + lost (less {twice:?}, delivered and counted lost)\n{}\n{}",
+        sent.stdout,
+        received.stdout
+    );
     if fault != Fault::KillSender {
         // The sender lived: its window went again over the new connection, and nothing was lost.
         assert_eq!(lost, 0, "{}\n{}", sent.stdout, received.stdout);
