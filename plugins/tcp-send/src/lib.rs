@@ -69,7 +69,7 @@
 //! at the death of a process with acknowledgements unread); those are not counted. Bytes that
 //! reached the receiver's kernel are read and published (Linux keeps them readable after a
 //! reset). This happens over loopback too: in the SIGKILL test of the sender with `window = 4`,
-//! 2 runs in 15 delivered one frame fewer than produced and counted lost. Hence the default
+//! 3 runs in 15 delivered one frame fewer than produced and counted lost. Hence the default
 //! of 1, with which the only frame at stake is the one being taken. Keeping the frames in
 //! flight countable needs the host: a sink that holds its input slots until they are
 //! acknowledged (no copy then either) or tells its host what it has in flight.
