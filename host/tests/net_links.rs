@@ -164,26 +164,66 @@ fn wait_for_frames(path: &Path, n: usize) -> usize {
     }
 }
 
-/// Kill `victim` of one of the two runs once frames flow, wait for its restart and the link's
-/// second connection, stop the sender's run, and check the books of both runs.
-fn kill_and_check(name: &str, kill_receiver: bool) {
+/// What a fault test does to the link once frames flow.
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    /// SIGKILL the sender stage; its host restarts it.
+    KillSender,
+    /// SIGKILL the receiver stage; its host restarts it.
+    KillReceiver,
+    /// SIGSTOP the sender stage: to the receiver its connection goes silent, with no FIN or
+    /// reset (a half-open connection); the receiver's stall watchdog kills it and its host
+    /// restarts it; then SIGCONT: the sender finds its connection gone and connects again.
+    FreezeSender,
+}
+
+/// Do `fault` to the link once frames flow, wait for the restart and the link's new
+/// connection, stop the sender's run, and check the books of both runs.
+fn fault_and_check(name: &str, fault: Fault) {
     let dir = scratch(name);
     let port = free_port();
     let restart = "restart = \"on-failure\"";
-    let (s_extra, r_extra) = if kill_receiver { ("", restart) } else { (restart, "") };
-    let (mut sending, mut receiving) =
-        start_both(&dir, &sender(port, "", (64, 48), s_extra), &receiver(port, (64, 48), 20.0, r_extra), &[]);
+    // A frozen sender must outlast the receiver's watchdog, not meet its own.
+    let frozen = "restart = \"on-failure\"\nstall_timeout = \"2s\"\nmax_restarts = 20";
+    let (s_extra, r_extra) = match fault {
+        Fault::KillSender => (restart, ""),
+        Fault::KillReceiver => ("", restart),
+        Fault::FreezeSender => ("stall_timeout = \"off\"", frozen),
+    };
+    // With the sender alive, a window of frames in flight goes again whole after the
+    // receiver's restart. A killed sender loses its window's frames still in its kernel's
+    // send buffer, uncounted (docs/plugins.md, tcp-send): that fault runs the default, 1.
+    let mut sender_text = sender(port, "", (64, 48), s_extra);
+    if fault != Fault::KillSender {
+        sender_text = sender_text.replace("connect_timeout_s = 20.0 }", "connect_timeout_s = 20.0, window = 4 }");
+        assert!(sender_text.contains("window = 4"));
+    }
+    let (mut sending, mut receiving) = start_both(&dir, &sender_text, &receiver(port, (64, 48), 20.0, r_extra), &[]);
     receiving.wait_for_stderr(&format!("link '{LINK}': connection 1 from"), RUN_TIMEOUT);
     // A stage killed before it is ready is not restarted (it never started): wait for both.
     sending.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
     let published = dir.join("b/sums/gen.sum");
     wait_for_frames(&published, 100);
-    let (victim_run, victim) = if kill_receiver { (&mut receiving, "gen") } else { (&mut sending, "gen-to-b") };
-    rustix::process::kill_process(pid_of(victim_run.pid(), victim), Signal::KILL).unwrap();
-    victim_run.wait_for_stderr(&format!("stage '{victim}' restarted (restart 1)"), RUN_TIMEOUT);
+    match fault {
+        Fault::KillSender => {
+            rustix::process::kill_process(pid_of(sending.pid(), "gen-to-b"), Signal::KILL).unwrap();
+            sending.wait_for_stderr("stage 'gen-to-b' restarted (restart 1)", RUN_TIMEOUT);
+        }
+        Fault::KillReceiver => {
+            rustix::process::kill_process(pid_of(receiving.pid(), "gen"), Signal::KILL).unwrap();
+            receiving.wait_for_stderr("stage 'gen' restarted (restart 1)", RUN_TIMEOUT);
+        }
+        Fault::FreezeSender => {
+            let frozen = pid_of(sending.pid(), "gen-to-b");
+            rustix::process::kill_process(frozen, Signal::STOP).unwrap();
+            receiving.wait_for_stderr("stalled: no progress for 2.0 s", RUN_TIMEOUT);
+            receiving.wait_for_stderr("stage 'gen' restarted (restart 1)", RUN_TIMEOUT);
+            rustix::process::kill_process(frozen, Signal::CONT).unwrap();
+        }
+    }
     // A restarted receiver counts its connections from 1 again; a sender's new one is the
     // receiver's second.
-    let again = format!("link '{LINK}': connection {} from", if kill_receiver { 1 } else { 2 });
+    let again = format!("link '{LINK}': connection {} from", if fault == Fault::KillSender { 2 } else { 1 });
     receiving.wait_for_stderr(&again, RUN_TIMEOUT);
     let before = std::fs::read_to_string(&published).unwrap().lines().count();
     wait_for_frames(&published, before + 100);
@@ -194,6 +234,11 @@ fn kill_and_check(name: &str, kill_receiver: bool) {
     assert_eq!(sent.status.code(), Some(0), "{}", sent.output());
     assert_eq!(received.status.code(), Some(0), "{}", received.output());
     assert!(received.stderr.contains(&again), "{}", received.output());
+    if fault == Fault::FreezeSender {
+        // The sender was never restarted: it reconnected by itself and sent its window again.
+        assert!(!sent.stderr.contains("restarted (restart"), "{}", sent.output());
+        assert!(sent.stderr.contains(&format!("link '{LINK}': connection 2 to 127.0.0.1:{port}")), "{}", sent.output());
+    }
 
     let made = tap(&dir.join("a/sums/gen.sum"));
     let produced = made.len() as u64;
@@ -202,7 +247,25 @@ fn kill_and_check(name: &str, kill_receiver: bool) {
     let seqs: Vec<u64> = delivered.iter().map(|(s, _)| *s).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "the sink got each frame once, in order: {seqs:?}");
     let lost = counted(&report(&dir.join("a/report.json"))) + counted(&report(&dir.join("b/report.json")));
-    assert_eq!(produced, seqs.len() as u64 + lost, "produced = delivered + lost\n{}\n{}", sent.stdout, received.stdout);
+    // A sender's host marks a frame done when its `process` has returned (its tap line is the
+    // last thing before): a sender killed after the frame's last byte went out and before
+    // that has it delivered and counted lost both. At most the one frame it was taking, and
+    // it shows as a frame the sink got that the sender never tapped.
+    let sender_done: std::collections::BTreeSet<u64> = sum_lines(&dir.join("a/sums/gen-to-b.sum")).iter().map(|(s, _)| *s).collect();
+    let twice: Vec<u64> = seqs.iter().copied().filter(|s| !sender_done.contains(s)).collect();
+    let most = if fault == Fault::KillSender { 1 } else { 0 };
+    assert!(twice.len() <= most, "frames delivered that the sender never finished: {twice:?}");
+    assert_eq!(
+        produced + twice.len() as u64,
+        seqs.len() as u64 + lost,
+        "produced = delivered + lost (less {twice:?}, delivered and counted lost)\n{}\n{}",
+        sent.stdout,
+        received.stdout
+    );
+    if fault != Fault::KillSender {
+        // The sender lived: its window went again over the new connection, and nothing was lost.
+        assert_eq!(lost, 0, "{}\n{}", sent.stdout, received.stdout);
+    }
     // What the receiving source published (a sink's tap has no hashes): every frame the
     // reference's, and every frame the sink got among them.
     let want = reference(&dir, produced);
@@ -217,12 +280,17 @@ fn kill_and_check(name: &str, kill_receiver: bool) {
 
 #[test]
 fn a_killed_sender_restarts_and_the_link_reconnects() {
-    kill_and_check("net-kill-sender", false);
+    fault_and_check("net-kill-sender", Fault::KillSender);
 }
 
 #[test]
 fn a_killed_receiver_restarts_and_the_link_reconnects() {
-    kill_and_check("net-kill-receiver", true);
+    fault_and_check("net-kill-receiver", Fault::KillReceiver);
+}
+
+#[test]
+fn a_half_open_connection_is_caught_by_the_receivers_watchdog_and_healed_by_its_restart() {
+    fault_and_check("net-half-open", Fault::FreezeSender);
 }
 
 #[test]

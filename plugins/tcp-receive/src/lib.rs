@@ -9,8 +9,14 @@
 //! both and fails); then reads each frame's header and bytes. A connection lost before a frame
 //! is complete drops that frame's bytes (never published) and waits for the sender to connect
 //! again, which sends it again. Each connection is logged as `link 'L': connection N from PEER
-//! to LOCAL`. A frame that comes again after it was published (the sender did not hear the
-//! acknowledgement) is acknowledged and not published twice. The wire format is
+//! to LOCAL`. It acknowledges every frame in the order it came, once it is published (when
+//! the runner asks for the next one), so a sender may have several in flight (its `window`);
+//! a frame that comes again after it was published (sent again after a reconnection, the
+//! sender not having heard the acknowledgement) is acknowledged and not published twice.
+//! Nothing here depends on the sender's window. A sender that goes silent without closing
+//! the connection (frozen, or its network gone without a reset) leaves this stage waiting in
+//! its plugin: the stage's `stall_timeout` watchdog ends it and its restart policy starts it
+//! again, listening for the sender's next connection. The wire format is
 //! `gpuipc_tcp_wire`'s.
 //!
 //! Leave the pipeline's `frames` out on the receiver's host: the sender's side counts frames,

@@ -25,11 +25,12 @@
 //! device memory; acknowledgements as above. A tcp receiver refuses an NCCL hello and an NCCL
 //! receiver a TCP one, naming both.
 //!
-//! A sender keeps the last frame it sent until its acknowledgement comes, so a connection that
-//! breaks (either end died and restarted) loses nothing: the sender connects again (a new
-//! epoch), sends a new hello and the unacknowledged frame again, and the receiver publishes it
-//! unless it already had (its number is below the next the receiver's ring expects). A frame
-//! is never published half-read.
+//! A sender keeps every frame it sent until its acknowledgement comes (at most its `window`
+//! of them; the receiver needs no setting for it: it acknowledges each frame in turn), so a
+//! connection that breaks (either end died and restarted) loses nothing: the sender connects
+//! again (a new epoch), sends a new hello and every unacknowledged frame again, oldest first,
+//! and the receiver publishes each unless it already had (its number is below the next the
+//! receiver's ring expects). A frame is never published half-read.
 
 use std::io::{self, Read, Write};
 
