@@ -8,6 +8,7 @@
 #   GPUIPC_GPU_LEAD=N       frames a stage's host may run ahead of its GPU (0: unbounded)
 #   GPUIPC_GPU_LEAD_WAIT=poll   query and sleep instead of the driver's blocking wait
 #   GPUIPC_WAKE_AHEAD_US=N  wake a stage's consumers ahead of a frame, spinning N µs for it
+#   GPUIPC_WAKE_AHEAD_IDLE_US=N  the sleep (or a source's gap) that counts as idle
 set -uo pipefail
 cd "$(dirname "$0")"
 here=$PWD
@@ -46,6 +47,7 @@ variant_env() {
         lead8-poll) echo "GPUIPC_GPU_LEAD=8 GPUIPC_GPU_LEAD_WAIT=poll GPUIPC_WAKE_AHEAD_US=0" ;;
         lead16) echo "GPUIPC_GPU_LEAD=16 GPUIPC_WAKE_AHEAD_US=0" ;;
         lead8-wake) echo "GPUIPC_GPU_LEAD=8 GPUIPC_WAKE_AHEAD_US=200" ;;
+        idle100) echo "GPUIPC_WAKE_AHEAD_IDLE_US=100" ;;
         default) echo "" ;;
         *) echo "unknown variant $1" >&2; return 1 ;;
     esac

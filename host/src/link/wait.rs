@@ -13,10 +13,6 @@ use rustix::thread::futex;
 
 /// How long a sleeping waiter sleeps before it looks again (at the abort flag, the deadline).
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
-/// A sleep at least this long means the stage was idle: only then does a waiter that wakes
-/// ahead forward the wake-up and spin. At full speed sleeps are shorter than a frame, and a
-/// wake-up forwarded per frame cost an H100's 4K chain 173 -> 201 % of a core.
-const IDLE_SLEEP: Duration = Duration::from_micros(100);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("timed out")]
@@ -28,24 +24,27 @@ pub struct Waiter {
     pub spin: Duration,
     /// Told of every sleep slice, so the host's watchdog sees a waiting stage alive.
     pulse: Option<Arc<super::StatsMap>>,
-    /// Early wake-ups (see [`Waiter::waking_ahead`]): how long to spin after being woken.
+    /// Early wake-ups (see [`Waiter::waking_ahead`]): how long to spin after being woken from
+    /// a sleep of at least `idle`.
     after_wake: Duration,
+    idle: Duration,
     /// Called when this waiter is woken from a sleep: wakes the stage's own consumers ahead.
     forward: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl Waiter {
     pub fn new(spin_us: u32) -> Waiter {
-        Waiter { spin: Duration::from_micros(spin_us as u64), pulse: None, after_wake: Duration::ZERO, forward: None }
+        Waiter { spin: Duration::from_micros(spin_us as u64), pulse: None, after_wake: Duration::ZERO, idle: Duration::MAX, forward: None }
     }
 
-    /// Wake-ups ahead of the frame: a wait woken from its sleep first calls `forward` (which
-    /// wakes the stage's own consumers, so a chain of sleeping stages wakes in parallel with
-    /// the frame's work instead of one hop after another), then spins up to `after_wake` for
-    /// what it waits for before it sleeps again. A producer wakes its consumers ahead when it
-    /// starts a frame after being idle ([`super::Producer::wake_ahead`]).
-    pub fn waking_ahead(self, after_wake: Duration, forward: Option<Arc<dyn Fn() + Send + Sync>>) -> Waiter {
-        Waiter { after_wake, forward, ..self }
+    /// Wake-ups ahead of the frame: a wait woken from a sleep of at least `idle` (the stage was
+    /// idle, not just between two frames at full speed) first calls `forward` (which wakes the
+    /// stage's own consumers, so a chain of sleeping stages wakes in parallel with the frame's
+    /// work instead of one hop after another), then spins up to `after_wake` for what it waits
+    /// for before it sleeps again. A producer wakes its consumers ahead when it starts a frame
+    /// after being idle ([`super::Producer::wake_ahead`]).
+    pub fn waking_ahead(self, after_wake: Duration, idle: Duration, forward: Option<Arc<dyn Fn() + Send + Sync>>) -> Waiter {
+        Waiter { after_wake, idle, forward, ..self }
     }
 
     /// As [`Waiter::new`], pulsing `stats` while it sleeps.
@@ -94,7 +93,7 @@ impl Waiter {
             if let Some(stats) = &self.pulse {
                 stats.pulse();
             }
-            let woken_from_idle = woken && slept_from.is_some_and(|t| t.elapsed() >= IDLE_SLEEP);
+            let woken_from_idle = woken && slept_from.is_some_and(|t| t.elapsed() >= self.idle);
             if woken_from_idle && let Some(forward) = &self.forward {
                 forward();
             }
@@ -141,7 +140,8 @@ mod tests {
         let value = Arc::new(AtomicU64::new(0));
         let forwarded = Arc::new(AtomicU32::new(0));
         let f = forwarded.clone();
-        let waiter = Waiter::new(0).waking_ahead(Duration::from_micros(200), Some(Arc::new(move || {
+        let idle = Duration::from_micros(100);
+        let waiter = Waiter::new(0).waking_ahead(Duration::from_micros(200), idle, Some(Arc::new(move || {
             f.fetch_add(1, Ordering::SeqCst);
         })));
         let (w, s, v) = (word.clone(), sleepers.clone(), value.clone());
@@ -155,12 +155,12 @@ mod tests {
             let again = waiter.wait(&w, &s, deadline, || Some(7));
             (got, again)
         });
-        // Wait until it sleeps, then let it stay idle past IDLE_SLEEP before waking it.
+        // Wait until it sleeps, then let it stay idle past `idle` before waking it.
         let give_up = Instant::now() + Duration::from_secs(10);
         while sleepers.load(Ordering::SeqCst) == 0 && Instant::now() < give_up {
             std::hint::spin_loop();
         }
-        let idle_until = Instant::now() + IDLE_SLEEP * 3;
+        let idle_until = Instant::now() + idle * 3;
         while Instant::now() < idle_until {
             std::hint::spin_loop();
         }

@@ -208,7 +208,7 @@ fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, Stage
     };
     // Waiting for inputs, a stage woken ahead of a frame wakes its own consumers ahead too.
     let input_waiter = match wake_ahead(setup.domain != "cpu") {
-        Some(spin) => waiter.clone().waking_ahead(spin, producer.as_ref().map(Producer::wake_ahead_fn)),
+        Some(w) => waiter.clone().waking_ahead(w.spin, w.idle, producer.as_ref().map(Producer::wake_ahead_fn)),
         None => waiter.clone(),
     };
     let mut consumers = Vec::new();
@@ -231,21 +231,35 @@ fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, Stage
     Ok(MappedLinks { stats, consumers, producer, replica })
 }
 
-/// How long a stage woken ahead of a frame spins for it, where stages wake ahead (see
-/// [`crate::link::wait::Waiter::waking_ahead`]): cuda stages, whose hosts otherwise add a
-/// futex wake-up to every hop of a frame's way through an idle pipeline (measured on an H100
-/// at 1,000 frames/s: 1080p 54.5 µs a hop at the median without, 38.6 with; an 8-stage chain
-/// 54.6 / 123 µs at the median / p99 without, 23.5 / 41.3 with; the same frames/s at full
-/// speed). Cpu stages spend milliseconds on a large frame, which a wake-up does not change.
-/// `GPUIPC_WAKE_AHEAD_US` sets it for every stage (0: none).
-pub fn wake_ahead(cuda: bool) -> Option<std::time::Duration> {
-    const CUDA_DEFAULT_US: u64 = 200;
-    let us = match std::env::var("GPUIPC_WAKE_AHEAD_US").ok().and_then(|v| v.parse::<u64>().ok()) {
+/// Waking ahead (see [`crate::link::wait::Waiter::waking_ahead`]): how long a stage woken
+/// ahead of a frame spins for it, and how long a sleep (or a source's gap between frames)
+/// counts as idle.
+#[derive(Debug, Clone, Copy)]
+pub struct WakeAhead {
+    pub spin: std::time::Duration,
+    pub idle: std::time::Duration,
+}
+
+/// Where stages wake ahead: cuda stages, whose hosts otherwise add a futex wake-up to every hop
+/// of a frame's way through an idle pipeline (measured on an H100 at 1,000 frames/s,
+/// docs/benchmarks.md). Cpu stages spend milliseconds on a large frame, which a wake-up does
+/// not change. `GPUIPC_WAKE_AHEAD_US` sets the spin for every stage (0: none),
+/// `GPUIPC_WAKE_AHEAD_IDLE_US` the idle mark (default 500 µs: with 100 µs, stalls of a busy
+/// pipeline counted as idle and 1080p lost frames/s in some runs).
+pub fn wake_ahead(cuda: bool) -> Option<WakeAhead> {
+    const CUDA_SPIN_US: u64 = 200;
+    const IDLE_US: u64 = 500;
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let spin = match env("GPUIPC_WAKE_AHEAD_US") {
         Some(us) => us,
-        None if cuda => CUDA_DEFAULT_US,
+        None if cuda => CUDA_SPIN_US,
         None => 0,
     };
-    (us > 0).then(|| std::time::Duration::from_micros(us))
+    let idle = env("GPUIPC_WAKE_AHEAD_IDLE_US").unwrap_or(IDLE_US);
+    (spin > 0).then(|| WakeAhead {
+        spin: std::time::Duration::from_micros(spin),
+        idle: std::time::Duration::from_micros(idle),
+    })
 }
 
 fn create_instance<'p>(
@@ -330,7 +344,7 @@ fn run_frames(
         pace,
         phases: measure::PhaseClock::from_env(),
         replica,
-        wake_ahead_after_idle: wake_ahead(gpu.is_some()).map(|_| 100_000),
+        wake_ahead_after_idle: wake_ahead(gpu.is_some()).map(|w| w.idle.as_nanos() as u64),
         last_end_ns: 0,
         lead: match &gpu {
             Some(g) => gpu_lead::GpuLead::new(g)?,
