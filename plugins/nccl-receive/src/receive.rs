@@ -52,41 +52,6 @@ impl From<ReceiveError> for Error {
     }
 }
 
-fn parse_listen(listen: &str) -> Result<SocketAddr> {
-    listen.parse().map_err(|_| {
-        Error::new(format!("param `listen`: {listen:?} is not ADDRESS:PORT (an IP address and a port, e.g. 0.0.0.0:7448 or [::]:7448)"))
-    })
-}
-
-/// The frame format the params describe, or every problem with them.
-fn format_of(params: &Params) -> std::result::Result<FrameFormat, Vec<String>> {
-    let mut problems = Vec::new();
-    let pixel = PixelFormat::from_name(&params.format);
-    if pixel.is_none() {
-        let names: Vec<&str> = PixelFormat::ALL.iter().map(|p| p.name()).collect();
-        problems.push(format!("param `format`: unknown pixel format {:?}; one of {}", params.format, names.join(", ")));
-    }
-    for (name, value) in [("width", params.width), ("height", params.height)] {
-        if value == 0 {
-            problems.push(format!("param `{name}` must be > 0"));
-        }
-    }
-    match pixel {
-        Some(pixel) if problems.is_empty() => {
-            let format = FrameFormat::new(pixel, params.width, params.height);
-            match FrameLayout::for_format(format) {
-                Some(_) => Ok(format),
-                None => Err(vec![format!("no frame layout for {format}")]),
-            }
-        }
-        _ => Err(problems),
-    }
-}
-
-fn describe(format: FrameFormat, bytes: u64) -> String {
-    format!("{format} ({bytes} bytes a frame)")
-}
-
 /// One accepted sender: the control connection, its address and the communicator.
 #[derive(Debug)]
 struct Connection {
@@ -176,18 +141,14 @@ impl Plugin for NcclReceive {
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
         let mut problems = Vec::new();
-        if let Err(e) = parse_listen(&params.listen) {
-            problems.push(e.message().to_owned());
+        if let Err(e) = wire::params::listen_address(&params.listen) {
+            problems.push(e);
         }
-        if params.link.is_empty() || params.link.len() > wire::MAX_LINK_NAME {
-            problems.push(format!("param `link` must be 1 to {} bytes", wire::MAX_LINK_NAME));
-        }
-        if let Err(more) = format_of(params) {
+        problems.extend(wire::params::link_problem(&params.link));
+        if let Err(more) = wire::params::frame_format(&params.format, params.width, params.height) {
             problems.extend(more);
         }
-        if !(params.reconnect_timeout_s.is_finite() && params.reconnect_timeout_s > 0.0) {
-            problems.push(format!("param `reconnect_timeout_s` must be > 0, got {}", params.reconnect_timeout_s));
-        }
+        problems.extend(wire::params::timeout_problem("reconnect_timeout_s", params.reconnect_timeout_s));
         match problems.is_empty() {
             true => Ok(()),
             false => Err(Error::new(problems.join("; "))),
@@ -198,7 +159,7 @@ impl Plugin for NcclReceive {
         if !inputs.is_empty() {
             bail!("nccl-receive is a source: it takes no inputs, got {}", inputs.len());
         }
-        format_of(params).map(Some).map_err(|p| Error::new(p.join("; ")))
+        wire::params::frame_format(&params.format, params.width, params.height).map(Some).map_err(|p| Error::new(p.join("; ")))
     }
 
     fn create(params: Params, _inputs: &[FrameFormat], output: Option<FrameFormat>, ctx: &CreateContext<'_>) -> Result<NcclReceive> {
@@ -211,7 +172,7 @@ impl Plugin for NcclReceive {
         }
         let format = output.ok_or("nccl-receive has an output")?;
         let layout = FrameLayout::for_format(format).ok_or_else(|| Error::new(format!("no layout for {format}")))?;
-        let listen = parse_listen(&params.listen)?;
+        let listen = wire::params::listen_address(&params.listen).map_err(Error::new)?;
         let listener = TcpListener::bind(listen)
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .map_err(|source| ReceiveError::Listen { link: params.link.clone(), listen, source })?;
@@ -423,8 +384,8 @@ impl NcclReceive {
             Some(format!(
                 "link '{}': the sender sends {}, the receiver expects {}",
                 self.link,
-                describe(hello.format, hello.frame_bytes),
-                describe(self.format, self.frame_bytes)
+                wire::params::describe(hello.format, hello.frame_bytes),
+                wire::params::describe(self.format, self.frame_bytes)
             ))
         } else {
             None

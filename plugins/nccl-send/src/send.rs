@@ -54,11 +54,6 @@ impl From<SendError> for Error {
     }
 }
 
-/// The `to` param as an address, or the error naming it.
-fn parse_to(to: &str) -> Result<SocketAddr> {
-    to.parse().map_err(|_| Error::new(format!("param `to`: {to:?} is not ADDRESS:PORT (an IP address and a port, e.g. 10.0.0.2:7448 or [fd00::2]:7448)")))
-}
-
 /// What broke while sending: the TCP connection (or the communicator with it), or the
 /// protocol. NCCL failures count as a broken connection: both are made again.
 enum Broken {
@@ -138,15 +133,11 @@ impl Plugin for NcclSend {
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
         let mut problems = Vec::new();
-        if let Err(e) = parse_to(&params.to) {
-            problems.push(e.message().to_owned());
+        if let Err(e) = wire::params::to_address(&params.to) {
+            problems.push(e);
         }
-        if params.link.is_empty() || params.link.len() > wire::MAX_LINK_NAME {
-            problems.push(format!("param `link` must be 1 to {} bytes", wire::MAX_LINK_NAME));
-        }
-        if !(params.connect_timeout_s.is_finite() && params.connect_timeout_s > 0.0) {
-            problems.push(format!("param `connect_timeout_s` must be > 0, got {}", params.connect_timeout_s));
-        }
+        problems.extend(wire::params::link_problem(&params.link));
+        problems.extend(wire::params::timeout_problem("connect_timeout_s", params.connect_timeout_s));
         match problems.is_empty() {
             true => Ok(()),
             false => Err(Error::new(problems.join("; "))),
@@ -172,7 +163,7 @@ impl Plugin for NcclSend {
         let layout = FrameLayout::for_format(format).ok_or_else(|| Error::new(format!("no layout for {format}")))?;
         let bytes = usize::try_from(layout.total_bytes).map_err(|_| Error::new("frame too large"))?;
         Ok(NcclSend {
-            to: parse_to(&params.to)?,
+            to: wire::params::to_address(&params.to).map_err(Error::new)?,
             link: params.link,
             timeout: Duration::from_secs_f64(params.connect_timeout_s),
             format,

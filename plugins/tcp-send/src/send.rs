@@ -62,11 +62,6 @@ impl From<SendError> for Error {
     }
 }
 
-/// The `to` param as an address, or the error naming it.
-fn parse_to(to: &str) -> Result<SocketAddr> {
-    to.parse().map_err(|_| Error::new(format!("param `to`: {to:?} is not ADDRESS:PORT (an IP address and a port, e.g. 10.0.0.2:7448 or [fd00::2]:7448)")))
-}
-
 /// A tcp-send stage instance.
 #[derive(Debug)]
 pub struct TcpSend {
@@ -143,15 +138,11 @@ impl Plugin for TcpSend {
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
         let mut problems = Vec::new();
-        if let Err(e) = parse_to(&params.to) {
-            problems.push(e.message().to_owned());
+        if let Err(e) = wire::params::to_address(&params.to) {
+            problems.push(e);
         }
-        if params.link.is_empty() || params.link.len() > wire::MAX_LINK_NAME {
-            problems.push(format!("param `link` must be 1 to {} bytes", wire::MAX_LINK_NAME));
-        }
-        if !(params.connect_timeout_s.is_finite() && params.connect_timeout_s > 0.0) {
-            problems.push(format!("param `connect_timeout_s` must be > 0, got {}", params.connect_timeout_s));
-        }
+        problems.extend(wire::params::link_problem(&params.link));
+        problems.extend(wire::params::timeout_problem("connect_timeout_s", params.connect_timeout_s));
         if !(1..=MAX_WINDOW).contains(&params.window) {
             problems.push(format!("param `window` must be 1 to {MAX_WINDOW}, got {}", params.window));
         }
@@ -175,7 +166,7 @@ impl Plugin for TcpSend {
         let format = *inputs.first().ok_or("tcp-send takes 1 input")?;
         let layout = FrameLayout::for_format(format).ok_or_else(|| Error::new(format!("no layout for {format}")))?;
         let stage = TcpSend {
-            to: parse_to(&params.to)?,
+            to: wire::params::to_address(&params.to).map_err(Error::new)?,
             link: params.link,
             timeout: Duration::from_secs_f64(params.connect_timeout_s),
             format,

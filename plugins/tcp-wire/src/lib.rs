@@ -32,6 +32,8 @@
 //! and the receiver publishes each unless it already had (its number is below the next the
 //! receiver's ring expects). A frame is never published half-read.
 
+pub mod params;
+
 use std::io::{self, Read, Write};
 
 use gpuipc_plugin_api::FrameFormat;

@@ -1,0 +1,65 @@
+//! The params the four bridge stages (tcp-send, tcp-receive, nccl-send, nccl-receive) share,
+//! checked once here: a sender's `to` and a receiver's `listen` address, the `link` name, a
+//! timeout, and a receiver's `format`, `width` and `height`. Each answers a problem as text,
+//! which the plugin turns into its error (or collects with others in `check`).
+
+use std::net::SocketAddr;
+
+use gpuipc_plugin_api::{FrameFormat, FrameLayout, PixelFormat};
+
+use crate::MAX_LINK_NAME;
+
+/// A sender's `to` param as an address.
+pub fn to_address(to: &str) -> Result<SocketAddr, String> {
+    to.parse()
+        .map_err(|_| format!("param `to`: {to:?} is not ADDRESS:PORT (an IP address and a port, e.g. 10.0.0.2:7448 or [fd00::2]:7448)"))
+}
+
+/// A receiver's `listen` param as an address.
+pub fn listen_address(listen: &str) -> Result<SocketAddr, String> {
+    listen
+        .parse()
+        .map_err(|_| format!("param `listen`: {listen:?} is not ADDRESS:PORT (an IP address and a port, e.g. 0.0.0.0:7448 or [::]:7448)"))
+}
+
+/// What is wrong with a `link` param, if anything (a hello carries at most [`MAX_LINK_NAME`]).
+pub fn link_problem(link: &str) -> Option<String> {
+    (link.is_empty() || link.len() > MAX_LINK_NAME).then(|| format!("param `link` must be 1 to {MAX_LINK_NAME} bytes"))
+}
+
+/// What is wrong with the timeout param `name` of `seconds`, if anything.
+pub fn timeout_problem(name: &str, seconds: f64) -> Option<String> {
+    (!(seconds.is_finite() && seconds > 0.0)).then(|| format!("param `{name}` must be > 0, got {seconds}"))
+}
+
+/// The frame format a receiver's `format`, `width` and `height` describe, or every problem
+/// with them.
+pub fn frame_format(format: &str, width: u32, height: u32) -> Result<FrameFormat, Vec<String>> {
+    let mut problems = Vec::new();
+    let pixel = PixelFormat::from_name(format);
+    if pixel.is_none() {
+        let names: Vec<&str> = PixelFormat::ALL.iter().map(|p| p.name()).collect();
+        problems.push(format!("param `format`: unknown pixel format {format:?}; one of {}", names.join(", ")));
+    }
+    for (name, value) in [("width", width), ("height", height)] {
+        if value == 0 {
+            problems.push(format!("param `{name}` must be > 0"));
+        }
+    }
+    match pixel {
+        Some(pixel) if problems.is_empty() => {
+            let format = FrameFormat::new(pixel, width, height);
+            match FrameLayout::for_format(format) {
+                Some(_) => Ok(format),
+                None => Err(vec![format!("no frame layout for {format}")]),
+            }
+        }
+        _ => Err(problems),
+    }
+}
+
+/// A frame format as the two ends' messages name it: with what its bytes take on the wire (the
+/// layout's whole size, padding included).
+pub fn describe(format: FrameFormat, bytes: u64) -> String {
+    format!("{format} ({bytes} bytes a frame)")
+}
