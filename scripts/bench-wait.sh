@@ -6,9 +6,14 @@
 # host CPU of the stages, latency at 1,000 frames/s and what each hop adds.
 #
 #   GPUIPC_GPU_LEAD=N       frames a stage's host may run ahead of its GPU (0: unbounded)
-#   GPUIPC_GPU_LEAD_WAIT=poll   query and sleep instead of the driver's blocking wait
+#   GPUIPC_GPU_LEAD_WAIT=sync   the driver's blocking wait instead of querying and sleeping
 #   GPUIPC_WAKE_AHEAD_US=N  wake a stage's consumers ahead of a frame, spinning N µs for it
 #   GPUIPC_WAKE_AHEAD_IDLE_US=N  the sleep (or a source's gap) that counts as idle
+#   GPUIPC_GPU_LEAD_CHECK=N  frames between two checks of the lead
+#   GPUIPC_WAKE_BATCH=N     wake-ups of sleeping neighbours a stage sends at once (1: each at once)
+#   a variant named dN-VARIANT runs VARIANT with depth = N on every stage
+#   ROUNDS=N                every case and variant N times, interleaved (label -rK)
+#   PROFILE=1               also log each stage's host time per phase (GPUIPC_PROFILE) and print it
 set -uo pipefail
 cd "$(dirname "$0")"
 here=$PWD
@@ -39,16 +44,24 @@ chain() {  # N: generator, N-2 rgb-process, yuv420 at 1080p
     echo "$work/chain-$1.toml"
 }
 
-variants=${VARIANTS:-"old default lead8 lead8-poll lead16 lead8-wake"}
+variants=${VARIANTS:-"old wake default nolead batch1 lead-sync"}
+# Each variant spells out what it changes from the defaults (a cuda stage: waking ahead 200 µs,
+# wake-ups sent 4 at a time, lead 64 frames checked every 16 and polled).
 variant_env() {
-    case $1 in
-        old) echo "GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_AHEAD_US=0" ;;
-        lead8) echo "GPUIPC_GPU_LEAD=8 GPUIPC_WAKE_AHEAD_US=0" ;;
-        lead8-poll) echo "GPUIPC_GPU_LEAD=8 GPUIPC_GPU_LEAD_WAIT=poll GPUIPC_WAKE_AHEAD_US=0" ;;
-        lead16) echo "GPUIPC_GPU_LEAD=16 GPUIPC_WAKE_AHEAD_US=0" ;;
-        lead8-wake) echo "GPUIPC_GPU_LEAD=8 GPUIPC_WAKE_AHEAD_US=200" ;;
-        idle100) echo "GPUIPC_WAKE_AHEAD_IDLE_US=100" ;;
+    case ${1#d[0-9]*-} in
         default) echo "" ;;
+        old) echo "GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_AHEAD_US=0 GPUIPC_WAKE_BATCH=1" ;;
+        wake) echo "GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_BATCH=1" ;;
+        nolead) echo "GPUIPC_GPU_LEAD=0" ;;
+        batch1) echo "GPUIPC_WAKE_BATCH=1" ;;
+        lead-sync) echo "GPUIPC_GPU_LEAD_WAIT=sync" ;;
+        idle100) echo "GPUIPC_WAKE_AHEAD_IDLE_US=100" ;;
+        lead8) echo "GPUIPC_GPU_LEAD=8 GPUIPC_GPU_LEAD_CHECK=4 GPUIPC_GPU_LEAD_WAIT=sync GPUIPC_WAKE_AHEAD_US=0 GPUIPC_WAKE_BATCH=1" ;;
+        lead8-poll) echo "GPUIPC_GPU_LEAD=8 GPUIPC_GPU_LEAD_CHECK=4 GPUIPC_WAKE_AHEAD_US=0 GPUIPC_WAKE_BATCH=1" ;;
+        lead16) echo "GPUIPC_GPU_LEAD=16 GPUIPC_GPU_LEAD_CHECK=4 GPUIPC_GPU_LEAD_WAIT=sync GPUIPC_WAKE_AHEAD_US=0 GPUIPC_WAKE_BATCH=1" ;;
+        lead8-wake) echo "GPUIPC_GPU_LEAD=8 GPUIPC_GPU_LEAD_CHECK=4 GPUIPC_GPU_LEAD_WAIT=sync GPUIPC_WAKE_BATCH=1" ;;
+        batch4-lead32c8) echo "GPUIPC_WAKE_BATCH=4 GPUIPC_GPU_LEAD=32 GPUIPC_GPU_LEAD_CHECK=8 GPUIPC_GPU_LEAD_WAIT=sync" ;;
+        batch4-lead64c16) echo "GPUIPC_WAKE_BATCH=4 GPUIPC_GPU_LEAD=64 GPUIPC_GPU_LEAD_CHECK=16 GPUIPC_GPU_LEAD_WAIT=sync" ;;
         *) echo "unknown variant $1" >&2; return 1 ;;
     esac
 }
@@ -62,14 +75,31 @@ case_file() {
         chain8) chain 8 ;;
     esac
 }
+rounds=${ROUNDS:-1}
+for round in $(seq "$rounds"); do
 for c in $cases; do
     file=$(case_file "$c")
     for v in $variants; do
         label="$c-$v"
-        (cd "$work" && env $(variant_env "$v") "$host" bench "$file" --device cuda --isolation mps --frames "$frames" \
+        [ "$rounds" -gt 1 ] && label="$label-r$round"
+        run_file=$file
+        depth=$(expr "$v" : 'd\([0-9]*\)-' || true)
+        if [ -n "$depth" ]; then
+            run_file=${file%.toml}-d$depth.toml
+            sed "/^\\[\\[stage\\]\\]/a depth = $depth" "$file" > "$run_file"
+        fi
+        (cd "$work" && env $(variant_env "$v") ${PROFILE:+GPUIPC_PROFILE=1} "$host" bench "$run_file" --device cuda --isolation mps --frames "$frames" \
             --json "$results/$label.json" > "$work/$label.out" 2> "$work/$label.err") || { echo "FAILED: $label"; tail -5 "$work/$label.err"; }
     done
 done
+done
+if [ -n "${PROFILE:-}" ]; then
+    for f in "$work"/*.err; do
+        echo "== $(basename "$f" .err)"
+        grep -a "host time per frame" "$f"
+    done > "${OUT:-$here/results}/profile.txt"
+    echo "profiles: ${OUT:-$here/results}/profile.txt"
+fi
 python3 - "$results" <<'PY'
 import glob, json, os, sys
 print(f"{'case-variant':22} {'one proc':>9} {'separate':>9} {'ratio':>7} {'cpu sum':>8} {'cpu per stage':>24} {'lat p50/p99 sep':>16} {'hop p50/p99':>14}")
@@ -82,6 +112,18 @@ for path in sorted(glob.glob(f"{sys.argv[1]}/*.json")):
     same = "" if not r["outputs_differ"] else "  OUTPUTS DIFFER"
     print(f"{name:22} {r['in_process']['frames_per_s']:>9,.0f} {r['separate']['frames_per_s']:>9,.0f} {r['ratio']*100:>6.1f}% {sum(cpus):>7.0f}% "
           f"{'/'.join(f'{c:.0f}' for c in cpus):>24} {(f'{lat[0]:.0f}/{lat[1]:.0f}' if lat else '-'):>16} {(f'{hop[0]:.1f}/{hop[1]:.1f}' if hop else '-'):>14}{same}")
+import re, statistics
+groups = {}
+for path in glob.glob(f"{sys.argv[1]}/*-r[0-9]*.json"):
+    r = json.load(open(path))
+    key = re.sub(r"-r[0-9]+$", "", os.path.basename(path)[:-5])
+    groups.setdefault(key, []).append((r["separate"]["frames_per_s"], r["ratio"] * 100, sum(s["cpu_separate"] for s in r["stages"]) * 100))
+if groups:
+    print(f"\nmedians over rounds: {'case-variant':22} {'separate':>9} {'ratio':>7} {'cpu sum':>8}  (ratios of each round)")
+    for key in sorted(groups):
+        rows = groups[key]
+        med = lambda i: statistics.median(row[i] for row in rows)
+        print(f"{'':20} {key:22} {med(0):>9,.0f} {med(1):>6.1f}% {med(2):>7.0f}%  ({', '.join(f'{row[1]:.0f}' for row in rows)})")
 PY
 
 # Host CPU of each stage with the source paced (generator `fps`), from `run --report`:

@@ -70,3 +70,32 @@ fn validate_prints_the_plan_and_graph_prints_dot() {
     assert!(g.stdout.contains("\"gen\" -> \"grade\""), "{}", g.stdout);
     assert!(g.stdout.contains("\"grade\" -> \"yuv\""), "{}", g.stdout);
 }
+
+/// Stages that hold back wake-ups of sleeping neighbours and send them in batches (as cuda
+/// stages do, `GPUIPC_WAKE_BATCH`; forced here on cpu stages, which never do by default) lose
+/// no frame and no wake-up: fan-out, fan-in and a long small-frame handoff end with every frame
+/// at every stage and the bytes of an in-process run.
+#[test]
+fn held_wake_ups_lose_no_frame() {
+    for (stem, frames) in [("fan-in", 40u64), ("handoff-64", 3000)] {
+        let file = repo_root().join("pipelines").join(format!("{stem}.toml"));
+        let file_arg = file.to_string_lossy().into_owned();
+        let frames_arg = frames.to_string();
+        let mut sums = Vec::new();
+        for (mode, wrap, extra) in [("held", &["env", "GPUIPC_WAKE_BATCH=3"][..], None), ("inproc", &[][..], Some("--in-process"))] {
+            let dir = scratch(&format!("held-wakes-{stem}-{mode}"));
+            let mut args = vec!["run", &file_arg, "--quiet", "--frames", &frames_arg, "--checksums", "sums"];
+            args.extend(extra);
+            let run = start_wrapped(&dir, wrap, &args, std::process::Stdio::null()).finish(RUN_TIMEOUT);
+            assert!(run.status.success(), "{stem} ({mode}) failed:\n{}", run.output());
+            assert_nothing_left(run.pid);
+            let files = files_under(&dir.join("sums"));
+            for name in files.keys() {
+                let seqs: Vec<u64> = sum_lines(&dir.join("sums").join(name)).into_iter().map(|(s, _)| s).collect();
+                assert_eq!(seqs, (0..frames).collect::<Vec<_>>(), "{stem} ({mode}) {name}");
+            }
+            sums.push(files);
+        }
+        assert!(sums[0] == sums[1], "{stem}: held wake-ups changed the bytes");
+    }
+}

@@ -22,7 +22,7 @@ use super::header::{
     WRITING,
 };
 use super::shm::SharedMemory;
-use super::wait::{TimedOut, Waiter, wake_all};
+use super::wait::{HeldWakes, Side, TimedOut, Waiter, wake_all};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
@@ -179,6 +179,20 @@ impl RingMap {
         self.header().producer.0.closed.load(Ordering::Acquire) == ABORTED
     }
 
+    /// The futex word and sleeper count of one side of the ring.
+    pub fn futex(&self, side: Side) -> (&std::sync::atomic::AtomicU32, &std::sync::atomic::AtomicU32) {
+        match side {
+            Side::Consumers => {
+                let p = &self.header().producer.0;
+                (&p.publish_futex, &p.consumers_sleeping)
+            }
+            Side::Producer => {
+                let r = &self.header().release.0;
+                (&r.release_futex, &r.producer_sleeping)
+            }
+        }
+    }
+
     /// Frames consumer `c` missed.
     pub fn dropped(&self, c: usize) -> u64 {
         self.header().consumers[c].0.dropped.load(Ordering::Relaxed)
@@ -262,6 +276,11 @@ impl Producer {
 
     pub fn ring(&self) -> &RingMap {
         &self.ring
+    }
+
+    /// The wake-ups this producer's stage holds back, if it does (see [`HeldWakes`]).
+    pub fn held_wakes(&self) -> Option<&Arc<HeldWakes>> {
+        self.waiter.held_wakes()
     }
 
     /// The slots this producer writes (see the field).
@@ -348,7 +367,7 @@ impl Producer {
         // the slot's published state (see `try_claim`).
         p.seq_end.store(seq + 1, Ordering::Release);
         self.next_seq = seq + 1;
-        wake_all(&p.publish_futex, &p.consumers_sleeping);
+        self.waiter.wake(&self.ring, Side::Consumers);
     }
 
     /// Give a taken slot back without publishing (the plugin failed).
@@ -414,6 +433,8 @@ pub struct ReadSlot {
     meta: SlotMeta,
     /// Whether letting go of it also says the frame was read (its pending bit goes).
     read: bool,
+    /// The consumer's held-back wake-ups, which the producer's wake-up goes through.
+    held: Option<Arc<HeldWakes>>,
 }
 
 impl ReadSlot {
@@ -446,8 +467,13 @@ impl Drop for ReadSlot {
         let bits = header::claim_bit(self.consumer) | pending;
         // Release: our reads of the frame happen before the producer's Acquire takes the slot.
         h.slots[self.index].0.state.fetch_and(!bits, Ordering::Release);
-        let r = &h.release.0;
-        wake_all(&r.release_futex, &r.producer_sleeping);
+        match &self.held {
+            Some(held) => held.wake(&self.ring, Side::Producer),
+            None => {
+                let r = &h.release.0;
+                wake_all(&r.release_futex, &r.producer_sleeping);
+            }
+        }
     }
 }
 
@@ -538,6 +564,11 @@ impl Consumer {
 
     pub fn ring(&self) -> &RingMap {
         &self.ring
+    }
+
+    /// The wake-ups this consumer's stage holds back, if it does (see [`HeldWakes`]).
+    pub fn held_wakes(&self) -> Option<&Arc<HeldWakes>> {
+        self.waiter.held_wakes()
     }
 
     /// Frames this consumer missed so far.
@@ -650,7 +681,7 @@ impl Consumer {
         slot.state.compare_exchange(st, st | header::claim_bit(self.index), Ordering::Acquire, Ordering::Relaxed).ok()?;
         // SAFETY: our claim keeps the producer out of this slot until we release it.
         let meta = unsafe { *slot.meta.get() };
-        Some(ReadSlot { ring: self.ring.clone(), consumer: self.index, index: i, meta, read: true })
+        Some(ReadSlot { ring: self.ring.clone(), consumer: self.index, index: i, meta, read: true, held: self.waiter.held_wakes().cloned() })
     }
 
     // Fan-in (`stage::inputs`): a stage with several inputs takes the frame with one exact

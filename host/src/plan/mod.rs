@@ -31,6 +31,15 @@ pub const DEFAULT_DEPTH: u32 = 4;
 /// while its consumer waits for its turn. Measured on an H100 at 4K: 5,944–6,196 frames/s with
 /// 4 slots, 8,924 with 8 (docs/benchmarks.md).
 pub const TIME_SLICED_DEPTH: u32 = 8;
+/// Default slots in a GPU ring whose frames are at least [`LARGE_FRAME_BYTES`]: cuda stages
+/// send wake-ups of sleeping neighbours in batches of up to half a ring (link/wait.rs,
+/// `HeldWakes`), 4 with 8 slots; on an H100 a 4K chain's hosts used 151 % of a core with 8 slots
+/// and batches of 4 against 172 % with 4 slots and each wake-up at once (docs/benchmarks.md).
+pub const LARGE_FRAME_DEPTH: u32 = 8;
+/// Frames this large never stay in a GPU's L2 cache (50 MB on an H100) from one stage to the
+/// next, so more slots cost nothing but memory; smaller frames (1080p RGB is 6.2 MB) keep 4
+/// slots, whose frames may (a 1080p chain ran 5 % slower with 8, within run-to-run noise).
+pub const LARGE_FRAME_BYTES: u64 = 16 << 20;
 /// Most slots a ring may have.
 pub const MAX_DEPTH: u32 = 64;
 /// Most consumers one link may have (fan-out).

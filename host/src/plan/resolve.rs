@@ -12,7 +12,7 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use toml::Spanned;
 
 use super::{
-    DEFAULT_DEPTH, TIME_SLICED_DEPTH, InputPlan, LinkMemory, LinkPlan, MAX_CONSUMERS, MAX_DEPTH, OutputPlan, Plan,
+    DEFAULT_DEPTH, LARGE_FRAME_BYTES, LARGE_FRAME_DEPTH, TIME_SLICED_DEPTH, InputPlan, LinkMemory, LinkPlan, MAX_CONSUMERS, MAX_DEPTH, OutputPlan, Plan,
     PluginRef, StagePlan, Supervision,
 };
 use crate::config::{
@@ -66,6 +66,7 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
     // A replicated stage's ring is already sized by its parts.
     let left_to_plan = |producer: usize| stages[order[producer]].get_ref().depth.is_none() && replicas_of[producer] == 1;
     deepen_time_sliced_links(&mut links, &mut stages_out, &left_to_plan, settings.isolation);
+    deepen_large_gpu_links(&mut links, &mut stages_out, &left_to_plan);
     deepen_links_into_replicas(&mut links, &mut stages_out, left_to_plan);
     let mut diags = Diagnostics::default();
     let sections: Vec<&Spanned<StageSection>> = order.iter().map(|&i| stages[i]).collect();
@@ -681,6 +682,18 @@ fn deepen_time_sliced_links(
     }
 }
 
+/// GPU rings whose depth the file leaves to the plan and whose frames are large get
+/// [`LARGE_FRAME_DEPTH`] slots (see there).
+fn deepen_large_gpu_links(links: &mut [LinkPlan], stages: &mut [StagePlan], depth_left_to_plan: &impl Fn(usize) -> bool) {
+    for link in links.iter_mut() {
+        let large = link.layout.total_bytes >= LARGE_FRAME_BYTES;
+        if large && matches!(link.memory, LinkMemory::Device { .. }) && depth_left_to_plan(link.producer) {
+            link.depth = link.depth.max(LARGE_FRAME_DEPTH);
+            stages[link.producer].depth = link.depth;
+        }
+    }
+}
+
 /// A ring read by a stage with replicas: each replica holds a frame while it works on it, so
 /// with fewer slots than replicas some would always wait (measured on an H100: 8 replicas of
 /// a GPU-bound stage behind a 4-slot ring ran no faster than 4). Such a ring gets a slot per
@@ -777,4 +790,48 @@ fn param_key_span(source: &SourceFile, span: &std::ops::Range<usize>, message: &
     let key = inline.keys().find(|k| k.get_ref().as_ref() == named)?;
     let at = |offset: usize| span.start + offset - PREFIX.len();
     Some(at(key.span().start)..at(key.span().end))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::plan::split::tests::{HOSTS, plan_of};
+
+    /// A cuda chain on host b (planned here without a GPU): `size` frames, `depth` set on
+    /// the generator or left to the plan. The slots of each link, in plan order.
+    fn slots(size: &str, gen_depth: &str) -> Vec<u32> {
+        let text = format!(
+            r#"{HOSTS}
+[[stage]]
+name = "gen"
+plugin = "generator.so"
+host = "b"
+device = "cuda:0"
+{gen_depth}params = {{ {size} }}
+
+[[stage]]
+name = "grade"
+plugin = "rgb_process.so"
+host = "b"
+device = "cuda:0"
+inputs = ["gen"]
+
+[[stage]]
+name = "yuv"
+plugin = "yuv420.so"
+host = "b"
+device = "cuda:0"
+inputs = ["grade"]
+"#
+        );
+        let (plan, _) = plan_of(&text.replace("device = \"cpu\"\n", "isolation = \"mps\"\n"));
+        plan.links.iter().map(|l| l.depth).collect()
+    }
+
+    /// GPU rings of 4K frames get 8 slots, of 1080p 4; a depth in the file stays.
+    #[test]
+    fn large_device_frames_get_eight_slots() {
+        assert_eq!(slots("width = 3840, height = 2160", ""), [8, 8]);
+        assert_eq!(slots("width = 1920, height = 1080", ""), [4, 4]);
+        assert_eq!(slots("width = 3840, height = 2160", "depth = 3\n"), [3, 8]);
+    }
 }

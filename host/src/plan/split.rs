@@ -230,4 +230,4 @@ fn receiver_table(producer: &str, listen: &str, link: &str, format: &str, width:
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -115,6 +115,9 @@ pub struct FrameLoop<'a, 'p> {
     /// (`super::wake_ahead`); with when its last frame ended (ns since the epoch).
     pub wake_ahead_after_idle: Option<u64>,
     pub last_end_ns: u64,
+    /// Wake-ups of sleeping neighbours held back (cuda stages), sent before this stage waits
+    /// for anything: its rings' waits do so themselves, the pace and the lead bound here.
+    pub held_wakes: Option<Arc<crate::link::wait::HeldWakes>>,
 }
 
 /// What became of one frame.
@@ -136,7 +139,9 @@ impl FrameLoop<'_, '_> {
     pub fn run(&mut self) -> Result<LoopEnd, StageError> {
         // On a failure the stream is not over: the host either restarts this stage, which
         // carries on where this process stopped, or aborts every ring.
-        let end = self.frames_until_end()?;
+        let end = self.frames_until_end();
+        self.flush_wakes();
+        let end = end?;
         // Replicas: the last one to end closes the stream, once every sibling has published;
         // each waits for its own GPU slots to be read.
         let end_stream = self.replica.as_ref().is_none_or(|r| self.last_replica_ends(r));
@@ -185,6 +190,9 @@ impl FrameLoop<'_, '_> {
                 }
                 if self.stats.get().stop.load(Ordering::Relaxed) != stats::RUN {
                     return Ok(LoopEnd::Stopped);
+                }
+                if self.pace.is_some() {
+                    self.flush_wakes();
                 }
                 if let Some(pace) = &mut self.pace {
                     pace.wait_for_turn();
@@ -348,9 +356,17 @@ impl FrameLoop<'_, '_> {
             latency.frame_done(timestamp_ns)?;
         }
         if let Some(lead) = &mut self.lead {
-            lead.frame_enqueued(index)?;
+            let held = self.held_wakes.as_deref();
+            lead.frame_enqueued(index, || held.map_or((), |h| h.flush()))?;
         }
         Ok(Done::Made { seq, ended_ns })
+    }
+
+    /// Send the wake-ups this stage held back.
+    fn flush_wakes(&self) {
+        if let Some(held) = &self.held_wakes {
+            held.flush();
+        }
     }
 
     fn count(&self, seq: u64, ended_ns: u64) {

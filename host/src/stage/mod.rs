@@ -20,7 +20,7 @@ use std::sync::Arc;
 use crate::control::handshake;
 use crate::control::{ControlSocket, FromStage, LinkMemoryWire, RingWire, StageSetup, ToStage};
 use crate::gpu::Gpu;
-use crate::link::wait::Waiter;
+use crate::link::wait::{HeldWakes, Waiter};
 use crate::link::{Consumer, FrameAccess, Producer, RingMap, RingParams, StatsMap};
 use crate::plugin::LoadedPlugin;
 
@@ -181,6 +181,10 @@ fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, Stage
     let stats =
         Arc::new(StatsMap::open(fds.next().expect("counted")).map_err(|e| setup_error(format!("stats block: {e}")))?);
     let waiter = Waiter::with_pulse(setup.spin_us, stats.clone());
+    let waiter = match wake_batch(setup.domain != "cpu") {
+        batch if batch > 1 => waiter.holding_wakes(HeldWakes::new(batch)),
+        _ => waiter,
+    };
     let mut rings = Vec::new();
     for input in &setup.inputs {
         rings.push(open_ring(fds.next().expect("counted"), &input.ring, input.memory, FrameAccess::Read)?);
@@ -229,6 +233,19 @@ fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, Stage
         _ => None,
     };
     Ok(MappedLinks { stats, consumers, producer, replica })
+}
+
+/// How many wake-ups of sleeping neighbours a stage sends at once (see [`HeldWakes`]; at most
+/// half a ring's slots): 4 for cuda stages, whose `process` only enqueues work, 1 (each at
+/// once) for cpu stages, which would hold a neighbour for a whole frame's work.
+/// `GPUIPC_WAKE_BATCH` sets it for every stage.
+pub fn wake_batch(cuda: bool) -> usize {
+    const CUDA_BATCH: usize = 4;
+    match std::env::var("GPUIPC_WAKE_BATCH").ok().and_then(|v| v.parse::<usize>().ok()) {
+        Some(batch) => batch,
+        None if cuda => CUDA_BATCH,
+        None => 1,
+    }
 }
 
 /// Waking ahead (see [`crate::link::wait::Waiter::waking_ahead`]): how long a stage woken
@@ -327,7 +344,11 @@ fn run_frames(
     };
     let cpu = if socket.is_some() { measure::CpuClock::process() } else { measure::CpuClock::thread() };
     let pace = setup.pace_fps.filter(|_| setup.inputs.is_empty()).map(measure::Pace::new);
+    let held_wakes = consumers.iter().find_map(|c| c.held_wakes()).or_else(|| output.held_wakes()).cloned();
+    let output_bytes = setup.output.as_ref().and_then(|o| gpuipc_plugin_api::FrameLayout::for_format(o.format.into())).map(|l| l.total_bytes);
+    let large_frames = consumers.iter().map(|c| c.ring().layout().total_bytes).chain(output_bytes).any(|b| b >= crate::plan::LARGE_FRAME_BYTES);
     let mut frame_loop = FrameLoop {
+        held_wakes,
         follow,
         instance,
         inputs: consumers,
@@ -347,7 +368,7 @@ fn run_frames(
         wake_ahead_after_idle: wake_ahead(gpu.is_some()).map(|w| w.idle.as_nanos() as u64),
         last_end_ns: 0,
         lead: match &gpu {
-            Some(g) => gpu_lead::GpuLead::new(g)?,
+            Some(g) => gpu_lead::GpuLead::new(g, large_frames)?,
             None => None,
         },
     };

@@ -163,6 +163,14 @@ impl Output {
         }
     }
 
+    /// The wake-ups the output ring's producer holds back, if it does.
+    pub fn held_wakes(&self) -> Option<&Arc<crate::link::wait::HeldWakes>> {
+        match self {
+            Output::Ring(_, p) => p.held_wakes(),
+            _ => None,
+        }
+    }
+
     /// Whether frames go into a ring someone reads.
     pub fn has_ring(&self) -> bool {
         matches!(self, Output::Ring(..))

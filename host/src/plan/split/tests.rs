@@ -14,7 +14,7 @@ fn plugins() -> PathBuf {
 }
 
 /// A plan of `text`, whose `plugin = "NAME"` lines are paths to the built plugins.
-fn plan_of(text: &str) -> (Plan, String) {
+pub(crate) fn plan_of(text: &str) -> (Plan, String) {
     let text = text.replace("plugin = \"", &format!("plugin = \"{}/libgpuipc_", plugins().display()));
     let source = SourceFile::new(Path::new("/nowhere/p.toml"), text.clone());
     let parsed = crate::config::parse(&source).unwrap_or_else(|d| panic!("{d}"));
@@ -31,7 +31,7 @@ fn stage<'a>(stages: &'a [Table], name: &str) -> &'a Table {
     stages.iter().find(|s| s["name"].as_str() == Some(name)).unwrap_or_else(|| panic!("no stage {name} in {stages:?}"))
 }
 
-const HOSTS: &str = r#"
+pub(crate) const HOSTS: &str = r#"
 [pipeline]
 name = "split"
 device = "cpu"
@@ -270,7 +270,7 @@ input_transport = "nccl"
 "#;
 
 #[test]
-fn nccl_links_get_nccl_bridges_on_each_ends_gpu_and_the_rings_stay_on_the_gpu() {
+fn nccl_links_get_nccl_bridges_on_each_ends_device_and_the_rings_stay_in_device_memory() {
     let text = format!("{HOSTS}\n{NCCL_CHAIN}").replace("device = \"cpu\"\n", "");
     let (plan, text) = plan_of(&text);
     // The producers' rings, read by nccl senders, live in device memory.
