@@ -56,9 +56,9 @@ run_into() {
         { fail "run $(basename "$work")"; cat "$work/err.txt" "$work/run.txt"; }
 }
 
-# GPU_CHECK_SECTIONS="6 7" runs only those sections (1 also runs 1b and 1c); KILL_ROUNDS=N
+# GPU_CHECK_SECTIONS="6 7" runs only those sections (1 also runs 1b and 1c; "1b" runs 1b alone); KILL_ROUNDS=N
 # repeats section 7's random kills N times for each isolation (a soak of the restart paths).
-want() { [ -z "${GPU_CHECK_SECTIONS:-}" ] || [[ " $GPU_CHECK_SECTIONS " == *" ${1%%[a-z]*} "* ]]; }
+want() { [ -z "${GPU_CHECK_SECTIONS:-}" ] || [[ " $GPU_CHECK_SECTIONS " == *" $1 "* || " $GPU_CHECK_SECTIONS " == *" ${1%%[a-z]*} "* ]]; }
 
 # compare_taps REF RUN: every line of every tap in RUN equals REF's for its sequence number.
 compare_taps() {
