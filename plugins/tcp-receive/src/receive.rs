@@ -86,41 +86,11 @@ impl Plugin for TcpReceive {
     };
 
     const PARAMS: &'static [ParamInfo] = &[
-        ParamInfo {
-            name: "listen",
-            kind: "string",
-            default: ParamInfo::REQUIRED,
-            range: "ADDRESS:PORT",
-            description: "the address and port to listen on",
-        },
-        ParamInfo {
-            name: "link",
-            kind: "string",
-            default: ParamInfo::REQUIRED,
-            range: "",
-            description: "the link's name; the sender must name the same",
-        },
-        ParamInfo {
-            name: "format",
-            kind: r#""rgb8" | "rgba8" | "gray8" | "i420" | "nv12""#,
-            default: ParamInfo::REQUIRED,
-            range: "",
-            description: "the frames' pixel format",
-        },
-        ParamInfo {
-            name: "width",
-            kind: "integer",
-            default: ParamInfo::REQUIRED,
-            range: "> 0",
-            description: "frame width in pixels",
-        },
-        ParamInfo {
-            name: "height",
-            kind: "integer",
-            default: ParamInfo::REQUIRED,
-            range: "> 0",
-            description: "frame height in pixels",
-        },
+        wire::params::LISTEN,
+        wire::params::RECEIVER_LINK,
+        wire::params::FORMAT,
+        wire::params::WIDTH,
+        wire::params::HEIGHT,
         ParamInfo {
             name: "reconnect_timeout_s",
             kind: "float",
@@ -131,19 +101,8 @@ impl Plugin for TcpReceive {
     ];
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
-        let mut problems = Vec::new();
-        if let Err(e) = wire::params::listen_address(&params.listen) {
-            problems.push(e);
-        }
-        problems.extend(wire::params::link_problem(&params.link));
-        if let Err(more) = wire::params::frame_format(&params.format, params.width, params.height) {
-            problems.extend(more);
-        }
-        problems.extend(wire::params::timeout_problem("reconnect_timeout_s", params.reconnect_timeout_s));
-        match problems.is_empty() {
-            true => Ok(()),
-            false => Err(Error::new(problems.join("; "))),
-        }
+        let format = (params.format.as_str(), params.width, params.height);
+        wire::params::checked(wire::params::receiver_problems(&params.listen, &params.link, format, ("reconnect_timeout_s", params.reconnect_timeout_s)))
     }
 
     fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {

@@ -106,20 +106,8 @@ impl Plugin for TcpSend {
     };
 
     const PARAMS: &'static [ParamInfo] = &[
-        ParamInfo {
-            name: "to",
-            kind: "string",
-            default: ParamInfo::REQUIRED,
-            range: "ADDRESS:PORT",
-            description: "the receiver's address and port",
-        },
-        ParamInfo {
-            name: "link",
-            kind: "string",
-            default: ParamInfo::REQUIRED,
-            range: "",
-            description: "the link's name; the receiver must name the same",
-        },
+        wire::params::TO,
+        wire::params::SENDER_LINK,
         ParamInfo {
             name: "connect_timeout_s",
             kind: "float",
@@ -137,19 +125,11 @@ impl Plugin for TcpSend {
     ];
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
-        let mut problems = Vec::new();
-        if let Err(e) = wire::params::to_address(&params.to) {
-            problems.push(e);
-        }
-        problems.extend(wire::params::link_problem(&params.link));
-        problems.extend(wire::params::timeout_problem("connect_timeout_s", params.connect_timeout_s));
+        let mut problems = wire::params::sender_problems(&params.to, &params.link, ("connect_timeout_s", params.connect_timeout_s));
         if !(1..=MAX_WINDOW).contains(&params.window) {
             problems.push(format!("param `window` must be 1 to {MAX_WINDOW}, got {}", params.window));
         }
-        match problems.is_empty() {
-            true => Ok(()),
-            false => Err(Error::new(problems.join("; "))),
-        }
+        wire::params::checked(problems)
     }
 
     fn negotiate(_params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {

@@ -1,13 +1,102 @@
 //! The params the four bridge stages (tcp-send, tcp-receive, nccl-send, nccl-receive) share,
 //! checked once here: a sender's `to` and a receiver's `listen` address, the `link` name, a
-//! timeout, and a receiver's `format`, `width` and `height`. Each answers a problem as text,
-//! which the plugin turns into its error (or collects with others in `check`).
+//! timeout, and a receiver's `format`, `width` and `height`: declared once ([`TO`], [`LISTEN`],
+//! ...), checked once ([`sender_problems`], [`receiver_problems`]). Each answers a problem as
+//! text, which the plugin turns into its error (or collects with others in `check`).
 
 use std::net::SocketAddr;
 
-use gpuipc_plugin_api::{FrameFormat, FrameLayout, PixelFormat};
+use gpuipc_plugin_api::{Error, FrameFormat, FrameLayout, ParamInfo, PixelFormat};
 
 use crate::MAX_LINK_NAME;
+
+/// A sender's `to` param.
+pub const TO: ParamInfo = ParamInfo {
+    name: "to",
+    kind: "string",
+    default: ParamInfo::REQUIRED,
+    range: "ADDRESS:PORT",
+    description: "the receiver's address and port",
+};
+
+/// A sender's `link` param.
+pub const SENDER_LINK: ParamInfo = ParamInfo {
+    name: "link",
+    kind: "string",
+    default: ParamInfo::REQUIRED,
+    range: "",
+    description: "the link's name; the receiver must name the same",
+};
+
+/// A receiver's `listen` param.
+pub const LISTEN: ParamInfo = ParamInfo {
+    name: "listen",
+    kind: "string",
+    default: ParamInfo::REQUIRED,
+    range: "ADDRESS:PORT",
+    description: "the address and port to listen on",
+};
+
+/// A receiver's `link` param.
+pub const RECEIVER_LINK: ParamInfo = ParamInfo {
+    name: "link",
+    kind: "string",
+    default: ParamInfo::REQUIRED,
+    range: "",
+    description: "the link's name; the sender must name the same",
+};
+
+/// A receiver's `format`, `width` and `height` params.
+pub const FORMAT: ParamInfo = ParamInfo {
+    name: "format",
+    kind: r#""rgb8" | "rgba8" | "gray8" | "i420" | "nv12""#,
+    default: ParamInfo::REQUIRED,
+    range: "",
+    description: "the frames' pixel format",
+};
+pub const WIDTH: ParamInfo = ParamInfo {
+    name: "width",
+    kind: "integer",
+    default: ParamInfo::REQUIRED,
+    range: "> 0",
+    description: "frame width in pixels",
+};
+pub const HEIGHT: ParamInfo = ParamInfo {
+    name: "height",
+    kind: "integer",
+    default: ParamInfo::REQUIRED,
+    range: "> 0",
+    description: "frame height in pixels",
+};
+
+/// Every problem with a sender's shared params: `to`, `link` and its timeout param `timeout`
+/// (`(name, seconds)`).
+pub fn sender_problems(to: &str, link: &str, timeout: (&str, f64)) -> Vec<String> {
+    let mut problems: Vec<String> = to_address(to).err().into_iter().collect();
+    problems.extend(link_problem(link));
+    problems.extend(timeout_problem(timeout.0, timeout.1));
+    problems
+}
+
+/// Every problem with a receiver's shared params: `listen`, `link`, the frame format and its
+/// timeout param `timeout` (`(name, seconds)`).
+pub fn receiver_problems(listen: &str, link: &str, format: (&str, u32, u32), timeout: (&str, f64)) -> Vec<String> {
+    let mut problems: Vec<String> = listen_address(listen).err().into_iter().collect();
+    problems.extend(link_problem(link));
+    if let Err(more) = frame_format(format.0, format.1, format.2) {
+        problems.extend(more);
+    }
+    problems.extend(timeout_problem(timeout.0, timeout.1));
+    problems
+}
+
+/// A plugin's `check` answer: `Ok` without problems, else one error naming them all.
+pub fn checked(problems: Vec<String>) -> Result<(), Error> {
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(Error::new(problems.join("; "))),
+    }
+}
 
 /// A sender's `to` param as an address.
 pub fn to_address(to: &str) -> Result<SocketAddr, String> {
