@@ -22,7 +22,7 @@ use super::header::{
     WRITING,
 };
 use super::shm::SharedMemory;
-use super::wait::{HeldWakes, Side, TimedOut, Waiter, wake_all};
+use super::wait::{HeldWakes, Side, TimedOut, Waiter, wake_all, wake_side};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
@@ -168,11 +168,9 @@ impl RingMap {
 
     /// End the run for everyone on this ring: waiters wake and see `Aborted`.
     pub fn abort(&self) {
-        let p = &self.header().producer.0;
-        p.closed.store(ABORTED, Ordering::Release);
-        wake_all(&p.publish_futex, &p.consumers_sleeping);
-        let r = &self.header().release.0;
-        wake_all(&r.release_futex, &r.producer_sleeping);
+        self.header().producer.0.closed.store(ABORTED, Ordering::Release);
+        self.wake(Side::Consumers);
+        self.wake(Side::Producer);
     }
 
     pub fn is_aborted(&self) -> bool {
@@ -191,6 +189,12 @@ impl RingMap {
                 (&r.release_futex, &r.producer_sleeping)
             }
         }
+    }
+
+    /// Tell every waiter on one side of the ring that something changed ([`wake_all`]).
+    pub fn wake(&self, side: Side) {
+        let (word, sleepers) = self.futex(side);
+        wake_all(word, sleepers);
     }
 
     /// Frames consumer `c` missed.
@@ -224,8 +228,7 @@ impl Drop for WriteSlot {
         if self.armed {
             // Release: whatever was half-written stays before the slot is free again.
             self.ring.header().slots[self.index].0.state.store(0, Ordering::Release);
-            let r = &self.ring.header().release.0;
-            wake_all(&r.release_futex, &r.producer_sleeping);
+            self.ring.wake(Side::Producer);
         }
     }
 }
@@ -296,17 +299,13 @@ impl Producer {
     /// Wake the consumers sleeping on this ring without publishing: a frame is on its way
     /// (see [`super::wait::Waiter::waking_ahead`]).
     pub fn wake_ahead(&self) {
-        let p = &self.ring.header().producer.0;
-        wake_all(&p.publish_futex, &p.consumers_sleeping);
+        self.ring.wake(Side::Consumers);
     }
 
     /// A handle that wakes this ring's consumers ahead, for another waiter to call.
     pub fn wake_ahead_fn(&self) -> std::sync::Arc<dyn Fn() + Send + Sync> {
         let ring = self.ring.clone();
-        std::sync::Arc::new(move || {
-            let p = &ring.header().producer.0;
-            wake_all(&p.publish_futex, &p.consumers_sleeping);
-        })
+        std::sync::Arc::new(move || ring.wake(Side::Consumers))
     }
 
     /// The sequence number the next frame gets unless told otherwise: a source continues here.
@@ -380,7 +379,7 @@ impl Producer {
         let p = &self.ring.header().producer.0;
         // Release: every publish above happens before a consumer sees the stream closed.
         let _ = p.closed.compare_exchange(OPEN, END_OF_STREAM, Ordering::Release, Ordering::Relaxed);
-        wake_all(&p.publish_futex, &p.consumers_sleeping);
+        self.ring.wake(Side::Consumers);
     }
 
     /// After `close`: wait until every consumer has read and released every frame in this
@@ -467,13 +466,7 @@ impl Drop for ReadSlot {
         let bits = header::claim_bit(self.consumer) | pending;
         // Release: our reads of the frame happen before the producer's Acquire takes the slot.
         h.slots[self.index].0.state.fetch_and(!bits, Ordering::Release);
-        match &self.held {
-            Some(held) => held.wake(&self.ring, Side::Producer),
-            None => {
-                let r = &h.release.0;
-                wake_all(&r.release_futex, &r.producer_sleeping);
-            }
-        }
+        wake_side(self.held.as_ref(), &self.ring, Side::Producer);
     }
 }
 
@@ -669,8 +662,7 @@ impl Consumer {
 
     /// A frame was given up: a producer waiting for its slot may go on.
     fn wake_producer(&self) {
-        let r = &self.ring.header().release.0;
-        wake_all(&r.release_futex, &r.producer_sleeping);
+        self.ring.wake(Side::Producer);
     }
 
     /// Claim the frame in slot `i`, seen in state `st`; `None` if the slot changed since.

@@ -62,13 +62,7 @@ impl Waiter {
     /// Tell the sleepers on one side of `ring` that something changed there: now, or with
     /// the next batch where wake-ups are held ([`HeldWakes`]).
     pub fn wake(&self, ring: &Arc<RingMap>, side: Side) {
-        match &self.held {
-            Some(held) => held.wake(ring, side),
-            None => {
-                let (word, sleepers) = ring.futex(side);
-                wake_all(word, sleepers);
-            }
-        }
+        wake_side(self.held.as_ref(), ring, side);
     }
 
     /// Wake-ups ahead of the frame: a wait woken from a sleep of at least `idle` (the stage was
@@ -166,6 +160,14 @@ pub fn wake_all(word: &AtomicU32, sleepers: &AtomicU32) {
     }
 }
 
+/// Wake one side of `ring`: through `held` where the stage holds wake-ups back, else at once.
+pub fn wake_side(held: Option<&Arc<HeldWakes>>, ring: &Arc<RingMap>, side: Side) {
+    match held {
+        Some(held) => held.wake(ring, side),
+        None => ring.wake(side),
+    }
+}
+
 /// Futex sleeps and wake calls this process made (`GPUIPC_PROFILE=1` logs them per frame).
 static SLEEPS: AtomicU64 = AtomicU64::new(0);
 static WAKES: AtomicU64 = AtomicU64::new(0);
@@ -205,9 +207,7 @@ pub struct HeldWakes {
 
 #[derive(Default)]
 struct Held {
-    /// Wake-ups due since the last batch went out.
-    due: usize,
-    /// The ring sides to wake, each once, with the wake-ups due there.
+    /// The ring sides to wake, each once, with the wake-ups due there since the last batch.
     sides: Vec<(Arc<RingMap>, Side, usize)>,
 }
 
@@ -235,7 +235,6 @@ impl HeldWakes {
             }
         };
         held.sides[at].2 += 1;
-        held.due += 1;
         // At most half a ring's slots: the woken side then still has the other half to work on
         // (a producer woken with only free slots left, or a consumer woken with a full ring,
         // would find the holder stopped behind it).
@@ -248,17 +247,13 @@ impl HeldWakes {
     /// Send every held wake-up now.
     pub fn flush(&self) {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if held.due > 0 {
-            Self::send(&mut held);
-        }
+        Self::send(&mut held);
     }
 
     fn send(held: &mut Held) {
         for (ring, side, _) in held.sides.drain(..) {
-            let (word, sleepers) = ring.futex(side);
-            wake_all(word, sleepers);
+            ring.wake(side);
         }
-        held.due = 0;
     }
 }
 
@@ -266,7 +261,7 @@ impl HeldWakes {
 impl HeldWakes {
     /// Wake-ups due and not sent.
     fn due(&self) -> usize {
-        self.held.lock().unwrap().due
+        self.held.lock().unwrap().sides.iter().map(|(_, _, due)| due).sum()
     }
 }
 
