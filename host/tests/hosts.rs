@@ -402,6 +402,25 @@ fn report_field(report: &serde_json::Value, host: &str, stage: &str, field: &str
     row[field].as_u64().unwrap()
 }
 
+/// The run's report (`gen` on a, `grade` on b): the source made `frames`, and each reached
+/// grade or was counted lost.
+fn every_frame_accounted_for(report: &std::path::Path, frames: u64) {
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    let (produced, delivered) = (report_field(&json, "a", "gen", "frames"), report_field(&json, "b", "grade", "frames"));
+    let lost: u64 = json["stages"].as_array().unwrap().iter().map(|s| s["lost"].as_u64().unwrap()).sum();
+    assert_eq!(produced, frames, "{json}");
+    assert_eq!(delivered + lost, produced, "{json}");
+}
+
+/// What arrived at grade on b (its checksum file `taken`) is the reference's frames of the
+/// same numbers.
+fn grade_on_b_took_the_reference_frames(dir: &std::path::Path, text: &str, taken: &std::path::Path) {
+    let want = sum_lines_of(&reference_sums(dir, text, None)["grade.sum"]);
+    for (seq, hash) in sum_lines_of(&std::fs::read(taken).unwrap()) {
+        assert_eq!(want.get(&seq), Some(&hash), "frame {seq} on b");
+    }
+}
+
 #[test]
 fn a_rate_limited_link_holds_the_producer_back_or_drops_whole_frames_on_the_sending_host() {
     let Some(net) = netns::Pair::create("tbf", 2) else { return };
@@ -494,16 +513,8 @@ fn the_link_down_and_up_mid_run_delays_frames_and_loses_none() {
     net.a.ip(&["link", "set", &net.a.veth, "up"]);
     let out = run.finish(RUN_TIMEOUT);
     assert_eq!(out.status.code(), Some(0), "{}", out.output());
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    let (produced, delivered) = (report_field(&json, "a", "gen", "frames"), report_field(&json, "b", "grade", "frames"));
-    let lost: u64 = json["stages"].as_array().unwrap().iter().map(|s| s["lost"].as_u64().unwrap()).sum();
-    assert_eq!(produced, frames, "{json}");
-    assert_eq!(delivered + lost, produced, "{json}");
-    // What arrived is the reference's frames of the same numbers.
-    let want = sum_lines_of(&reference_sums(&dir, &text, None)["grade.sum"]);
-    for (seq, hash) in sum_lines_of(&std::fs::read(&taken).unwrap()) {
-        assert_eq!(want.get(&seq), Some(&hash), "frame {seq} on b");
-    }
+    every_frame_accounted_for(&report, frames);
+    grade_on_b_took_the_reference_frames(&dir, &text, &taken);
     assert_nothing_left(out.pid);
 }
 
@@ -536,14 +547,7 @@ fn with_on_host_loss_wait_a_host_cut_off_past_the_lease_is_waited_for_and_the_ru
     assert!(back, "b came back without its part:\n{}\nb's agent said:\n{}", run.stderr_so_far(), b.running.as_ref().unwrap().stderr_so_far());
     let out = run.finish(RUN_TIMEOUT);
     assert_eq!(out.status.code(), Some(0), "{}", out.output());
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    let (produced, delivered) = (report_field(&json, "a", "gen", "frames"), report_field(&json, "b", "grade", "frames"));
-    let lost: u64 = json["stages"].as_array().unwrap().iter().map(|s| s["lost"].as_u64().unwrap()).sum();
-    assert_eq!(produced, frames, "{json}");
-    assert_eq!(delivered + lost, produced, "{json}");
-    let want = sum_lines_of(&reference_sums(&dir, &text, None)["grade.sum"]);
-    for (seq, hash) in sum_lines_of(&std::fs::read(&taken).unwrap()) {
-        assert_eq!(want.get(&seq), Some(&hash), "frame {seq} on b");
-    }
+    every_frame_accounted_for(&report, frames);
+    grade_on_b_took_the_reference_frames(&dir, &text, &taken);
     assert_nothing_left(out.pid);
 }
