@@ -191,10 +191,10 @@ impl FrameLoop<'_, '_> {
                 if self.stats.get().stop.load(Ordering::Relaxed) != stats::RUN {
                     return Ok(LoopEnd::Stopped);
                 }
-                if self.pace.is_some() {
-                    self.flush_wakes();
-                }
                 if let Some(pace) = &mut self.pace {
+                    if let Some(held) = &self.held_wakes {
+                        held.flush();
+                    }
                     pace.wait_for_turn();
                 }
                 next_source_seq += 1;
