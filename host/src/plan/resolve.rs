@@ -12,7 +12,7 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use toml::Spanned;
 
 use super::{
-    DEFAULT_DEPTH, LARGE_FRAME_BYTES, LARGE_FRAME_DEPTH, TIME_SLICED_DEPTH, InputPlan, LinkMemory, LinkPlan, MAX_CONSUMERS, MAX_DEPTH, OutputPlan, Plan,
+    DEFAULT_DEPTH, LARGE_FRAME_BYTES, LARGE_FRAME_DEPTH, SMALL_FRAME_GPU_DEPTH, TIME_SLICED_DEPTH, InputPlan, LinkMemory, LinkPlan, MAX_CONSUMERS, MAX_DEPTH, OutputPlan, Plan,
     PluginRef, StagePlan, Supervision,
 };
 use crate::config::{
@@ -65,8 +65,7 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
     let replicas_of: Vec<u32> = stages_out.iter().map(|s| s.replicas).collect();
     // A replicated stage's ring is already sized by its parts.
     let left_to_plan = |producer: usize| stages[order[producer]].get_ref().depth.is_none() && replicas_of[producer] == 1;
-    deepen_time_sliced_links(&mut links, &mut stages_out, &left_to_plan, settings.isolation);
-    deepen_large_gpu_links(&mut links, &mut stages_out, &left_to_plan);
+    size_gpu_links(&mut links, &mut stages_out, &left_to_plan, settings.isolation);
     deepen_links_into_replicas(&mut links, &mut stages_out, left_to_plan);
     let mut diags = Diagnostics::default();
     let sections: Vec<&Spanned<StageSection>> = order.iter().map(|&i| stages[i]).collect();
@@ -656,10 +655,12 @@ fn checked_output(meta: &crate::plugin::PluginMeta, format: FrameFormat) -> Resu
     Ok((format, layout))
 }
 
-/// GPU rings whose depth the file leaves to the plan get [`TIME_SLICED_DEPTH`] slots when the
-/// stages will run as separate contexts time-slicing the GPU: isolation `process`, or `auto`
-/// where MPS is not installed.
-fn deepen_time_sliced_links(
+/// Slots of each GPU ring whose depth the file leaves to the plan: [`TIME_SLICED_DEPTH`] when
+/// its stages will run as separate contexts time-slicing the GPU (isolation `process`, or
+/// `auto` where MPS is not installed), else [`LARGE_FRAME_DEPTH`] for frames of
+/// [`LARGE_FRAME_BYTES`] or more and [`SMALL_FRAME_GPU_DEPTH`] for smaller ones. Host rings
+/// keep [`DEFAULT_DEPTH`].
+fn size_gpu_links(
     links: &mut [LinkPlan],
     stages: &mut [StagePlan],
     depth_left_to_plan: &impl Fn(usize) -> bool,
@@ -671,26 +672,18 @@ fn deepen_time_sliced_links(
         Isolation::Mps => false,
         Isolation::Auto => !crate::supervisor::mps_installed(),
     };
-    if !time_sliced {
-        return;
-    }
     for link in links.iter_mut() {
-        if matches!(link.memory, LinkMemory::Device { .. }) && depth_left_to_plan(link.producer) {
-            link.depth = TIME_SLICED_DEPTH;
-            stages[link.producer].depth = TIME_SLICED_DEPTH;
+        if !matches!(link.memory, LinkMemory::Device { .. }) || !depth_left_to_plan(link.producer) {
+            continue;
         }
-    }
-}
-
-/// GPU rings whose depth the file leaves to the plan and whose frames are large get
-/// [`LARGE_FRAME_DEPTH`] slots (see there).
-fn deepen_large_gpu_links(links: &mut [LinkPlan], stages: &mut [StagePlan], depth_left_to_plan: &impl Fn(usize) -> bool) {
-    for link in links.iter_mut() {
-        let large = link.layout.total_bytes >= LARGE_FRAME_BYTES;
-        if large && matches!(link.memory, LinkMemory::Device { .. }) && depth_left_to_plan(link.producer) {
-            link.depth = link.depth.max(LARGE_FRAME_DEPTH);
-            stages[link.producer].depth = link.depth;
-        }
+        link.depth = if time_sliced {
+            TIME_SLICED_DEPTH
+        } else if link.layout.total_bytes >= LARGE_FRAME_BYTES {
+            LARGE_FRAME_DEPTH
+        } else {
+            SMALL_FRAME_GPU_DEPTH
+        };
+        stages[link.producer].depth = link.depth;
     }
 }
 
@@ -827,11 +820,11 @@ inputs = ["grade"]
         plan.links.iter().map(|l| l.depth).collect()
     }
 
-    /// GPU rings of 4K frames get 8 slots, of 1080p 4; a depth in the file stays.
+    /// GPU rings of 4K frames get 8 slots, of 1080p 3; a depth in the file stays.
     #[test]
-    fn large_device_frames_get_eight_slots() {
+    fn gpu_rings_are_sized_by_their_frames() {
         assert_eq!(slots("width = 3840, height = 2160", ""), [8, 8]);
-        assert_eq!(slots("width = 1920, height = 1080", ""), [4, 4]);
+        assert_eq!(slots("width = 1920, height = 1080", ""), [3, 3]);
         assert_eq!(slots("width = 3840, height = 2160", "depth = 3\n"), [3, 8]);
     }
 }
