@@ -3,7 +3,9 @@
 //! call on the same frames, after a warm-up; what each achieves and where the difference goes.
 //!
 //! Measured, in order: that both give the same output frames (checksums of a short run);
-//! frames/s of each (warm-up run, then the measured run); each cuda stage's GPU time per frame
+//! frames/s of each (a warm-up run each way, then `rounds` measured runs, one way then the
+//! other, so that a drift of the machine's speed reaches both; the figures are the medians);
+//! each cuda stage's GPU time per frame
 //! (events around its work, in one process) with the bytes its frames move and the bandwidth
 //! that makes against a device-to-device copy measured here; host CPU per stage; GPU memory;
 //! end-to-end latency with the sources paced (`--fps`), from a frame's stamp at its source
@@ -30,6 +32,8 @@ pub struct BenchArgs {
     pub frames: u64,
     /// Frames of the warm-up run before each.
     pub warmup: u64,
+    /// Measured runs each way, alternating.
+    pub rounds: u32,
     /// Frames of the checksum comparison.
     pub check_frames: u64,
     /// Source rate of the latency runs (sources with an `fps` param), and their length.
@@ -48,6 +52,9 @@ pub struct BenchReport {
     pub isolation: String,
     pub frames: u64,
     pub warmup: u64,
+    /// Each round's frames/s, in the order they ran; `in_process` and `separate` hold the
+    /// medians, `ratio` is theirs.
+    pub rounds: Vec<Round>,
     /// Stages whose output frames differ between the two ways of running (empty: none).
     pub outputs_differ: Vec<String>,
     pub outputs_compared: u64,
@@ -63,6 +70,12 @@ pub struct BenchReport {
     /// (separate − in-process) / hops, in microseconds, for p50 and p99.
     pub added_latency_per_hop_us: Option<(f64, f64)>,
     pub notes: Vec<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Round {
+    pub in_process_frames_per_s: f64,
+    pub separate_frames_per_s: f64,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -88,7 +101,7 @@ pub struct StageBench {
     /// `gb_per_s` against the device-to-device copy measured in the same call.
     pub share_of_copy: Option<f64>,
     /// Host CPU per unit of wall time (1.0: a core), in one process (time inside the plugin)
-    /// and as a separate process (the whole process).
+    /// and as a separate process (the whole process), in the median round of each.
     pub cpu_in_process: f64,
     pub cpu_separate: f64,
 }
@@ -135,30 +148,7 @@ fn bench(plan: &Plan, args: &BenchArgs) -> Result<BenchReport, String> {
     eprintln!("bench: comparing outputs ({} frames each way)", args.check_frames);
     compare_outputs(plan, args, &scratch, &shutdown, &mut report)?;
 
-    eprintln!("bench: in one process ({} + {} frames)", args.warmup, args.frames);
-    in_process(plan, args.warmup, Probe::default())?;
-    let before = gpu.as_ref().map(|g| memory_in_use(g)).transpose().map_err(|e| e.to_string())?;
-    let (inproc, measured) = in_process(plan, args.frames, Probe::default())?;
-    report.in_process = Mode {
-        frames_per_s: args.frames as f64 / measured.seconds,
-        seconds: measured.seconds,
-        latency_us: None,
-        gpu_memory_mib: before.zip(measured.memory_in_use).map(|(b, d)| d.saturating_sub(b) as f64 / MIB),
-    };
-
-    eprintln!("bench: separate processes ({} + {} frames)", args.warmup, args.frames);
-    separate(plan, args.warmup, args, &shutdown, Separate::default())?;
-    let sampler = gpu.as_ref().map(|g| MemorySampler::start(g.clone()));
-    let sep = separate(plan, args.frames, args, &shutdown, Separate::default())?;
-    let peak = sampler.map(MemorySampler::stop);
-    let slowest = sep.stages.iter().map(|s| s.fps).fold(f64::INFINITY, f64::min);
-    report.separate = Mode {
-        frames_per_s: if slowest.is_finite() { slowest } else { 0.0 },
-        seconds: sep.seconds,
-        latency_us: None,
-        gpu_memory_mib: before.zip(peak).map(|(b, p)| p.saturating_sub(b) as f64 / MIB),
-    };
-    report.ratio = report.separate.frames_per_s / report.in_process.frames_per_s;
+    let (inproc, sep) = measure_rounds(plan, args, &shutdown, gpu.as_ref(), &mut report)?;
 
     eprintln!("bench: GPU time per stage ({} frames, waiting for each)", args.frames.min(1000));
     let (_, timed) = in_process(plan, args.frames.min(1000), Probe { gpu_time: true, ..Probe::default() })?;
@@ -170,6 +160,59 @@ fn bench(plan: &Plan, args: &BenchArgs) -> Result<BenchReport, String> {
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
+
+/// A warm-up run each way, then `rounds` measured runs in one process and as separate
+/// processes in turn. Fills in frames/s (medians), their ratio, each round and GPU memory;
+/// returns the run reports of the median round of each way, for the per-stage figures.
+fn measure_rounds(
+    plan: &Plan,
+    args: &BenchArgs,
+    shutdown: &Shutdown,
+    gpu: Option<&Arc<Gpu>>,
+    report: &mut BenchReport,
+) -> Result<(RunReport, RunReport), String> {
+    eprintln!("bench: warm-up in one process and as separate processes ({} frames each)", args.warmup);
+    in_process(plan, args.warmup, Probe::default())?;
+    separate(plan, args.warmup, args, shutdown, Separate::default())?;
+    let before = gpu.map(|g| memory_in_use(g)).transpose().map_err(|e| e.to_string())?;
+    let mut one = Vec::new();
+    let mut sep = Vec::new();
+    let mut peak = 0;
+    for round in 1..=args.rounds.max(1) {
+        eprintln!("bench: round {round} of {}: in one process, then as separate processes ({} frames each)", args.rounds, args.frames);
+        let (run, measured) = in_process(plan, args.frames, Probe::default())?;
+        one.push((args.frames as f64 / measured.seconds, (run, measured)));
+        let sampler = gpu.map(|g| MemorySampler::start(g.clone()));
+        let run = separate(plan, args.frames, args, shutdown, Separate::default())?;
+        peak = peak.max(sampler.map_or(0, MemorySampler::stop));
+        // A separate run goes as fast as its slowest stage.
+        let slowest = run.stages.iter().map(|s| s.fps).fold(f64::INFINITY, f64::min);
+        sep.push((if slowest.is_finite() { slowest } else { 0.0 }, run));
+    }
+    report.rounds = one.iter().zip(&sep).map(|(o, s)| Round { in_process_frames_per_s: o.0, separate_frames_per_s: s.0 }).collect();
+    let (fps, (inproc, measured)) = median(one);
+    report.in_process = Mode {
+        frames_per_s: fps,
+        seconds: measured.seconds,
+        latency_us: None,
+        gpu_memory_mib: before.zip(measured.memory_in_use).map(|(b, d)| d.saturating_sub(b) as f64 / MIB),
+    };
+    let (fps, run) = median(sep);
+    report.separate = Mode {
+        frames_per_s: fps,
+        seconds: run.seconds,
+        latency_us: None,
+        gpu_memory_mib: before.map(|b| peak.saturating_sub(b) as f64 / MIB),
+    };
+    report.ratio = report.separate.frames_per_s / report.in_process.frames_per_s;
+    Ok((inproc, run))
+}
+
+/// The median of `items` by their figure (of an even count, the lower middle one).
+fn median<T>(mut items: Vec<(f64, T)>) -> (f64, T) {
+    items.sort_by(|a, b| a.0.total_cmp(&b.0));
+    items.swap_remove((items.len() - 1) / 2)
+}
 
 /// The GPU of the plan's cuda stages, opened here for the copy and memory measurements (the
 /// one-process run shares its primary context).
@@ -381,7 +424,16 @@ impl Drop for Scratch {
 fn render(r: &BenchReport) -> String {
     use std::fmt::Write;
     let mut out = String::new();
-    let _ = writeln!(out, "bench '{}' on {}, isolation {}: {} frames after {} of warm-up", r.pipeline, r.device, r.isolation, r.frames, r.warmup);
+    let _ = writeln!(
+        out,
+        "bench '{}' on {}, isolation {}: {} rounds of {} frames each way after {} of warm-up",
+        r.pipeline,
+        r.device,
+        r.isolation,
+        r.rounds.len(),
+        r.frames,
+        r.warmup
+    );
     if r.outputs_differ.is_empty() {
         let _ = writeln!(out, "outputs: equal both ways ({} frames of {} stages compared)", r.outputs_compared, r.stages.len());
     } else {
@@ -391,11 +443,15 @@ fn render(r: &BenchReport) -> String {
     let _ = writeln!(
         out,
         "{:24} {:>14.0} {:>14.0} {:>7.1}%",
-        "frames/s",
+        "frames/s (median)",
         r.in_process.frames_per_s,
         r.separate.frames_per_s,
         r.ratio * 100.0
     );
+    for (k, round) in r.rounds.iter().enumerate() {
+        let (a, b) = (round.in_process_frames_per_s, round.separate_frames_per_s);
+        let _ = writeln!(out, "{:24} {a:>14.0} {b:>14.0} {:>7.1}%", format!("  round {}", k + 1), b / a * 100.0);
+    }
     if let (Some(a), Some(b)) = (r.in_process.latency_us, r.separate.latency_us) {
         for (label, x, y) in [("latency p50 (µs)", a.0, b.0), ("latency p99 (µs)", a.1, b.1), ("latency max (µs)", a.2, b.2)] {
             let _ = writeln!(out, "{label:24} {x:>14.1} {y:>14.1}");

@@ -106,6 +106,9 @@ enum Command {
         /// Frames of the warm-up run before each measured one.
         #[arg(long, default_value_t = 300)]
         warmup: u64,
+        /// Measured runs each way, one way then the other; frames/s are their medians.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=99))]
+        rounds: u32,
         /// Frames of the run that compares both ways' outputs.
         #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
         check_frames: u64,
@@ -267,7 +270,7 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::Bench { file, frames, warmup, check_frames, fps, latency_frames, json, spin_us, device, isolation } => {
+        Command::Bench { file, frames, warmup, rounds, check_frames, fps, latency_frames, json, spin_us, device, isolation } => {
             let plan = match load_plan_with(&file, device, isolation) {
                 Ok(p) => p,
                 Err(code) => return code,
@@ -278,7 +281,7 @@ fn main() -> ExitCode {
             if let Err(code) = this_machine_only(&file, &plan) {
                 return code;
             }
-            let args = bench::BenchArgs { frames, warmup, check_frames, fps, latency_frames, spin_us, json };
+            let args = bench::BenchArgs { frames, warmup, rounds, check_frames, fps, latency_frames, spin_us, json };
             bench::main(&plan, &args)
         }
         Command::Run { file, frames, in_process, report, quiet, spin_us, checksums, device, no_budget_check } => {
