@@ -34,6 +34,9 @@ pub struct Waiter {
     forward: Option<Arc<dyn Fn() + Send + Sync>>,
     /// The stage's held-back wake-ups of its neighbours, sent before this waiter sleeps.
     held: Option<Arc<HeldWakes>>,
+    /// When the next value is due where values come at a steady, idle pace (see
+    /// [`Waiter::waking_before_due`]).
+    cadence: Option<Cadence>,
 }
 
 impl Waiter {
@@ -45,6 +48,7 @@ impl Waiter {
             idle: Duration::MAX,
             forward: None,
             held: None,
+            cadence: None,
         }
     }
 
@@ -75,6 +79,18 @@ impl Waiter {
         Waiter { after_wake, idle, forward, ..self }
     }
 
+    /// Waking before a value is due: where values come at a steady pace with idle gaps of at
+    /// least the idle mark of [`Waiter::waking_ahead`] between them (a paced source), the
+    /// waiter sleeps until `margin` before the next is due, then spins for it (up to `margin`
+    /// and the wake-ahead spin) instead of sleeping until a futex wake-up: a wake-up of a
+    /// sleeping thread takes tens of microseconds, at times hundreds, which the frame would
+    /// wait for at every hop. A value that comes sooner wakes the waiter as before, so a
+    /// wrong guess costs CPU, never time.
+    pub fn waking_before_due(self, margin: Duration) -> Waiter {
+        let cadence = (!margin.is_zero()).then(|| Cadence::new(margin));
+        Waiter { cadence, ..self }
+    }
+
     /// As [`Waiter::new`], pulsing `stats` while it sleeps.
     pub fn with_pulse(spin_us: u32, stats: Arc<super::StatsMap>) -> Waiter {
         Waiter { pulse: Some(stats), ..Waiter::new(spin_us) }
@@ -83,6 +99,36 @@ impl Waiter {
     /// Call `poll` until it returns `Some`, spinning for `self.spin`, then sleeping on `word`
     /// (registered in `sleepers`) until woken or `deadline`.
     pub fn wait<T>(
+        &self,
+        word: &AtomicU32,
+        sleepers: &AtomicU32,
+        deadline: Option<Instant>,
+        poll: impl FnMut() -> Option<T>,
+    ) -> Result<T, TimedOut> {
+        let got = self.wait_for(word, sleepers, deadline, poll);
+        if got.is_ok()
+            && let Some(cadence) = &self.cadence
+        {
+            cadence.arrived(Instant::now());
+        }
+        got
+    }
+
+    /// How long to sleep from `now`: a slice, less where the deadline comes sooner or the
+    /// waiter wakes before a value is due (then also when).
+    fn sleep_slice(&self, now: Instant, deadline: Option<Instant>) -> (Duration, Option<Instant>) {
+        let mut slice = match deadline {
+            Some(d) => d.saturating_duration_since(now).min(SLEEP_SLICE),
+            None => SLEEP_SLICE,
+        };
+        let wake_at = self.cadence.as_ref().and_then(|c| c.wake_at(self.idle)).filter(|&at| at > now);
+        if let Some(at) = wake_at {
+            slice = slice.min(at - now);
+        }
+        (slice, wake_at)
+    }
+
+    fn wait_for<T>(
         &self,
         word: &AtomicU32,
         sleepers: &AtomicU32,
@@ -112,16 +158,14 @@ impl Waiter {
                 sleepers.fetch_sub(1, Ordering::SeqCst);
                 return Ok(v);
             }
-            let slice = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()).min(SLEEP_SLICE),
-                None => SLEEP_SLICE,
-            };
+            let (slice, wake_at) = self.sleep_slice(Instant::now(), deadline);
             let timeout = rustix::fs::Timespec { tv_sec: slice.as_secs() as i64, tv_nsec: slice.subsec_nanos() as i64 };
             // Not FUTEX_PRIVATE: the word lives in memory shared with other processes. EAGAIN
             // (word changed), EINTR and ETIMEDOUT all mean "look again".
             let slept_from = (self.forward.is_some() || !self.after_wake.is_zero()).then(Instant::now);
             SLEEPS.fetch_add(1, Ordering::Relaxed);
-            let woken = futex::wait(word, futex::Flags::empty(), seen, Some(&timeout)).is_ok();
+            let slept = futex::wait(word, futex::Flags::empty(), seen, Some(&timeout));
+            let woken = slept.is_ok();
             sleepers.fetch_sub(1, Ordering::SeqCst);
             if let Some(stats) = &self.pulse {
                 stats.pulse();
@@ -133,8 +177,17 @@ impl Waiter {
             if let Some(v) = poll() {
                 return Ok(v);
             }
-            if woken_from_idle && !self.after_wake.is_zero() {
-                let spin_until = Instant::now() + self.after_wake;
+            let woken_before_due = slept == Err(rustix::io::Errno::TIMEDOUT) && wake_at.is_some_and(|at| Instant::now() >= at);
+            if woken_before_due {
+                PREWAKES.fetch_add(1, Ordering::Relaxed);
+            }
+            let spin_after = match (&self.cadence, woken_before_due) {
+                (Some(cadence), true) => cadence.margin + self.after_wake,
+                _ if woken_from_idle => self.after_wake,
+                _ => Duration::ZERO,
+            };
+            if !spin_after.is_zero() {
+                let spin_until = Instant::now() + spin_after;
                 while Instant::now() < spin_until {
                     std::hint::spin_loop();
                     if let Some(v) = poll() {
@@ -171,10 +224,74 @@ pub fn wake_side(held: Option<&Arc<HeldWakes>>, ring: &Arc<RingMap>, side: Side)
 /// Futex sleeps and wake calls this process made (`GPUIPC_PROFILE=1` logs them per frame).
 static SLEEPS: AtomicU64 = AtomicU64::new(0);
 static WAKES: AtomicU64 = AtomicU64::new(0);
+static PREWAKES: AtomicU64 = AtomicU64::new(0);
 
-/// (futex sleeps, futex wake calls) of this process so far.
-pub fn futex_calls() -> (u64, u64) {
-    (SLEEPS.load(Ordering::Relaxed), WAKES.load(Ordering::Relaxed))
+/// (futex sleeps, futex wake calls, sleeps ended before a value was due) of this process so
+/// far.
+pub fn futex_calls() -> (u64, u64, u64) {
+    (SLEEPS.load(Ordering::Relaxed), WAKES.load(Ordering::Relaxed), PREWAKES.load(Ordering::Relaxed))
+}
+
+/// The pace of values a waiter gets: when the last came and, smoothed, the time between two.
+/// Behind a mutex only so that a shared `&Waiter` can keep it: one thread uses each waiter.
+struct Cadence {
+    margin: Duration,
+    pace: Mutex<Pace>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Pace {
+    last: Option<Instant>,
+    /// Mean time between two values (zero: not known yet).
+    period: Duration,
+}
+
+impl Clone for Cadence {
+    /// A clone starts afresh: it waits on another ring, at its own pace.
+    fn clone(&self) -> Cadence {
+        Cadence::new(self.margin)
+    }
+}
+
+impl Cadence {
+    /// Weight of the newest gap in the mean: a few frames of a new pace move it.
+    const NEWEST_GAP_WEIGHT: u32 = 8;
+
+    fn new(margin: Duration) -> Cadence {
+        Cadence { margin, pace: Mutex::new(Pace::default()) }
+    }
+
+    fn pace(&self) -> std::sync::MutexGuard<'_, Pace> {
+        self.pace.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A value came at `at`.
+    fn arrived(&self, at: Instant) {
+        let mut pace = self.pace();
+        if let Some(last) = pace.last.replace(at) {
+            let gap = at.saturating_duration_since(last);
+            pace.period = if pace.period.is_zero() {
+                gap
+            } else {
+                // A stall (a pause, a restart) counts as at most twice the mean, so one long
+                // gap does not throw the guess far off; a lasting slower pace still moves it.
+                let gap = gap.min(pace.period * 2);
+                pace.period - pace.period / Self::NEWEST_GAP_WEIGHT + gap / Self::NEWEST_GAP_WEIGHT
+            };
+        }
+    }
+
+    /// When to wake for the next value: `margin` before it is due, where values come with gaps
+    /// of at least `idle` between them; `None` where they come faster (the waiter then sleeps
+    /// until woken) or no pace is known yet.
+    fn wake_at(&self, idle: Duration) -> Option<Instant> {
+        let pace = *self.pace();
+        let last = pace.last?;
+        if pace.period.is_zero() || pace.period < idle {
+            return None;
+        }
+        (last + pace.period).checked_sub(self.margin)
+    }
 }
 
 /// Which sleepers of a ring: its consumers (woken by a publish, a close) or its producer
@@ -343,6 +460,43 @@ mod tests {
             (polls > 1).then_some(2)
         });
         assert_eq!((got, held.due()), (Ok(2), 0));
+    }
+
+    /// Values at a steady pace of 1 ms: the waiter sleeps until 150 µs before the next is due;
+    /// at a pace under the idle mark, or before two values have come, until woken.
+    #[test]
+    fn a_waiter_at_an_idle_pace_wakes_before_the_next_value_is_due() {
+        let margin = Duration::from_micros(150);
+        let waiter = Waiter::new(0).waking_ahead(Duration::from_micros(200), Duration::from_micros(500), None).waking_before_due(margin);
+        let cadence = waiter.cadence.as_ref().unwrap();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        cadence.arrived(t0);
+        assert_eq!(waiter.sleep_slice(t0, None), (SLEEP_SLICE, None), "one value: no pace yet");
+        for k in 1..=4 {
+            cadence.arrived(t0 + ms * k);
+        }
+        let last = t0 + ms * 4;
+        let now = last + Duration::from_micros(50);
+        let due = last + ms - margin;
+        assert_eq!(waiter.sleep_slice(now, None), (due - now, Some(due)));
+        // A deadline sooner than that still ends the sleep first.
+        let deadline = now + Duration::from_micros(100);
+        assert_eq!(waiter.sleep_slice(now, Some(deadline)), (Duration::from_micros(100), Some(due)));
+        // Past the time to wake: sleep until woken.
+        assert_eq!(waiter.sleep_slice(due + Duration::from_micros(1), None), (SLEEP_SLICE, None));
+
+        // One stall of a second counts as 2 ms: the mean moves to 1.125 ms, not to 126 ms.
+        cadence.arrived(last + Duration::from_secs(1));
+        assert_eq!(cadence.pace().period, Duration::from_micros(1125));
+
+        // At full speed (20 µs between values) no sleep is shortened; a clone starts afresh.
+        let fast = Waiter::new(0).waking_ahead(Duration::from_micros(200), Duration::from_micros(500), None).waking_before_due(margin);
+        for k in 0..20 {
+            fast.cadence.as_ref().unwrap().arrived(t0 + Duration::from_micros(20) * k);
+        }
+        assert_eq!(fast.sleep_slice(t0 + Duration::from_micros(390), None), (SLEEP_SLICE, None));
+        assert_eq!(waiter.clone().sleep_slice(now, None), (SLEEP_SLICE, None));
     }
 
     /// A waiter that was asleep (idle) when woken forwards the wake-up once, then finds its

@@ -189,14 +189,15 @@ impl PhaseClock {
             .zip(self.totals)
             .map(|(name, ns)| format!("{name} {:.2}", ns as f64 / 1000.0 / self.frames as f64))
             .collect();
-        let (sleeps, wakes) = crate::link::wait::futex_calls();
+        let (sleeps, wakes, before_due) = crate::link::wait::futex_calls();
         let per = |n: u64| n as f64 / self.frames as f64;
         tracing::info!(
-            "host time per frame (µs) over {} frames: {}; futex sleeps {:.2}, wake calls {:.2} a frame",
+            "host time per frame (µs) over {} frames: {}; futex sleeps {:.2}, wake calls {:.2}, woken before due {:.2} a frame",
             self.frames,
             per_frame.join(", "),
             per(sleeps),
-            per(wakes)
+            per(wakes),
+            per(before_due)
         );
     }
 }

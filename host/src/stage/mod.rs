@@ -212,7 +212,7 @@ fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, Stage
     };
     // Waiting for inputs, a stage woken ahead of a frame wakes its own consumers ahead too.
     let input_waiter = match wake_ahead(setup.domain != "cpu") {
-        Some(w) => waiter.clone().waking_ahead(w.spin, w.idle, producer.as_ref().map(Producer::wake_ahead_fn)),
+        Some(w) => waiter.clone().waking_ahead(w.spin, w.idle, producer.as_ref().map(Producer::wake_ahead_fn)).waking_before_due(w.before_due),
         None => waiter.clone(),
     };
     let mut consumers = Vec::new();
@@ -255,6 +255,9 @@ pub fn wake_batch(cuda: bool) -> usize {
 pub struct WakeAhead {
     pub spin: std::time::Duration,
     pub idle: std::time::Duration,
+    /// How long before a frame of a steady, idle pace is due a stage waiting for it wakes
+    /// (`link::wait::Waiter::waking_before_due`; zero: not before it is there).
+    pub before_due: std::time::Duration,
 }
 
 /// Where stages wake ahead: cuda stages, whose hosts otherwise add a futex wake-up to every hop
@@ -266,6 +269,7 @@ pub struct WakeAhead {
 pub fn wake_ahead(cuda: bool) -> Option<WakeAhead> {
     const CUDA_SPIN_US: u64 = 200;
     const IDLE_US: u64 = 500;
+    const BEFORE_DUE_US: u64 = 150;
     let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
     let spin = match env("GPUIPC_WAKE_AHEAD_US") {
         Some(us) => us,
@@ -273,9 +277,11 @@ pub fn wake_ahead(cuda: bool) -> Option<WakeAhead> {
         None => 0,
     };
     let idle = env("GPUIPC_WAKE_AHEAD_IDLE_US").unwrap_or(IDLE_US);
+    let before_due = env("GPUIPC_WAKE_BEFORE_DUE_US").unwrap_or(BEFORE_DUE_US);
     (spin > 0).then(|| WakeAhead {
         spin: std::time::Duration::from_micros(spin),
         idle: std::time::Duration::from_micros(idle),
+        before_due: std::time::Duration::from_micros(before_due),
     })
 }
 
