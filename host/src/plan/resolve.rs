@@ -822,7 +822,7 @@ inputs = ["grade"]
 
     /// GPU rings of 4K frames get 8 slots, of 1080p 3; a depth in the file stays.
     #[test]
-    fn gpu_rings_are_sized_by_their_frames() {
+    fn device_rings_are_sized_by_their_frames() {
         assert_eq!(slots("width = 3840, height = 2160", ""), [8, 8]);
         assert_eq!(slots("width = 1920, height = 1080", ""), [3, 3]);
         assert_eq!(slots("width = 3840, height = 2160", "depth = 3\n"), [3, 8]);
