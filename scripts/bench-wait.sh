@@ -11,6 +11,7 @@
 #   GPUIPC_WAKE_AHEAD_IDLE_US=N  the sleep (or a source's gap) that counts as idle
 #   GPUIPC_GPU_LEAD_CHECK=N  frames between two checks of the lead
 #   GPUIPC_WAKE_BATCH=N     wake-ups of sleeping neighbours a stage sends at once (1: each at once)
+#   GPUIPC_WAKE_BEFORE_DUE_US=N  at an idle pace, wake N µs before a frame is due (0: not before)
 #   a variant named dN-VARIANT runs VARIANT with depth = N on every stage
 #   ROUNDS=N                every case and variant N times, interleaved (label -rK)
 #   PROFILE=1               also log each stage's host time per phase (GPUIPC_PROFILE) and print it
@@ -50,8 +51,9 @@ variants=${VARIANTS:-"old wake default nolead batch1 lead-sync"}
 variant_env() {
     case ${1#d[0-9]*-} in
         default) echo "" ;;
-        old) echo "GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_AHEAD_US=0 GPUIPC_WAKE_BATCH=1" ;;
+        old) echo "GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_AHEAD_US=0 GPUIPC_WAKE_BATCH=1 GPUIPC_WAKE_BEFORE_DUE_US=0" ;;
         wake) echo "GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_BATCH=1" ;;
+        nobeforedue) echo "GPUIPC_WAKE_BEFORE_DUE_US=0" ;;
         nolead) echo "GPUIPC_GPU_LEAD=0" ;;
         batch1) echo "GPUIPC_WAKE_BATCH=1" ;;
         lead-sync) echo "GPUIPC_GPU_LEAD_WAIT=sync" ;;
