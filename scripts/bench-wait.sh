@@ -11,6 +11,7 @@
 #   GPUIPC_WAKE_AHEAD_IDLE_US=N  the sleep (or a source's gap) that counts as idle
 #   GPUIPC_GPU_LEAD_CHECK=N  frames between two checks of the lead
 #   GPUIPC_WAKE_BATCH=N     wake-ups of sleeping neighbours a stage sends at once (1: each at once)
+#   GPUIPC_READY_SPIN_US=N  a GPU consumer polls a frame's ready event on its host N µs first (0: the GPU waits)
 #   GPUIPC_WAKE_BEFORE_DUE_US=N  at an idle pace, wake N µs before a frame is due (0: not before)
 #   a variant named dN-VARIANT runs VARIANT with depth = N on every stage
 #   ROUNDS=N                every case and variant N times, interleaved (label -rK)
@@ -54,6 +55,7 @@ variant_env() {
         old) echo "GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_AHEAD_US=0 GPUIPC_WAKE_BATCH=1 GPUIPC_WAKE_BEFORE_DUE_US=0" ;;
         wake) echo "GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_BATCH=1" ;;
         nobeforedue) echo "GPUIPC_WAKE_BEFORE_DUE_US=0" ;;
+        gpuready) echo "GPUIPC_READY_SPIN_US=0" ;;
         nolead) echo "GPUIPC_GPU_LEAD=0" ;;
         batch1) echo "GPUIPC_WAKE_BATCH=1" ;;
         lead-sync) echo "GPUIPC_GPU_LEAD_WAIT=sync" ;;
@@ -75,6 +77,7 @@ case_file() {
         720p) sized 1280 720 ;;
         256) sized 256 256 ;;
         chain8) chain 8 ;;
+        chain8-720) f=$(chain 8); sed -e 's/width = 1920, height = 1080/width = 1280, height = 720/' "$f" > "${f%.toml}-720.toml"; echo "${f%.toml}-720.toml" ;;
     esac
 }
 rounds=${ROUNDS:-1}

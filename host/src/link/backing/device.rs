@@ -3,6 +3,11 @@
 //! per slot and consumer recorded by that consumer. The ring in host memory still carries the
 //! counters. An event only means its latest record; the ring's counters make sure a record is
 //! never replaced before the other side has enqueued its wait on it.
+//!
+//! A consumer of frames under 16 MiB waits for `ready` on its host first, for a while
+//! ([`host_wait_for_ready`]): a GPU wait on an event another process has not yet reached
+//! stalls the waiting stream's channel, and with many stages sharing the GPU through MPS
+//! those stalls, not the kernels, bounded small frames.
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -30,7 +35,10 @@ pub struct DeviceRead {
 
 impl ReadEnd for DeviceRead {
     fn frame(&self, ring: &RingMap, slot: &ReadSlot) -> Result<RawFrame, GpuError> {
-        self.ready[slot.index()].wait_on(self.gpu.stream())?;
+        let ready = &self.ready[slot.index()];
+        if !host_wait_for_ready(ready, ring.layout().total_bytes)? {
+            ready.wait_on(self.gpu.stream())?;
+        }
         Ok(device_frame(ring, &self.memory[slot.index()], slot.meta().seq, slot.meta().timestamp_ns))
     }
 
@@ -82,6 +90,50 @@ impl ReadEnd for DeviceRead {
             tracing::info!("took the restarted producer's GPU memory and events{}", if self.generations.len() > 1 { format!(" (replica {k})") } else { String::new() });
         }
         Ok(())
+    }
+}
+
+/// Microseconds a consumer of frames under [`crate::plan::LARGE_FRAME_BYTES`] polls a
+/// `ready` event on its host before it leaves the wait to its GPU; `GPUIPC_READY_SPIN_US`
+/// sets it for every GPU ring (0: always the GPU). On an H100 under MPS, waiting on the host
+/// took an 8-stage 1080p chain from 17,023 to 19,978 frames/s (87.9 to 104.0 % of one
+/// process), the same chain at 720p from 19,896 to 24,684 and 1080p generator → rgb-process
+/// → yuv420 from 54,066 to 60,478, for most of a core more in the last stage
+/// (docs/benchmarks.md). Larger frames keep the GPU's wait: their kernels hide its stalls (a
+/// 4K chain ran at 101 % of one process with it) and the 4K host CPU stays low.
+fn ready_spin(frame_bytes: u64) -> std::time::Duration {
+    static SET: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let set = *SET.get_or_init(|| std::env::var("GPUIPC_READY_SPIN_US").ok().and_then(|v| v.parse().ok()));
+    std::time::Duration::from_micros(ready_spin_us(frame_bytes, set))
+}
+
+fn ready_spin_us(frame_bytes: u64, set: Option<u64>) -> u64 {
+    const SMALL_FRAMES_US: u64 = 200;
+    match set {
+        Some(us) => us,
+        None if frame_bytes < crate::plan::LARGE_FRAME_BYTES => SMALL_FRAMES_US,
+        None => 0,
+    }
+}
+
+/// Poll `ready` on the host until the producer's GPU has written the frame (true), or for
+/// [`ready_spin`] at most (false: the caller enqueues the GPU's wait, which is correct
+/// whatever happened; a producer that died mid-frame is found as before). Once the event
+/// has completed, the frame's bytes are in device memory for any later work to read.
+fn host_wait_for_ready(ready: &IpcEvent, frame_bytes: u64) -> Result<bool, GpuError> {
+    let spin = ready_spin(frame_bytes);
+    if spin.is_zero() {
+        return Ok(false);
+    }
+    let until = std::time::Instant::now() + spin;
+    loop {
+        if ready.query()? {
+            return Ok(true);
+        }
+        if std::time::Instant::now() >= until {
+            return Ok(false);
+        }
+        std::hint::spin_loop();
     }
 }
 
@@ -138,5 +190,19 @@ impl WriteEnd for DeviceWrite {
         self.current_for = import.epoch;
         tracing::info!("took the current consumers' GPU events ({} consumer processes)", self.released.len());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ready_spin_us;
+
+    /// 1080p frames are waited for on the host first, 4K frames on the GPU; the variable
+    /// decides for every ring.
+    #[test]
+    fn small_frames_are_waited_for_on_the_host_first() {
+        let (hd, uhd) = (1920 * 1080 * 3, 3840 * 2160 * 3);
+        assert_eq!((ready_spin_us(hd, None), ready_spin_us(uhd, None)), (200, 0));
+        assert_eq!((ready_spin_us(hd, Some(0)), ready_spin_us(uhd, Some(50))), (0, 50));
     }
 }
