@@ -85,7 +85,8 @@ pub struct Mode {
     /// Microseconds: p50, p99, max; `None` where no source could be paced.
     pub latency_us: Option<(f64, f64, f64)>,
     /// Device memory in use during the run less before it (device-wide: separate processes
-    /// count a context each).
+    /// count a context each; in one process, the median round's, as separate processes the
+    /// peak over every round).
     pub gpu_memory_mib: Option<f64>,
 }
 
@@ -171,9 +172,11 @@ fn measure_rounds(
     gpu: Option<&Arc<Gpu>>,
     report: &mut BenchReport,
 ) -> Result<(RunReport, RunReport), String> {
-    eprintln!("bench: warm-up in one process and as separate processes ({} frames each)", args.warmup);
-    in_process(plan, args.warmup, Probe::default())?;
+    eprintln!("bench: warm-up as separate processes and in one process ({} frames each)", args.warmup);
+    // Separate first: the baseline of GPU memory is taken after a run in this process, not
+    // while other processes' contexts may still be going.
     separate(plan, args.warmup, args, shutdown, Separate::default())?;
+    in_process(plan, args.warmup, Probe::default())?;
     let before = gpu.map(|g| memory_in_use(g)).transpose().map_err(|e| e.to_string())?;
     let mut one = Vec::new();
     let mut sep = Vec::new();

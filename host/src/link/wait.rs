@@ -151,6 +151,10 @@ impl Waiter {
                 }
             }
         }
+        // Idle is measured from the first sleep of this wait, not per slice: a waiter that woke
+        // before its value was due and slept again is still idle when the value comes.
+        let idle_since = (self.forward.is_some() || !self.after_wake.is_zero()).then(Instant::now);
+        let mut forwarded = false;
         loop {
             sleepers.fetch_add(1, Ordering::SeqCst);
             let seen = word.load(Ordering::SeqCst);
@@ -162,22 +166,25 @@ impl Waiter {
             let timeout = rustix::fs::Timespec { tv_sec: slice.as_secs() as i64, tv_nsec: slice.subsec_nanos() as i64 };
             // Not FUTEX_PRIVATE: the word lives in memory shared with other processes. EAGAIN
             // (word changed), EINTR and ETIMEDOUT all mean "look again".
-            let slept_from = (self.forward.is_some() || !self.after_wake.is_zero()).then(Instant::now);
             SLEEPS.fetch_add(1, Ordering::Relaxed);
-            let slept = futex::wait(word, futex::Flags::empty(), seen, Some(&timeout));
-            let woken = slept.is_ok();
+            let woken = futex::wait(word, futex::Flags::empty(), seen, Some(&timeout)).is_ok();
             sleepers.fetch_sub(1, Ordering::SeqCst);
             if let Some(stats) = &self.pulse {
                 stats.pulse();
             }
-            let woken_from_idle = woken && slept_from.is_some_and(|t| t.elapsed() >= self.idle);
-            if woken_from_idle && let Some(forward) = &self.forward {
+            let woken_from_idle = woken && idle_since.is_some_and(|t| t.elapsed() >= self.idle);
+            if woken_from_idle
+                && !forwarded
+                && let Some(forward) = &self.forward
+            {
                 forward();
+                forwarded = true;
             }
             if let Some(v) = poll() {
                 return Ok(v);
             }
-            let woken_before_due = slept == Err(rustix::io::Errno::TIMEDOUT) && wake_at.is_some_and(|at| Instant::now() >= at);
+            // (However the sleep ended: a timeout, a signal, the word moving for something else.)
+            let woken_before_due = !woken && wake_at.is_some_and(|at| Instant::now() >= at);
             if woken_before_due {
                 PREWAKES.fetch_add(1, Ordering::Relaxed);
             }
@@ -187,7 +194,7 @@ impl Waiter {
                 _ => Duration::ZERO,
             };
             if !spin_after.is_zero() {
-                let spin_until = Instant::now() + spin_after;
+                let spin_until = deadline.map_or(Instant::now() + spin_after, |d| d.min(Instant::now() + spin_after));
                 while Instant::now() < spin_until {
                     std::hint::spin_loop();
                     if let Some(v) = poll() {
@@ -497,6 +504,36 @@ mod tests {
         }
         assert_eq!(fast.sleep_slice(t0 + Duration::from_micros(390), None), (SLEEP_SLICE, None));
         assert_eq!(waiter.clone().sleep_slice(now, None), (SLEEP_SLICE, None));
+    }
+
+    /// Values at an idle pace, each published with a wake-up: a waiter that wakes before
+    /// they are due (and sleeps again when one is late) gets every one, in order.
+    #[test]
+    fn a_waiter_waking_before_due_gets_every_value() {
+        let word = Arc::new(AtomicU32::new(0));
+        let sleepers = Arc::new(AtomicU32::new(0));
+        let value = Arc::new(AtomicU64::new(0));
+        let waiter = Waiter::new(0)
+            .waking_ahead(Duration::from_micros(50), Duration::from_micros(300), Some(Arc::new(|| {})))
+            .waking_before_due(Duration::from_micros(100));
+        let (w, s, v) = (word.clone(), sleepers.clone(), value.clone());
+        let reader = std::thread::spawn(move || {
+            let deadline = Some(Instant::now() + Duration::from_secs(30));
+            (1..=12u64)
+                .map(|want| waiter.wait(&w, &s, deadline, || (v.load(Ordering::SeqCst) >= want).then_some(want)))
+                .collect::<Result<Vec<_>, _>>()
+        });
+        for n in 1..=12u64 {
+            // An idle pace of about a millisecond, some values late (2 ms).
+            let gap = Duration::from_micros(if n % 4 == 0 { 2000 } else { 1000 });
+            let at = Instant::now() + gap;
+            while Instant::now() < at {
+                std::hint::spin_loop();
+            }
+            value.store(n, Ordering::SeqCst);
+            wake_all(&word, &sleepers);
+        }
+        assert_eq!(reader.join().unwrap(), Ok((1..=12).collect::<Vec<_>>()));
     }
 
     /// A waiter that was asleep (idle) when woken forwards the wake-up once, then finds its

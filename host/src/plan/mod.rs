@@ -37,14 +37,17 @@ pub const TIME_SLICED_DEPTH: u32 = 8;
 /// and batches of 4 against 172 % with 4 slots and each wake-up at once (docs/benchmarks.md).
 pub const LARGE_FRAME_DEPTH: u32 = 8;
 /// Frames this large never stay in a GPU's L2 cache (50 MB on an H100) from one stage to the
-/// next, so more slots cost nothing but memory; smaller frames get [`SMALL_FRAME_GPU_DEPTH`].
+/// next, so more slots cost nothing but memory; smaller frames get [`SMALL_FRAME_GPU_DEPTH`]
+/// (both where the stages share the GPU; where they time-slice it, [`TIME_SLICED_DEPTH`]).
 pub const LARGE_FRAME_BYTES: u64 = 16 << 20;
 /// Default slots in a GPU ring of smaller frames whose stages share the GPU through MPS (or
 /// one context): on an H100, 1080p `generator → rgb-process → yuv420` ran at 91.7–104 % of one
 /// process in 7 of 7 rounds with 3 slots, 80.6–96.4 % with 4 and 80.0–87.0 % with 2 (two calls,
 /// medians 93.3/94.5 %, 86.2/88.1 %, 82.1 %); 720p and an 8-stage 1080p chain the same with 3
 /// or 4 (docs/benchmarks.md). Two 1080p rings of 3 slots (37 MB) fit that GPU's 50 MB L2
-/// cache, of 4 slots (50 MB) not: the likely reason, not proven.
+/// cache, of 4 slots (50 MB) not: the likely reason, not proven. With 3 slots wake-ups go out
+/// one at a time (batches are at most half a ring), but that is not it: 4 slots with each
+/// wake-up at once ran at 80–87 %.
 pub const SMALL_FRAME_GPU_DEPTH: u32 = 3;
 /// Most slots a ring may have.
 pub const MAX_DEPTH: u32 = 64;

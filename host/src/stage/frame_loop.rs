@@ -269,7 +269,7 @@ impl FrameLoop<'_, '_> {
         let gpu = self.gpu.as_ref();
         let mut inputs = Vec::with_capacity(held.len());
         for ((input, end), slot) in self.inputs.iter().zip(&self.input_ends).zip(held) {
-            inputs.push(end.frame(input.ring(), slot)?);
+            inputs.push(end.frame(input.ring(), slot, input.held_wakes())?);
         }
         self.phases.lap(Phase::OpenInput);
         self.stats.set_phase(PHASE_WAITING_OUTPUT, seq);

@@ -110,7 +110,7 @@ fn consume(ring: RingMap, end: &dyn ReadEnd, access: &Access) -> Vec<u64> {
     let mut consumer = Consumer::new(ring, 0, Waiter::new(5)).unwrap();
     let mut got = Vec::new();
     while let Some(slot) = consumer.acquire(0, deadline()).unwrap() {
-        let frame = end.frame(consumer.ring(), &slot).unwrap();
+        let frame = end.frame(consumer.ring(), &slot, None).unwrap();
         assert_eq!(frame.seq, slot.meta().seq);
         assert_eq!(access.read(&frame, bytes), pattern(frame.seq, bytes), "frame {} arrived torn or stale", frame.seq);
         end.done(slot.index()).unwrap();

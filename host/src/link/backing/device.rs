@@ -18,6 +18,7 @@ use super::{ReadEnd, WriteEnd, device_frame};
 use crate::control::handshake::{self, HandshakeError};
 use crate::control::{Import, SlotMemory};
 use crate::gpu::{DeviceMemory, Gpu, GpuError, IpcEvent};
+use crate::link::wait::HeldWakes;
 use crate::link::{ReadSlot, RingMap};
 
 /// A consumer of a GPU ring: the producer's memory and `ready` events, imported, and its own
@@ -34,9 +35,9 @@ pub struct DeviceRead {
 }
 
 impl ReadEnd for DeviceRead {
-    fn frame(&self, ring: &RingMap, slot: &ReadSlot) -> Result<RawFrame, GpuError> {
+    fn frame(&self, ring: &RingMap, slot: &ReadSlot, held: Option<&Arc<HeldWakes>>) -> Result<RawFrame, GpuError> {
         let ready = &self.ready[slot.index()];
-        if !host_wait_for_ready(ready, ring.layout().total_bytes)? {
+        if !host_wait_for_ready(ready, ring.layout().total_bytes, held) {
             ready.wait_on(self.gpu.stream())?;
         }
         Ok(device_frame(ring, &self.memory[slot.index()], slot.meta().seq, slot.meta().timestamp_ns))
@@ -118,23 +119,30 @@ fn ready_spin_us(frame_bytes: u64, set: Option<u64>) -> u64 {
 
 /// Poll `ready` on the host until the producer's GPU has written the frame (true), or for
 /// [`ready_spin`] at most (false: the caller enqueues the GPU's wait, which is correct
-/// whatever happened; a producer that died mid-frame is found as before). Once the event
-/// has completed, the frame's bytes are in device memory for any later work to read.
-fn host_wait_for_ready(ready: &IpcEvent, frame_bytes: u64) -> Result<bool, GpuError> {
+/// whatever happened; a producer that died mid-frame, or a query that fails, is found
+/// there as before). Once the event has completed, the frame's bytes are in device memory
+/// for any later work to read. Before it spins, the stage's `held` wake-ups go out: its
+/// neighbours must not wait on it while it waits.
+fn host_wait_for_ready(ready: &IpcEvent, frame_bytes: u64, held: Option<&Arc<HeldWakes>>) -> bool {
     let spin = ready_spin(frame_bytes);
     if spin.is_zero() {
-        return Ok(false);
+        return false;
+    }
+    let written = || ready.query().unwrap_or(false);
+    if written() {
+        return true;
+    }
+    if let Some(held) = held {
+        held.flush();
     }
     let until = std::time::Instant::now() + spin;
-    loop {
-        if ready.query()? {
-            return Ok(true);
-        }
-        if std::time::Instant::now() >= until {
-            return Ok(false);
-        }
+    while std::time::Instant::now() < until {
         std::hint::spin_loop();
+        if written() {
+            return true;
+        }
     }
+    false
 }
 
 /// The producer of a GPU ring: the memory and `ready` events of the slots it writes (all of

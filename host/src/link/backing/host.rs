@@ -1,16 +1,19 @@
 //! Frames in the ring's own shared memory, read and written by cpu stages in place.
 
+use std::sync::Arc;
+
 use gpuipc_plugin_api::abi::RawFrame;
 
 use super::{ReadEnd, WriteEnd, host_frame};
 use crate::gpu::GpuError;
+use crate::link::wait::HeldWakes;
 use crate::link::{ReadSlot, RingMap};
 
 /// Both ends of a host ring: the memory is there, and the ring's ordering is all it needs.
 pub struct Host;
 
 impl ReadEnd for Host {
-    fn frame(&self, ring: &RingMap, slot: &ReadSlot) -> Result<RawFrame, GpuError> {
+    fn frame(&self, ring: &RingMap, slot: &ReadSlot, _held: Option<&Arc<HeldWakes>>) -> Result<RawFrame, GpuError> {
         Ok(host_frame(ring, slot.index(), slot.meta().seq, slot.meta().timestamp_ns))
     }
 

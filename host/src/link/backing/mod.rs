@@ -21,9 +21,11 @@ pub mod staged;
 mod conformance;
 
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 use gpuipc_plugin_api::abi::RawFrame;
 
+use super::wait::HeldWakes;
 use super::{ReadSlot, RingMap};
 use crate::control::Import;
 use crate::control::handshake::HandshakeError;
@@ -36,8 +38,9 @@ fn not_a_gpu_link() -> HandshakeError {
 /// A consumer's way to its frames.
 pub trait ReadEnd {
     /// The frame in `slot`, ready for the plugin: its bytes are there, or (on a GPU) the
-    /// stage's stream waits until they are.
-    fn frame(&self, ring: &RingMap, slot: &ReadSlot) -> Result<RawFrame, GpuError>;
+    /// stage's stream waits until they are. An end that waits on its host first sends the
+    /// stage's `held` wake-ups before it does.
+    fn frame(&self, ring: &RingMap, slot: &ReadSlot, held: Option<&Arc<HeldWakes>>) -> Result<RawFrame, GpuError>;
     /// The plugin's work on frame `slot` is enqueued: after this the slot may be released.
     fn done(&self, slot: usize) -> Result<(), GpuError>;
     /// Whether this end holds objects of the other end's process, which a restart of that

@@ -8,6 +8,7 @@ use gpuipc_plugin_api::abi::RawFrame;
 
 use super::{ReadEnd, WriteEnd, device_frame};
 use crate::gpu::{DeviceMemory, Gpu, GpuError, IpcEvent, PinnedHost};
+use crate::link::wait::HeldWakes;
 use crate::link::{ReadSlot, RingMap};
 
 /// The cuda end of a host ring: a device buffer, an event to wait for its copies, and the
@@ -76,7 +77,7 @@ fn slot_offset(ring: &RingMap, slot: usize) -> usize {
 }
 
 impl ReadEnd for Staged {
-    fn frame(&self, ring: &RingMap, slot: &ReadSlot) -> Result<RawFrame, GpuError> {
+    fn frame(&self, ring: &RingMap, slot: &ReadSlot, _held: Option<&Arc<HeldWakes>>) -> Result<RawFrame, GpuError> {
         let bytes = ring.layout().total_bytes as usize;
         self.copy_and_wait(|| self.pinned.upload(self.staging.addr(), slot_offset(ring, slot.index()), bytes))?;
         Ok(device_frame(ring, &self.staging, slot.meta().seq, slot.meta().timestamp_ns))
