@@ -20,6 +20,16 @@ pub(crate) fn check(op: &'static str, device: Option<u32>, result: CUresult) -> 
     Err(CudaError::Driver { op, device, code: result as u32, name, description })
 }
 
+/// What `cuEventQuery` answered: the latest record has completed (also true if the event was
+/// never recorded), not yet, or the error.
+pub(crate) fn event_done(device: Option<u32>, result: CUresult) -> Result<bool, CudaError> {
+    match result {
+        CUresult::CUDA_SUCCESS => Ok(true),
+        CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        other => check("cuEventQuery", device, other).map(|()| true),
+    }
+}
+
 /// The driver's name and text for `result`. Only called once the library is loaded (a
 /// `CUresult` other than success only comes from it).
 fn describe(result: CUresult) -> (String, String) {

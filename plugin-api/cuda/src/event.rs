@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUevent, CUresult};
+use cudarc::driver::sys::{self, CUevent};
 
 use crate::context::{Gpu, Stream};
-use crate::driver::check;
+use crate::driver::{check, event_done};
 use crate::error::CudaError;
 use crate::log;
 use crate::memory::{handle_bytes, handle_chars};
@@ -98,11 +98,7 @@ impl IpcEvent {
     pub fn query(&self) -> Result<bool, CudaError> {
         self.gpu.bind()?;
         // SAFETY: a live event.
-        match unsafe { sys::cuEventQuery(self.raw) } {
-            CUresult::CUDA_SUCCESS => Ok(true),
-            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            other => check("cuEventQuery", Some(self.gpu.ordinal()), other).map(|()| true),
-        }
+        event_done(Some(self.gpu.ordinal()), unsafe { sys::cuEventQuery(self.raw) })
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{self, CUevent};
 
 use crate::context::{Gpu, Stream};
-use crate::driver::check;
+use crate::driver::{check, event_done};
 use crate::error::CudaError;
 use crate::library;
 use crate::log;
@@ -59,11 +59,7 @@ impl LocalEvent {
     pub(crate) fn query(&self) -> Result<bool, CudaError> {
         self.gpu.bind()?;
         // SAFETY: a live event.
-        match unsafe { sys::cuEventQuery(self.raw) } {
-            sys::CUresult::CUDA_SUCCESS => Ok(true),
-            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            other => check("cuEventQuery", Some(self.gpu.ordinal()), other).map(|()| true),
-        }
+        event_done(Some(self.gpu.ordinal()), unsafe { sys::cuEventQuery(self.raw) })
     }
 }
 
