@@ -563,24 +563,37 @@ mod tests {
         let log = Arc::new(Mutex::new(Vec::new()));
         let abandoned = Arc::new(Mutex::new(Vec::new()));
         let next_input = Arc::new(AtomicU64::new(0));
+        // Frames each thread has done: a thread takes a new ticket only while it is at most
+        // `FAIR_SLACK` frames ahead of the slowest, so one the scheduler starves (a loaded
+        // machine) still reaches the frame of its kill, which the kill tests count on.
+        const FAIR_SLACK: u64 = 16;
+        let progress: Arc<Vec<AtomicU64>> = Arc::new((0..replicas).map(|_| AtomicU64::new(0)).collect());
         let threads: Vec<_> = (0..replicas)
             .map(|r| {
                 let q = reopen(&q);
                 let log = log.clone();
                 let abandoned = abandoned.clone();
                 let next_input = next_input.clone();
+                let progress = progress.clone();
                 let kills: Vec<(u64, &'static str)> = kills.iter().filter(|k| k.0 == r).map(|k| (k.1, k.2)).collect();
                 thread::spawn(move || {
                     let waiter = Waiter::new(2);
                     let mut pid = 1000 + r;
                     let mut done = 0u64;
                     loop {
+                        progress[r as usize].store(done, Ordering::Relaxed);
                         let die = kills.iter().find(|k| k.0 == done).map(|k| k.1);
                         let guard = q.lock(pid, &waiter, || false).unwrap();
                         let held = match guard.take_owed(r) {
                             Some(h) => h,
                             None => {
                                 let seq = next_input.load(Ordering::Relaxed);
+                                let slowest = progress.iter().map(|p| p.load(Ordering::Relaxed)).min().unwrap_or(0);
+                                if seq < tickets && done > slowest + FAIR_SLACK {
+                                    drop(guard);
+                                    thread::yield_now();
+                                    continue;
+                                }
                                 if seq >= tickets {
                                     drop(guard);
                                     // Owed frames may still come from a sibling that dies later;
