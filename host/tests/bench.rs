@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use std::process::Stdio;
 
 #[test]
 fn bench_runs_both_ways_compares_outputs_and_reports_every_figure() {
@@ -46,4 +47,61 @@ fn bench_runs_both_ways_compares_outputs_and_reports_every_figure() {
     assert_eq!(stages.iter().map(|s| s["name"].as_str().unwrap()).collect::<Vec<_>>(), ["gen", "grade", "nv12", "hash"]);
     assert!(stages.iter().all(|s| s["cpu_separate"].as_f64().unwrap() > 0.0), "{report}");
     assert_nothing_left(run.pid);
+}
+
+/// `GPUIPC_TRACE=DIR`: every stage process writes when each frame ended each phase. Each
+/// stage's trace holds every frame once, with its source's stamp; within a frame the phases
+/// end in loop order; and no stage holds a frame before its producer finished writing it.
+#[test]
+fn frame_traces_follow_each_frame_through_every_stage_in_order() {
+    let dir = scratch("trace");
+    let traces = dir.join("traces");
+    std::fs::create_dir_all(&traces).unwrap();
+    let file = repo_root().join("pipelines/gradient-nv12.toml");
+    let env = format!("GPUIPC_TRACE={}", traces.display());
+    let run = start_wrapped(&dir, &["env", &env], &["run", &file.to_string_lossy(), "--device", "cpu", "--frames", "25"], Stdio::null())
+        .finish(RUN_TIMEOUT);
+    assert_eq!(run.status.code(), Some(0), "{}", run.output());
+    let order = ["gen", "grade", "nv12", "hash"];
+    let rows: Vec<Vec<Vec<u64>>> = order.iter().map(|stage| trace_rows(&traces, stage)).collect();
+    // Columns: seq, stamp, cpu, then the ends of: wait input, open input, wait output, prepare
+    // output, process, close input, finish output, publish, measure, release (the frame's
+    // start, when the last one was released).
+    const START: usize = 12;
+    const WAIT_INPUT: usize = 3;
+    const FINISH_OUTPUT: usize = 9;
+    const MEASURE: usize = 11;
+    for (stage, frames) in order.iter().zip(&rows) {
+        assert_eq!(frames.iter().map(|r| r[0]).collect::<Vec<_>>(), (0..25).collect::<Vec<_>>(), "{stage}");
+        for (r, source) in frames.iter().zip(&rows[0]) {
+            assert_eq!(r[1], source[1], "{stage}: frame {} carries its source's stamp", r[0]);
+            let ends: Vec<u64> = std::iter::once(r[START]).chain(r[WAIT_INPUT..=MEASURE].iter().copied()).collect();
+            assert!(ends.windows(2).all(|w| w[0] <= w[1]), "{stage}: frame {}: phases out of order: {r:?}", r[0]);
+        }
+    }
+    for (i, pair) in rows.windows(2).enumerate() {
+        for (producer, consumer) in pair[0].iter().zip(&pair[1]) {
+            assert!(
+                consumer[WAIT_INPUT] >= producer[FINISH_OUTPUT],
+                "{} held frame {} before {} finished it",
+                order[i + 1],
+                consumer[0],
+                order[i]
+            );
+        }
+    }
+    assert_nothing_left(run.pid);
+}
+
+/// The rows of the one trace `stage`'s process wrote under `dir`.
+fn trace_rows(dir: &std::path::Path, stage: &str) -> Vec<Vec<u64>> {
+    let files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("{stage}.")))
+        .collect();
+    assert_eq!(files.len(), 1, "{stage}: {files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(text.contains("# schedstat"), "{stage}: no scheduler line: {text}");
+    text.lines().filter(|l| !l.starts_with('#')).map(|l| l.split(' ').map(|c| c.parse().unwrap()).collect()).collect()
 }

@@ -324,6 +324,7 @@ impl FrameLoop<'_, '_> {
             }
             _ => (seq, timestamp_ns),
         };
+        self.phases.frame_is(seq, timestamp_ns);
         for (end, slot) in self.input_ends.iter().zip(held) {
             end.done(slot.index())?;
         }
@@ -355,6 +356,7 @@ impl FrameLoop<'_, '_> {
         if let Some(latency) = &mut self.latency {
             latency.frame_done(timestamp_ns)?;
         }
+        self.phases.lap(Phase::Measure);
         if let Some(lead) = &mut self.lead {
             let held = self.held_wakes.as_deref();
             lead.frame_enqueued(index, || held.map_or((), |h| h.flush()))?;

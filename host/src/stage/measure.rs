@@ -126,11 +126,52 @@ impl Pace {
 }
 
 /// Where a stage's host time goes, phase by phase of its frames (`GPUIPC_PROFILE=1` in the
-/// environment): logged when the stage ends. Off, each lap is one branch.
+/// environment): logged when the stage ends. With `GPUIPC_TRACE=DIR` it also writes when each
+/// frame ended each phase, one line a frame, to `DIR/<stage>.<pid>.trace` (times since the
+/// epoch, comparable between the stages' processes), for `scripts/trace-hops.py` to find
+/// which step of which stage a slow frame waited in. Off, each lap is one branch.
 pub struct PhaseClock {
     last: Option<std::time::Instant>,
     totals: [u64; PHASES.len()],
     frames: u64,
+    trace: Option<FrameTrace>,
+}
+
+/// Per-frame phase ends (`GPUIPC_TRACE`).
+struct FrameTrace {
+    path: PathBuf,
+    /// The frame being made: its sequence number, its source's stamp, the CPU the stage ran
+    /// on when it got the frame, when each phase ended.
+    seq: u64,
+    stamp_ns: u64,
+    cpu: usize,
+    ends: [u64; PHASES.len()],
+    /// Each frame's line, written when the stage ends.
+    rows: Vec<(u64, u64, usize, [u64; PHASES.len()])>,
+}
+
+impl FrameTrace {
+    fn write(&self) {
+        use std::fmt::Write;
+        let mut text = format!("# seq stamp_ns cpu, then when each phase ended (ns): {}\n", PHASES.join(", "));
+        for (seq, stamp_ns, cpu, ends) in &self.rows {
+            let _ = write!(text, "{seq} {stamp_ns} {cpu}");
+            for end in ends {
+                let _ = write!(text, " {end}");
+            }
+            text.push('\n');
+        }
+        // How long the thread waited to run once runnable, and how often it was preempted:
+        // the scheduler's side of a frame that waited.
+        let sched = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
+        let switches: Vec<&str> = status.lines().filter(|l| l.contains("ctxt_switches")).collect();
+        let _ = writeln!(text, "# schedstat (run ns, runqueue wait ns, slices): {}", sched.trim());
+        let _ = writeln!(text, "# {}", switches.join(", "));
+        if let Err(e) = std::fs::write(&self.path, text) {
+            tracing::warn!("cannot write the frame trace {}: {e}", self.path.display());
+        }
+    }
 }
 
 /// A frame's phases, in the order the frame loop goes through them.
@@ -152,17 +193,37 @@ pub enum Phase {
     FinishOutput,
     /// Publishing it (and its checksum line).
     Publish,
+    /// `gpuipc-host bench`, at a stage nobody reads: waiting for the frame's GPU work to end.
+    Measure,
     /// Counting the frame and releasing its input slots.
     Release,
 }
 
-const PHASES: [&str; 9] =
-    ["wait input", "open input", "wait output", "prepare output", "process", "close input", "finish output", "publish", "release"];
+const PHASES: [&str; 10] = [
+    "wait input",
+    "open input",
+    "wait output",
+    "prepare output",
+    "process",
+    "close input",
+    "finish output",
+    "publish",
+    "measure",
+    "release",
+];
 
 impl PhaseClock {
-    pub fn from_env() -> PhaseClock {
+    pub fn from_env(stage: &str) -> PhaseClock {
         let on = std::env::var_os("GPUIPC_PROFILE").is_some_and(|v| v != "0");
-        PhaseClock { last: on.then(std::time::Instant::now), totals: [0; PHASES.len()], frames: 0 }
+        let trace = std::env::var_os("GPUIPC_TRACE").filter(|d| !d.is_empty()).map(|dir| FrameTrace {
+            path: Path::new(&dir).join(format!("{stage}.{}.trace", std::process::id())),
+            seq: 0,
+            stamp_ns: 0,
+            cpu: 0,
+            ends: [0; PHASES.len()],
+            rows: Vec::new(),
+        });
+        PhaseClock { last: (on || trace.is_some()).then(std::time::Instant::now), totals: [0; PHASES.len()], frames: 0, trace }
     }
 
     /// The time since the last lap was spent in `phase`.
@@ -172,15 +233,36 @@ impl PhaseClock {
             let now = std::time::Instant::now();
             self.totals[phase as usize] += (now - *last).as_nanos() as u64;
             *last = now;
+            if let Some(trace) = &mut self.trace {
+                trace.ends[phase as usize] = now_ns();
+                if let Phase::WaitInput = phase {
+                    trace.cpu = rustix::thread::sched_getcpu();
+                }
+            }
+        }
+    }
+
+    /// The frame in the making is `seq`, stamped `stamp_ns` by its source.
+    #[inline]
+    pub fn frame_is(&mut self, seq: u64, stamp_ns: u64) {
+        if let Some(trace) = &mut self.trace {
+            (trace.seq, trace.stamp_ns) = (seq, stamp_ns);
         }
     }
 
     pub fn frame_done(&mut self) {
         self.frames += 1;
+        if let Some(t) = &mut self.trace {
+            t.rows.push((t.seq, t.stamp_ns, t.cpu, t.ends));
+            t.ends = [0; PHASES.len()];
+        }
     }
 
-    /// One log line: microseconds per frame in each phase.
+    /// One log line: microseconds per frame in each phase; and the trace file.
     pub fn log(&self) {
+        if let Some(t) = &self.trace {
+            t.write();
+        }
         if self.last.is_none() || self.frames == 0 {
             return;
         }

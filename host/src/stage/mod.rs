@@ -369,7 +369,7 @@ fn run_frames(
         cpu,
         latency,
         pace,
-        phases: measure::PhaseClock::from_env(),
+        phases: measure::PhaseClock::from_env(&setup.stage),
         replica,
         wake_ahead_after_idle: wake_ahead(gpu.is_some()).map(|w| w.idle.as_nanos() as u64),
         last_end_ns: 0,
