@@ -16,7 +16,7 @@ here=$PWD
 host=$here/bin/gpuipc-host
 work=$here/work/latency
 out=${OUT:-$here/results}
-mkdir -p "$work"
+mkdir -p "$out" "$work"
 frames=${1:-5000}
 export GPUIPC_KERNEL_CACHE=$here/kernel-cache
 for dir in $(ldconfig -p | awk '/libnvrtc.so/ {print $NF}' | xargs -r -n1 dirname) /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
@@ -80,8 +80,8 @@ for c in ${CASES:-1080p 256 chain8}; do
         (cd "$work" && env $envs GPUIPC_TRACE="$trace" "$host" bench "$file" --device cuda --isolation mps --frames 2000 --rounds 1 \
             --latency-frames "$frames" --fps 1000 $flags --json "$work/$label.json" > "$work/$label.out" 2> "$work/$label.err") ||
             { echo "FAILED: $label"; tail -5 "$work/$label.err"; continue; }
-        # Time the hypervisor ran something else on this machine's CPUs (USER_HZ ticks of 10 ms).
-        steal=$(( ($(awk '/^cpu /{print $9}' /proc/stat) - steal_before) * 10 ))
+        # Time the hypervisor ran something else on this machine's CPUs (in clock ticks).
+        steal=$(( ($(awk '/^cpu /{print $9}' /proc/stat) - steal_before) * 1000 / $(getconf CLK_TCK) ))
         echo "== $label: $(grep -a 'added latency per hop' "$work/$label.out"); one process $(python3 -c '
 import json, sys; r = json.load(open(sys.argv[1])); a = r["in_process"]["latency_us"]; b = r["separate"]["latency_us"]
 print(f"p50/p99/max {a[0]:.0f}/{a[1]:.0f}/{a[2]:.0f} µs, separate {b[0]:.0f}/{b[1]:.0f}/{b[2]:.0f}")' "$work/$label.json"); CPU time stolen by a hypervisor during the call: $steal ms"

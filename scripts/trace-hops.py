@@ -5,15 +5,17 @@ wrote (`GPUIPC_TRACE=DIR`, see docs/benchmarks.md, "Where the latency goes").
     scripts/trace-hops.py DIR
 
 Takes the newest trace of each stage in DIR (a `gpuipc-host bench` writes its paced latency
-run last), orders the stages by when they publish a frame, and splits each frame's time from
-its source's stamp to the end of the last stage's GPU work into steps:
+run last; a stage with replicas or restarts has several processes, of which this reads one),
+orders the stages by when they publish a frame, and splits each frame's time from its
+source's stamp to the end of the last stage's GPU work into steps:
 
-    S publish      the source: stamp -> its frame published (launch, record, publish)
-    S wake         a consumer: its producer published -> it holds the frame (the ring wait)
+    S publish      the source: stamp -> its publish begins (launch, events recorded)
+    S wake         a consumer: its producer's publish began -> it holds the frame (the
+                   producer's wake-up call, the ring wait)
     S ready        it holds the frame -> the producer's GPU work is seen done (or left to
                    the GPU to wait for)
     S launch       -> the plugin's work enqueued (output slot, prepare, process)
-    S publish      -> published (events recorded, slot published)
+    S publish      -> its publish begins (events recorded, a replica's turn, checksum)
     S measure      the last stage: -> the GPU finished the frame (bench's wait on an event)
 
 and prints each step's median over all frames and its mean over the slowest 1 % of frames,
@@ -25,7 +27,7 @@ import sys
 
 # Columns of a trace line: seq, stamp, cpu, then the end of each phase in this order.
 PHASES = ["wait input", "open input", "wait output", "prepare output", "process",
-          "close input", "finish output", "publish", "measure", "release"]
+          "close input", "finish output", "publish", "measure", "start", "publish begins"]
 
 
 def read_trace(path):
@@ -34,8 +36,10 @@ def read_trace(path):
     with open(path) as f:
         for line in f:
             if line.startswith("# schedstat"):
-                run, queued, slices = line.split(":", 1)[1].split()[:3]
-                sched = f"ran {int(run) / 1e6:.0f} ms, waited {int(queued) / 1e6:.1f} ms runnable in {slices} slices"
+                figures = line.split(":", 1)[1].split()
+                if len(figures) >= 3:
+                    run, queued, slices = figures[:3]
+                    sched = f"ran {int(run) / 1e6:.0f} ms, waited {int(queued) / 1e6:.1f} ms runnable in {slices} slices"
             elif line.startswith("# ") and "ctxt_switches" in line:
                 sched += "; " + " ".join(line[2:].split())
             if line.startswith("#") or not line.strip():
@@ -66,17 +70,17 @@ def steps_of(order, traces, seq):
         return None
     stamp = rows[0][0]
     us = lambda a, b: (b - a) / 1000.0
-    steps = [(f"{order[0]} publish", us(stamp, rows[0][1]["publish"]))]
+    steps = [(f"{order[0]} publish", us(stamp, rows[0][1]["publish begins"]))]
     for i in range(1, len(order)):
         prev, (_, e) = rows[i - 1][1], rows[i]
         steps += [
-            (f"{order[i]} wake", us(prev["publish"], e["wait input"])),
+            (f"{order[i]} wake", us(prev["publish begins"], e["wait input"])),
             (f"{order[i]} ready", us(e["wait input"], e["open input"])),
             (f"{order[i]} launch", us(e["open input"], e["process"])),
-            (f"{order[i]} publish", us(e["process"], e["publish"])),
+            (f"{order[i]} publish", us(e["process"], e["publish begins"])),
         ]
     last = rows[-1][1]
-    steps.append((f"{order[-1]} measure", us(last["publish"], last["measure"])))
+    steps.append((f"{order[-1]} measure", us(last["publish begins"], last["measure"])))
     return steps
 
 
@@ -90,7 +94,7 @@ def main():
         sys.exit(f"{sys.argv[1]}: traces of at least two stages needed, found {sorted(traces)}")
 
     def publish_delay(stage):
-        return statistics.median(e["publish"] - stamp for stamp, e in traces[stage].values())
+        return statistics.median(e["publish begins"] - stamp for stamp, e in traces[stage].values())
 
     order = sorted(traces, key=publish_delay)
     seqs = sorted(set.intersection(*(set(t) for t in traces.values())))
@@ -106,7 +110,8 @@ def main():
     tail = frames[int(n * 0.99):]
     names = [name for name, _ in frames[0][1]]
     print(f"stages in order: {' -> '.join(order)}; {n} frames")
-    print(f"latency: p50 {total(frames[n // 2][1]):.1f}  p99 {total(frames[int((n - 1) * 0.99)][1]):.1f}  max {total(frames[-1][1]):.1f} µs")
+    at = lambda q: total(frames[round((n - 1) * q)][1])  # as `bench` picks its percentiles
+    print(f"latency: p50 {at(0.5):.1f}  p99 {at(0.99):.1f}  max {at(1.0):.1f} µs")
     print(f"{'step':<28} {'median':>8} {'slowest 1 % (mean)':>20}")
     for i, name in enumerate(names):
         med = statistics.median(st[i][1] for _, st in frames)

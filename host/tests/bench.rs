@@ -51,7 +51,7 @@ fn bench_runs_both_ways_compares_outputs_and_reports_every_figure() {
 
 /// `GPUIPC_TRACE=DIR`: every stage process writes when each frame ended each phase. Each
 /// stage's trace holds every frame once, with its source's stamp; within a frame the phases
-/// end in loop order; and no stage holds a frame before its producer finished writing it.
+/// end in loop order; and no stage holds a frame before its producer began to publish it.
 #[test]
 fn frame_traces_follow_each_frame_through_every_stage_in_order() {
     let dir = scratch("trace");
@@ -65,25 +65,31 @@ fn frame_traces_follow_each_frame_through_every_stage_in_order() {
     let order = ["gen", "grade", "nv12", "hash"];
     let rows: Vec<Vec<Vec<u64>>> = order.iter().map(|stage| trace_rows(&traces, stage)).collect();
     // Columns: seq, stamp, cpu, then the ends of: wait input, open input, wait output, prepare
-    // output, process, close input, finish output, publish, measure, release (the frame's
-    // start, when the last one was released).
-    const START: usize = 12;
+    // output, process, close input, finish output, publish, measure; the frame's start (the
+    // last one's release done); when its publish began.
     const WAIT_INPUT: usize = 3;
     const FINISH_OUTPUT: usize = 9;
+    const PUBLISH: usize = 10;
     const MEASURE: usize = 11;
+    const START: usize = 12;
+    const PUBLISH_BEGINS: usize = 13;
     for (stage, frames) in order.iter().zip(&rows) {
         assert_eq!(frames.iter().map(|r| r[0]).collect::<Vec<_>>(), (0..25).collect::<Vec<_>>(), "{stage}");
         for (r, source) in frames.iter().zip(&rows[0]) {
+            assert_eq!(r.len(), 14, "{stage}: {r:?}");
             assert_eq!(r[1], source[1], "{stage}: frame {} carries its source's stamp", r[0]);
-            let ends: Vec<u64> = std::iter::once(r[START]).chain(r[WAIT_INPUT..=MEASURE].iter().copied()).collect();
+            let ends: Vec<u64> = std::iter::once(r[START])
+                .chain(r[WAIT_INPUT..=FINISH_OUTPUT].iter().copied())
+                .chain([r[PUBLISH_BEGINS], r[PUBLISH], r[MEASURE]])
+                .collect();
             assert!(ends.windows(2).all(|w| w[0] <= w[1]), "{stage}: frame {}: phases out of order: {r:?}", r[0]);
         }
     }
     for (i, pair) in rows.windows(2).enumerate() {
         for (producer, consumer) in pair[0].iter().zip(&pair[1]) {
             assert!(
-                consumer[WAIT_INPUT] >= producer[FINISH_OUTPUT],
-                "{} held frame {} before {} finished it",
+                consumer[WAIT_INPUT] >= producer[PUBLISH_BEGINS],
+                "{} held frame {} before {} published it",
                 order[i + 1],
                 consumer[0],
                 order[i]
@@ -93,7 +99,8 @@ fn frame_traces_follow_each_frame_through_every_stage_in_order() {
     assert_nothing_left(run.pid);
 }
 
-/// The rows of the one trace `stage`'s process wrote under `dir`.
+/// The rows of the one trace `stage`'s process wrote under `dir`; its footer has the thread's
+/// scheduler figures.
 fn trace_rows(dir: &std::path::Path, stage: &str) -> Vec<Vec<u64>> {
     let files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
@@ -102,6 +109,8 @@ fn trace_rows(dir: &std::path::Path, stage: &str) -> Vec<Vec<u64>> {
         .collect();
     assert_eq!(files.len(), 1, "{stage}: {files:?}");
     let text = std::fs::read_to_string(&files[0]).unwrap();
-    assert!(text.contains("# schedstat"), "{stage}: no scheduler line: {text}");
+    let sched = text.lines().find_map(|l| l.strip_prefix("# schedstat (run ns, runqueue wait ns, slices): "));
+    let figures: Vec<u64> = sched.unwrap_or_else(|| panic!("{stage}: no scheduler line: {text}")).split(' ').map(|n| n.parse().unwrap()).collect();
+    assert!(figures.len() == 3 && figures[0] > 0, "{stage}: {figures:?}");
     text.lines().filter(|l| !l.starts_with('#')).map(|l| l.split(' ').map(|c| c.parse().unwrap()).collect()).collect()
 }

@@ -141,6 +141,7 @@ impl FrameLoop<'_, '_> {
         // carries on where this process stopped, or aborts every ring.
         let end = self.frames_until_end();
         self.flush_wakes();
+        self.phases.write_trace();
         let end = end?;
         // Replicas: the last one to end closes the stream, once every sibling has published;
         // each waits for its own GPU slots to be read.
@@ -346,6 +347,7 @@ impl FrameLoop<'_, '_> {
             let hash = self.output.pixel_hash(gpu, out.as_ref())?;
             tap.record(seq, hash).map_err(StageError::Setup)?;
         }
+        self.phases.publishing();
         self.output.publish(pending, seq, timestamp_ns);
         match (&self.replica, ticket) {
             (Some(replica), Some(taken)) if turn.is_some() => replica.finish(taken),

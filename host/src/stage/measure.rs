@@ -126,12 +126,15 @@ impl Pace {
 }
 
 /// Where a stage's host time goes, phase by phase of its frames (`GPUIPC_PROFILE=1` in the
-/// environment): logged when the stage ends. With `GPUIPC_TRACE=DIR` it also writes when each
+/// environment): logged when the stage ends. With `GPUIPC_TRACE=DIR` it writes when each
 /// frame ended each phase, one line a frame, to `DIR/<stage>.<pid>.trace` (times since the
-/// epoch, comparable between the stages' processes), for `scripts/trace-hops.py` to find
-/// which step of which stage a slow frame waited in. Off, each lap is one branch.
+/// epoch, comparable between the stages' processes) when the frame loop ends, however it
+/// ends, for `scripts/trace-hops.py` to find which step of which stage a slow frame waited in.
+/// Off, each lap is one branch.
 pub struct PhaseClock {
     last: Option<std::time::Instant>,
+    /// `GPUIPC_PROFILE`: log the totals.
+    profile: bool,
     totals: [u64; PHASES.len()],
     frames: u64,
     trace: Option<FrameTrace>,
@@ -141,25 +144,29 @@ pub struct PhaseClock {
 struct FrameTrace {
     path: PathBuf,
     /// The frame being made: its sequence number, its source's stamp, the CPU the stage ran
-    /// on when it got the frame, when each phase ended.
+    /// on when it got the frame, when each phase ended, and when its publish began (before
+    /// the wake-up of its consumers, which the publish phase includes).
     seq: u64,
     stamp_ns: u64,
     cpu: usize,
     ends: [u64; PHASES.len()],
-    /// Each frame's line, written when the stage ends.
-    rows: Vec<(u64, u64, usize, [u64; PHASES.len()])>,
+    publish_ns: u64,
+    /// Each frame's line, written when the loop ends.
+    rows: Vec<(u64, u64, usize, [u64; PHASES.len()], u64)>,
 }
 
 impl FrameTrace {
     fn write(&self) {
         use std::fmt::Write;
-        let mut text = format!("# seq stamp_ns cpu, then when each phase ended (ns): {}\n", PHASES.join(", "));
-        for (seq, stamp_ns, cpu, ends) in &self.rows {
+        // The release phase's end is the frame's start: it ends the frame before.
+        let phases = PHASES.map(|p| if p == "release" { "start" } else { p });
+        let mut text = format!("# seq stamp_ns cpu, then when each ended (ns): {}, publish begins\n", phases.join(", "));
+        for (seq, stamp_ns, cpu, ends, publish_ns) in &self.rows {
             let _ = write!(text, "{seq} {stamp_ns} {cpu}");
             for end in ends {
                 let _ = write!(text, " {end}");
             }
-            text.push('\n');
+            let _ = writeln!(text, " {publish_ns}");
         }
         // How long the thread waited to run once runnable, and how often it was preempted:
         // the scheduler's side of a frame that waited.
@@ -221,9 +228,11 @@ impl PhaseClock {
             stamp_ns: 0,
             cpu: 0,
             ends: [0; PHASES.len()],
+            publish_ns: 0,
             rows: Vec::new(),
         });
-        PhaseClock { last: (on || trace.is_some()).then(std::time::Instant::now), totals: [0; PHASES.len()], frames: 0, trace }
+        let last = (on || trace.is_some()).then(std::time::Instant::now);
+        PhaseClock { last, profile: on, totals: [0; PHASES.len()], frames: 0, trace }
     }
 
     /// The time since the last lap was spent in `phase`.
@@ -250,20 +259,33 @@ impl PhaseClock {
         }
     }
 
+    /// The frame's publish begins (a trace's mark: a consumer may hold the frame before the
+    /// publish phase ends).
+    #[inline]
+    pub fn publishing(&mut self) {
+        if let Some(trace) = &mut self.trace {
+            trace.publish_ns = now_ns();
+        }
+    }
+
     pub fn frame_done(&mut self) {
         self.frames += 1;
         if let Some(t) = &mut self.trace {
-            t.rows.push((t.seq, t.stamp_ns, t.cpu, t.ends));
+            t.rows.push((t.seq, t.stamp_ns, t.cpu, t.ends, t.publish_ns));
             t.ends = [0; PHASES.len()];
         }
     }
 
-    /// One log line: microseconds per frame in each phase; and the trace file.
-    pub fn log(&self) {
+    /// Write the frame trace, if one was asked for.
+    pub fn write_trace(&self) {
         if let Some(t) = &self.trace {
             t.write();
         }
-        if self.last.is_none() || self.frames == 0 {
+    }
+
+    /// One log line: microseconds per frame in each phase.
+    pub fn log(&self) {
+        if !self.profile || self.frames == 0 {
             return;
         }
         let per_frame: Vec<String> = PHASES
