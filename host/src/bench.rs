@@ -9,7 +9,8 @@
 //! (events around its work, in one process) with the bytes its frames move and the bandwidth
 //! that makes against a device-to-device copy measured here; host CPU per stage; GPU memory;
 //! end-to-end latency with the sources paced (`--fps`), from a frame's stamp at its source
-//! to the completion of the last stage's GPU work on it, and the latency each hop adds.
+//! to the completion of the last stage's GPU work on it, and the latency each hop adds (also
+//! `rounds` runs each way, one way then the other; p50 and p99 are the medians of theirs).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -67,8 +68,11 @@ pub struct BenchReport {
     pub copy_gb_per_s: Option<f64>,
     /// Links on the longest path from a source to a sink.
     pub hops: usize,
-    /// (separate − in-process) / hops, in microseconds, for p50 and p99.
+    /// (separate − in-process) / hops, in microseconds, for p50 and p99 (of the medians).
     pub added_latency_per_hop_us: Option<(f64, f64)>,
+    /// Each latency round's percentiles, in the order they ran; `latency_us` of each way holds
+    /// their medians (p50, p99) and the largest max.
+    pub latency_rounds: Vec<LatencyRound>,
     pub notes: Vec<String>,
 }
 
@@ -76,6 +80,13 @@ pub struct BenchReport {
 pub struct Round {
     pub in_process_frames_per_s: f64,
     pub separate_frames_per_s: f64,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct LatencyRound {
+    /// Microseconds: p50, p99, max.
+    pub in_process_us: Option<(f64, f64, f64)>,
+    pub separate_us: Option<(f64, f64, f64)>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -291,27 +302,47 @@ fn compare_outputs(plan: &Plan, args: &BenchArgs, scratch: &Scratch, shutdown: &
     Ok(())
 }
 
-/// Paced sources, both ways: latency percentiles and the added latency per hop.
+/// Paced sources, both ways, `rounds` times one way then the other (a burst of the
+/// machine's noise reaches one round, not the figure): latency percentiles and the added
+/// latency per hop.
 fn latency(plan: &Plan, args: &BenchArgs, scratch: &Scratch, shutdown: &Shutdown, report: &mut BenchReport) -> Result<(), String> {
-    eprintln!("bench: latency at {} frames/s ({} frames each way)", args.fps, args.latency_frames);
     let probe = Probe { latency: true, pace_fps: Some(args.fps), ..Probe::default() };
-    let (_, measured) = in_process(plan, args.latency_frames, probe)?;
-    let dir = scratch.folder("latency")?;
-    separate(plan, args.latency_frames, args, shutdown, Separate { latency: Some(&dir), pace_fps: Some(args.fps), ..Separate::default() })?;
-    let mut samples = Vec::new();
-    for stage in plan.stages.iter().filter(|s| s.output.as_ref().is_none_or(|o| o.link.is_none())) {
-        samples.extend(read_latencies(&dir, stage.name.as_str()));
+    let rounds = args.rounds.max(1);
+    for round in 1..=rounds {
+        eprintln!("bench: latency at {} frames/s, round {round} of {rounds} ({} frames each way)", args.fps, args.latency_frames);
+        let (_, measured) = in_process(plan, args.latency_frames, probe)?;
+        let dir = scratch.folder(&format!("latency-{round}"))?;
+        let paced = Separate { latency: Some(&dir), pace_fps: Some(args.fps), ..Separate::default() };
+        separate(plan, args.latency_frames, args, shutdown, paced)?;
+        let mut samples = Vec::new();
+        for stage in plan.stages.iter().filter(|s| s.output.as_ref().is_none_or(|o| o.link.is_none())) {
+            samples.extend(read_latencies(&dir, stage.name.as_str()));
+        }
+        report.latency_rounds.push(LatencyRound { in_process_us: percentiles(measured.latencies_ns), separate_us: percentiles(samples) });
     }
-    let one = percentiles(measured.latencies_ns);
+    let one = latency_over_rounds(report.latency_rounds.iter().map(|r| r.in_process_us));
+    let sep = latency_over_rounds(report.latency_rounds.iter().map(|r| r.separate_us));
     report.in_process.latency_us = one;
-    report.separate.latency_us = percentiles(samples);
-    if let (Some(a), Some(b)) = (one, report.separate.latency_us)
+    report.separate.latency_us = sep;
+    if let (Some(a), Some(b)) = (one, sep)
         && report.hops > 0
     {
         let hops = report.hops as f64;
         report.added_latency_per_hop_us = Some(((b.0 - a.0) / hops, (b.1 - a.1) / hops));
     }
     Ok(())
+}
+
+/// The medians of the rounds' p50 and p99 (as frames/s: the lower middle of an even count)
+/// and the largest max; `None` where a round has none.
+fn latency_over_rounds(rounds: impl Iterator<Item = Option<(f64, f64, f64)>>) -> Option<(f64, f64, f64)> {
+    let rounds: Vec<(f64, f64, f64)> = rounds.collect::<Option<_>>()?;
+    if rounds.is_empty() {
+        return None;
+    }
+    let p50 = median(rounds.iter().map(|r| (r.0, ())).collect()).0;
+    let p99 = median(rounds.iter().map(|r| (r.1, ())).collect()).0;
+    Some((p50, p99, rounds.iter().map(|r| r.2).fold(f64::MIN, f64::max)))
 }
 
 /// p50, p99 and max in microseconds.
@@ -456,8 +487,18 @@ fn render(r: &BenchReport) -> String {
         let _ = writeln!(out, "{:24} {a:>14.0} {b:>14.0} {:>7.1}%", format!("  round {}", k + 1), b / a * 100.0);
     }
     if let (Some(a), Some(b)) = (r.in_process.latency_us, r.separate.latency_us) {
-        for (label, x, y) in [("latency p50 (µs)", a.0, b.0), ("latency p99 (µs)", a.1, b.1), ("latency max (µs)", a.2, b.2)] {
+        let rounds = r.latency_rounds.len();
+        let of = if rounds > 1 { " (median)" } else { "" };
+        for (label, x, y) in [(format!("latency p50 µs{of}"), a.0, b.0), (format!("latency p99 µs{of}"), a.1, b.1), ("latency max µs".into(), a.2, b.2)] {
             let _ = writeln!(out, "{label:24} {x:>14.1} {y:>14.1}");
+        }
+        if rounds > 1 {
+            for (k, round) in r.latency_rounds.iter().enumerate() {
+                if let (Some(x), Some(y)) = (round.in_process_us, round.separate_us) {
+                    let label = format!("  round {} p50 / p99", k + 1);
+                    let _ = writeln!(out, "{label:24} {:>14} {:>14}", format!("{:.0} / {:.0}", x.0, x.1), format!("{:.0} / {:.0}", y.0, y.1));
+                }
+            }
         }
     }
     if let (Some(a), Some(b)) = (r.in_process.gpu_memory_mib, r.separate.gpu_memory_mib) {

@@ -106,7 +106,8 @@ enum Command {
         /// Frames of the warm-up run before each measured one.
         #[arg(long, default_value_t = 300)]
         warmup: u64,
-        /// Measured runs each way, one way then the other; frames/s are their medians.
+        /// Measured runs each way, one way then the other, of frames/s and of latency; the
+        /// figures are their medians.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=99))]
         rounds: u32,
         /// Frames of the run that compares both ways' outputs.

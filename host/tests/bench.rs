@@ -20,7 +20,7 @@ fn bench_runs_both_ways_compares_outputs_and_reports_every_figure() {
     let run = run(&dir, &args.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(run.status.code(), Some(0), "{}", run.output());
     assert!(run.stdout.contains("outputs: equal both ways (48 frames of 4 stages compared)"), "{}", run.output());
-    for line in ["3 rounds of 40 frames each way", "frames/s (median)", "  round 3", "latency p50 (µs)", "latency p99 (µs)", "host CPU of the separate stages together", "added latency per hop (3 hops)"] {
+    for line in ["3 rounds of 40 frames each way", "frames/s (median)", "  round 3", "latency p50 µs (median)", "latency p99 µs (median)", "latency max µs", "  round 3 p50 / p99", "host CPU of the separate stages together", "added latency per hop (3 hops)"] {
         assert!(run.stdout.contains(line), "missing `{line}`:\n{}", run.output());
     }
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
@@ -31,6 +31,16 @@ fn bench_runs_both_ways_compares_outputs_and_reports_every_figure() {
         let latency = report[mode]["latency_us"].as_array().unwrap_or_else(|| panic!("{mode}: no latency: {report}"));
         let (p50, p99, max) = (latency[0].as_f64().unwrap(), latency[1].as_f64().unwrap(), latency[2].as_f64().unwrap());
         assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{mode}: {latency:?}");
+    }
+    // Latency: three rounds each way; the p50 and p99 are the medians of theirs, the max the largest.
+    let latency_rounds = report["latency_rounds"].as_array().unwrap();
+    assert_eq!(latency_rounds.len(), 3, "{report}");
+    for (mode, key) in [("in_process", "in_process_us"), ("separate", "separate_us")] {
+        for (i, pick) in [(0, 1usize), (1, 1), (2, 2)] {
+            let mut each: Vec<f64> = latency_rounds.iter().map(|r| r[key][i].as_f64().unwrap()).collect();
+            each.sort_by(f64::total_cmp);
+            assert_eq!(report[mode]["latency_us"][i].as_f64().unwrap(), each[pick], "{mode} [{i}]: {report}");
+        }
     }
     // Each way's frames/s is the median of its three rounds.
     let rounds = report["rounds"].as_array().unwrap();
