@@ -14,6 +14,9 @@
 #   GPUIPC_READY_SPIN_US=N  a GPU consumer polls a frame's ready event on its host N µs first (0: the GPU waits)
 #   GPUIPC_WAKE_BEFORE_DUE_US=N  at an idle pace, wake N µs before a frame is due (0: not before)
 #   a variant named dN-VARIANT runs VARIANT with depth = N on every stage
+#   a variant named spinN (or dN-spinN) runs the defaults with every stage spinning N µs
+#   before it sleeps (`bench --spin-us N`)
+#   BENCH_ARGS="..."        more arguments for every `bench` call (e.g. --latency-frames 1000)
 #   ROUNDS=N                every case and variant N times, interleaved (label -rK)
 #   PROFILE=1               also log each stage's host time per phase (GPUIPC_PROFILE) and print it
 set -uo pipefail
@@ -51,10 +54,12 @@ variants=${VARIANTS:-"old wake default nolead batch1 lead-sync"}
 # wake-ups sent 4 at a time, lead 64 frames checked every 16 and polled).
 variant_env() {
     case ${1#d[0-9]*-} in
-        default) echo "" ;;
+        default|spin[0-9]*) echo "" ;;
         old) echo "GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_AHEAD_US=0 GPUIPC_WAKE_BATCH=1 GPUIPC_WAKE_BEFORE_DUE_US=0" ;;
         wake) echo "GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_BATCH=1" ;;
         nobeforedue) echo "GPUIPC_WAKE_BEFORE_DUE_US=0" ;;
+        prio-up) echo "GPUIPC_STREAM_PRIORITY=upstream" ;;
+        prio-down) echo "GPUIPC_STREAM_PRIORITY=downstream" ;;
         gpuready) echo "GPUIPC_READY_SPIN_US=0" ;;
         nolead) echo "GPUIPC_GPU_LEAD=0" ;;
         batch1) echo "GPUIPC_WAKE_BATCH=1" ;;
@@ -67,6 +72,12 @@ variant_env() {
         batch4-lead32c8) echo "GPUIPC_WAKE_BATCH=4 GPUIPC_GPU_LEAD=32 GPUIPC_GPU_LEAD_CHECK=8 GPUIPC_GPU_LEAD_WAIT=sync" ;;
         batch4-lead64c16) echo "GPUIPC_WAKE_BATCH=4 GPUIPC_GPU_LEAD=64 GPUIPC_GPU_LEAD_CHECK=16 GPUIPC_GPU_LEAD_WAIT=sync" ;;
         *) echo "unknown variant $1" >&2; return 1 ;;
+    esac
+}
+# The `bench` arguments a variant adds.
+variant_args() {
+    case ${1#d[0-9]*-} in
+        spin[0-9]*) v=${1#d[0-9]*-}; echo "--spin-us ${v#spin}" ;;
     esac
 }
 cases=${CASES:-"4k 1080p chain8"}
@@ -94,7 +105,7 @@ for c in $cases; do
             sed "/^\\[\\[stage\\]\\]/a depth = $depth" "$file" > "$run_file"
         fi
         (cd "$work" && env $(variant_env "$v") ${PROFILE:+GPUIPC_PROFILE=1} "$host" bench "$run_file" --device cuda --isolation mps --frames "$frames" \
-            --json "$results/$label.json" > "$work/$label.out" 2> "$work/$label.err") || { echo "FAILED: $label"; tail -5 "$work/$label.err"; }
+            $(variant_args "$v") ${BENCH_ARGS:-} --json "$results/$label.json" > "$work/$label.out" 2> "$work/$label.err") || { echo "FAILED: $label"; tail -5 "$work/$label.err"; }
     done
 done
 done
