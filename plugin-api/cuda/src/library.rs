@@ -124,6 +124,8 @@ const DRIVER: Symbols = Symbols {
         "cuCtxSetCurrent",
         "cuCtxGetDevice",
         "cuStreamCreate",
+        "cuStreamCreateWithPriority",
+        "cuCtxGetStreamPriorityRange",
         "cuStreamDestroy_v2",
         "cuStreamSynchronize",
         "cuStreamWaitEvent",
