@@ -80,7 +80,7 @@ variant_args() {
         spin[0-9]*) v=${1#d[0-9]*-}; echo "--spin-us ${v#spin}" ;;
     esac
 }
-cases=${CASES:-"4k 1080p chain8"}
+cases=${CASES-"4k 1080p chain8"}  # CASES="" runs only the paced runs below
 case_file() {
     case $1 in
         4k) sized 3840 2160 ;;
