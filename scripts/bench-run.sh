@@ -62,8 +62,7 @@ bench 4k-mps-spin20 $(( frames * 3 )) "$(sized 3840 2160)" --isolation mps --spi
 bench 4k-process "$frames" "$(sized 3840 2160)" --isolation process
 bench 4k-process-spin20 "$frames" "$(sized 3840 2160)" --isolation process --spin-us 20
 bench 1080p-mps $(( frames * 3 )) "$(sized 1920 1080)" --isolation mps
-# Every stage sleeping at once (the default before 1080p cuda stages spun 20 µs).
-bench 1080p-mps-spin0 $(( frames * 3 )) "$(sized 1920 1080)" --isolation mps --spin-us 0
+bench 1080p-mps-spin20 $(( frames * 3 )) "$(sized 1920 1080)" --isolation mps --spin-us 20
 bench 1080p-process "$frames" "$(sized 1920 1080)" --isolation process
 # Every stage spinning through the 1 ms gaps of the latency runs instead of sleeping: the
 # latency a core per stage buys.

@@ -53,34 +53,15 @@ pub const SMALL_FRAME_GPU_DEPTH: u32 = 3;
 pub const MAX_DEPTH: u32 = 64;
 /// Most consumers one link may have (fan-out).
 pub const MAX_CONSUMERS: usize = 16;
-/// Microseconds a waiting stage spins before it sleeps, unless its frames are large GPU
-/// frames ([`LARGE_FRAME_CUDA_SPIN_US`]): a handoff of small frames between processes in well
-/// under a microsecond in the cpu domain (docs/benchmarks.md). In the cuda domain a stage
-/// whose frames are under [`LARGE_FRAME_BYTES`] keeps its GPU fed only if it reacts at once:
-/// on an H100 under MPS, 1080p generator → rgb-process → yuv420 ran faster separately with
-/// every stage spinning 20 µs than sleeping at once in 5 of 5 calls (+0.5 to +11 %), the
-/// generator sleeping 0.55–0.9 times a frame otherwise and its consumer spending 1.3–2.0 µs
-/// a frame waking it; only the generator's core rises (to a whole one), the others already
-/// poll their frames' `ready` events (docs/benchmarks.md, "Spinning and stream priorities").
+/// Microseconds a waiting stage in the cpu domain spins before it sleeps: a handoff of small
+/// frames between processes in well under a microsecond (docs/benchmarks.md).
 pub const DEFAULT_SPIN_US: u32 = 20;
-/// The same for a stage in the cuda domain with a frame of [`LARGE_FRAME_BYTES`] or more: none.
-/// Its host runs ahead of its GPU by up to a ring's depth, so a few microseconds of futex
-/// wake-up cost no frames, and spinning cost a core per stage (measured on an H100 at 4K:
-/// docs/benchmarks.md).
-pub const LARGE_FRAME_CUDA_SPIN_US: u32 = 0;
-
-/// How long `stage` spins before it sleeps where neither the file nor the command line says:
-/// [`LARGE_FRAME_CUDA_SPIN_US`] for a cuda stage that reads or writes a frame of
-/// [`LARGE_FRAME_BYTES`] or more, else [`DEFAULT_SPIN_US`].
-pub fn default_spin_us(plan: &Plan, stage: &StagePlan) -> u32 {
-    let input_bytes = stage.inputs.iter().map(|i| plan.links[i.link].layout.total_bytes);
-    let output_bytes = stage.output.as_ref().map(|o| o.layout.total_bytes);
-    let large_frames = input_bytes.chain(output_bytes).any(|b| b >= LARGE_FRAME_BYTES);
-    match stage.domain {
-        gpuipc_plugin_api::Domain::Cuda if large_frames => LARGE_FRAME_CUDA_SPIN_US,
-        _ => DEFAULT_SPIN_US,
-    }
-}
+/// The same for a stage in the cuda domain: none. Its host runs ahead of its GPU by up to a
+/// ring's depth, so a few microseconds of futex wake-up cost no frames, and spinning cost a
+/// core per stage (measured on an H100: docs/benchmarks.md). 20 µs at 1080p, where consumers
+/// poll their frames on the host, moved separate frames/s by −4 to +11 % over seven calls, for
+/// the generator's core: not taken ("Spinning and stream priorities" there).
+pub const CUDA_SPIN_US: u32 = 0;
 
 /// A checked pipeline, ready to run.
 #[derive(Debug, Clone)]
@@ -94,7 +75,7 @@ pub struct Plan {
     pub isolation: Isolation,
     /// Whose MPS daemon the stages use when `isolation` uses one.
     pub mps: MpsScope,
-    /// The file's `spin_us`; `None`: [`default_spin_us`] for each stage.
+    /// The file's `spin_us`; `None`: [`DEFAULT_SPIN_US`] or [`CUDA_SPIN_US`] by domain.
     pub spin_us: Option<u32>,
     /// What the run does when a host's agent is lost (docs/multi-host.md).
     pub on_host_loss: crate::config::OnHostLoss,

@@ -790,8 +790,8 @@ mod tests {
     use crate::plan::split::tests::{HOSTS, plan_of};
 
     /// A cuda chain on host b (planned here without a GPU): `size` frames, `depth` set on
-    /// the generator or left to the plan.
-    fn cuda_chain(size: &str, gen_depth: &str) -> crate::plan::Plan {
+    /// the generator or left to the plan. The slots of each link, in plan order.
+    fn slots(size: &str, gen_depth: &str) -> Vec<u32> {
         let text = format!(
             r#"{HOSTS}
 [[stage]]
@@ -816,28 +816,8 @@ device = "cuda:0"
 inputs = ["grade"]
 "#
         );
-        plan_of(&text.replace("device = \"cpu\"\n", "isolation = \"mps\"\n")).0
-    }
-
-    /// The slots of each link of [`cuda_chain`], in plan order.
-    fn slots(size: &str, gen_depth: &str) -> Vec<u32> {
-        cuda_chain(size, gen_depth).links.iter().map(|l| l.depth).collect()
-    }
-
-    /// Cuda stages of 1080p frames spin 20 µs before they sleep, of 4K frames (yuv420 reads
-    /// them and writes smaller ones) not at all; cpu stages spin 20 µs.
-    #[test]
-    fn cuda_stages_spin_unless_their_frames_are_large() {
-        let spins = |plan: &crate::plan::Plan| plan.stages.iter().map(|s| crate::plan::default_spin_us(plan, s)).collect::<Vec<_>>();
-        assert_eq!(spins(&cuda_chain("width = 1920, height = 1080", "")), [20, 20, 20]);
-        assert_eq!(spins(&cuda_chain("width = 3840, height = 2160", "")), [0, 0, 0]);
-        let cpu = cuda_chain("width = 3840, height = 2160", "").stages.iter().map(|s| {
-            let mut s = s.clone();
-            s.domain = gpuipc_plugin_api::Domain::Cpu;
-            s
-        }).collect::<Vec<_>>();
-        let plan = crate::plan::Plan { stages: cpu, ..cuda_chain("width = 3840, height = 2160", "") };
-        assert_eq!(spins(&plan), [20, 20, 20]);
+        let (plan, _) = plan_of(&text.replace("device = \"cpu\"\n", "isolation = \"mps\"\n"));
+        plan.links.iter().map(|l| l.depth).collect()
     }
 
     /// GPU rings of 4K frames get 8 slots, of 1080p 3; a depth in the file stays.

@@ -158,7 +158,10 @@ impl Launch<'_> {
                 ring: o.link.map(|l| ring_wire(plan, l)),
                 memory: o.link.map_or(crate::control::LinkMemoryWire::Host, |l| wire_memory(&plan.links[l].memory)),
             }),
-            spin_us: self.options.spin_us.or(plan.spin_us).unwrap_or_else(|| crate::plan::default_spin_us(plan, stage)),
+            spin_us: self.options.spin_us.or(plan.spin_us).unwrap_or(match stage.domain {
+                gpuipc_plugin_api::Domain::Cuda => crate::plan::CUDA_SPIN_US,
+                _ => crate::plan::DEFAULT_SPIN_US,
+            }),
             checksums: self.options.checksums.clone(),
             latency: self.options.latency.clone(),
             pace_fps: self.options.pace_fps,
