@@ -59,7 +59,7 @@ pub const DEFAULT_SPIN_US: u32 = 20;
 /// The same for a stage in the cuda domain: none. Its host runs ahead of its GPU by up to a
 /// ring's depth, so a few microseconds of futex wake-up cost no frames, and spinning cost a
 /// core per stage (measured on an H100: docs/benchmarks.md). 20 µs at 1080p, where consumers
-/// poll their frames on the host, moved separate frames/s by −4 to +11 % over seven calls, for
+/// poll their frames on the host, moved separate frames/s by −4 to +11 % over eight calls, for
 /// the generator's core: not taken ("Spinning and stream priorities" there).
 pub const CUDA_SPIN_US: u32 = 0;
 
