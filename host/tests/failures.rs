@@ -131,7 +131,7 @@ fn the_host_refuses_plugins_that_do_not_speak_its_abi() {
     let dir = scratch("abi");
     std::fs::write(dir.join("not-a-library.so"), b"plain text").unwrap();
     let cases = [
-        ("test-wrong-abi", "was built for plugin ABI 2.7; this host speaks 1.3"),
+        ("test-wrong-abi", "was built for plugin ABI 2.7; this host speaks 1.4"),
         ("test-no-entry", "is not a gpuipc plugin: it has no `gpuipc_plugin_entry_v1` symbol"),
         ("./not-a-library.so", "cannot load plugin"),
     ];

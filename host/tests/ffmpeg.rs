@@ -4,7 +4,10 @@
 //! conversion of the generator's frames agrees with `yuv420`'s within [`YUV420_TOLERANCE`]
 //! for each matrix and range; and a y4m stream ffmpeg writes, piped into a `y4m` source on
 //! standard input, through `yuv-to-rgb` into PNGs, agrees with ffmpeg's own YUV → RGB
-//! conversion within [`YUV_TO_RGB_TOLERANCE`].
+//! conversion within [`YUV_TO_RGB_TOLERANCE`]; and 10-bit `p010le` frames ffmpeg makes, sent
+//! to a `tcp-receive` source (this test speaking `tcp-send`'s side of the link), through
+//! `yuv-to-rgb` into PNGs, agree with ffmpeg's own `p010le` → `rgb24` conversion within
+//! [`P010_TO_RGB_TOLERANCE`].
 //!
 //! Needs `ffmpeg` and `ffprobe` on the PATH. Without them each test says it is skipped and
 //! returns, unless `GPUIPC_REQUIRE_FFMPEG=1` (CI sets it after installing Debian's ffmpeg),
@@ -12,10 +15,12 @@
 
 mod common;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use gpuipc_plugin_api::{FrameFormat, FrameLayout, PixelFormat};
@@ -51,6 +56,18 @@ const YUV_TO_RGB_FLAGS: &str = "neighbor+accurate_rnd+full_chroma_int";
 /// and the largest share of bytes that may differ. Measured on ffmpeg's `testsrc` at 320x240:
 /// at most 1, in at most 0.08% of the bytes, for each of bt601/bt709 x limited/full.
 const YUV_TO_RGB_TOLERANCE: (u8, f64) = (1, 0.005);
+
+/// The same for 10-bit `p010le` input, per range: the largest difference and the largest share
+/// of bytes that may differ. Measured on `testsrc` at 320x240 converted to `p010le` by ffmpeg
+/// (most samples real 10-bit values, not 8-bit ones times 4), with ffmpeg 5.1 (Debian 12):
+/// at most 1 everywhere; in limited range in 0.03% (bt601) and 0.07% (bt709) of the bytes; in
+/// full range in 40% (bt601) and 37% (bt709). `yuv-to-rgb` takes full-range 10-bit levels
+/// as H.273 defines them, 0..=1023 for 0..=255 (a scale of 255/1023), swscale 5.1 as 8-bit
+/// levels times 4 (255/1020): the two differ by up to 0.75 of an 8-bit level, at white, so
+/// many results round apart by 1 but none by more. (On random 10-bit samples beyond the
+/// limited range swscale's blue wraps to 0 where it should clamp to 255; `testsrc` stays in
+/// range.)
+const P010_TO_RGB_TOLERANCE: [(&str, (u8, f64)); 2] = [("limited", (1, 0.005)), ("full", (1, 0.5))];
 
 const MATRICES: [&str; 2] = ["bt601", "bt709"];
 const RANGES: [&str; 2] = ["limited", "full"];
@@ -392,6 +409,169 @@ params = {{ path = "png/f-{{seq:03}}.png" }}
             assert!(
                 max <= YUV_TO_RGB_TOLERANCE.0 && share <= YUV_TO_RGB_TOLERANCE.1,
                 "{matrix} {range}: ffmpeg's YUV to RGB differs from yuv-to-rgb by up to {max} in {:.3}% of the bytes",
+                share * 100.0
+            );
+        }
+    }
+}
+
+/// `tcp-send`'s side of the link protocol (`plugins/tcp-wire/src/lib.rs`, version 1), enough
+/// to hand a `tcp-receive` stage frames this test made: the hello, the answer, each frame as
+/// the ring's slot holds it, the end of stream, and their acknowledgements.
+mod link {
+    use super::*;
+
+    const HELLO_MAGIC: &[u8; 4] = b"GPNH";
+    const FRAME_MAGIC: &[u8; 4] = b"GPNF";
+    const VERSION: u16 = 1;
+    const FLAG_END_OF_STREAM: u32 = 1;
+    const ACCEPT: u8 = 0;
+    const ACK_FRAME: u8 = 0x06;
+    const ACK_END: u8 = 0x04;
+
+    /// Connect to a receiver listening on `port` of this machine (retrying until it listens, at
+    /// most `timeout`), say hello for `link` and `format`, and check the answer.
+    pub fn connect(port: u16, link: &str, format: FrameFormat, timeout: Duration) -> TcpStream {
+        let deadline = Instant::now() + timeout;
+        let mut stream = loop {
+            match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(stream) => break stream,
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => panic!("no tcp-receive listening on port {port} within {timeout:?}: {e}"),
+            }
+        };
+        stream.set_read_timeout(Some(timeout)).unwrap();
+        let frame_bytes = FrameLayout::for_format(format).unwrap().total_bytes;
+        let mut hello = Vec::new();
+        hello.extend_from_slice(HELLO_MAGIC);
+        hello.extend_from_slice(&VERSION.to_le_bytes());
+        hello.extend_from_slice(&(link.len() as u16).to_le_bytes());
+        hello.extend_from_slice(&1u64.to_le_bytes()); // the first connection
+        for field in [format.pixel, format.width, format.height] {
+            hello.extend_from_slice(&field.to_le_bytes());
+        }
+        hello.extend_from_slice(&frame_bytes.to_le_bytes());
+        hello.extend_from_slice(link.as_bytes());
+        stream.write_all(&hello).unwrap();
+        let mut answer = [0u8; 3];
+        stream.read_exact(&mut answer).unwrap();
+        let mut reason = vec![0u8; usize::from(u16::from_le_bytes([answer[1], answer[2]]))];
+        stream.read_exact(&mut reason).unwrap();
+        assert_eq!(answer[0], ACCEPT, "tcp-receive refused the link: {}", String::from_utf8_lossy(&reason));
+        stream
+    }
+
+    fn header(flags: u32, seq: u64, payload_len: u64) -> Vec<u8> {
+        let mut h = FRAME_MAGIC.to_vec();
+        h.extend_from_slice(&flags.to_le_bytes());
+        h.extend_from_slice(&seq.to_le_bytes());
+        h.extend_from_slice(&0u64.to_le_bytes()); // timestamp_ns
+        h.extend_from_slice(&payload_len.to_le_bytes());
+        h
+    }
+
+    /// Send each of `frames` (packed planes of `format`) laid out as a ring slot, numbered
+    /// from 0, then the end of stream; wait for every acknowledgement.
+    pub fn send_all(stream: &mut TcpStream, format: FrameFormat, frames: &[&[u8]]) {
+        let layout = FrameLayout::for_format(format).unwrap();
+        for (seq, packed) in frames.iter().enumerate() {
+            let mut slot = vec![0u8; layout.total_bytes as usize];
+            let mut rest = *packed;
+            for plane in layout.planes() {
+                let (row_bytes, pitch, offset) = (plane.row_bytes as usize, plane.pitch as usize, plane.offset as usize);
+                for row in 0..plane.rows as usize {
+                    let (pixels, after) = rest.split_at(row_bytes);
+                    slot[offset + row * pitch..][..row_bytes].copy_from_slice(pixels);
+                    rest = after;
+                }
+            }
+            assert!(rest.is_empty(), "a frame of {} bytes for {format}", packed.len());
+            stream.write_all(&header(0, seq as u64, slot.len() as u64)).unwrap();
+            stream.write_all(&slot).unwrap();
+        }
+        stream.write_all(&header(FLAG_END_OF_STREAM, 0, 0)).unwrap();
+        let mut acks = vec![0u8; frames.len() + 1];
+        stream.read_exact(&mut acks).unwrap();
+        let mut want = vec![ACK_FRAME; frames.len()];
+        want.push(ACK_END);
+        assert_eq!(acks, want);
+    }
+}
+
+#[test]
+fn ffmpegs_p010_through_yuv_to_rgb_into_pngs() {
+    if !ffmpeg_for_test("ffmpegs_p010_through_yuv_to_rgb_into_pngs") {
+        return;
+    }
+    const FRAMES: usize = 10;
+    let (width, height) = (320usize, 240usize);
+    let format = FrameFormat::new(PixelFormat::P010, width as u32, height as u32);
+    let frame_bytes = FrameLayout::for_format(format).unwrap().pixel_bytes() as usize;
+    // ffmpeg's RGB testsrc in 10-bit limited-range BT.601 4:2:0 (ffmpeg's default matrix and
+    // range for it), every sample `value << 6`.
+    let source = scratch("ffmpeg-p010-source").join("ts.p010");
+    let lavfi = ["-f", "lavfi", "-i", "testsrc=size=320x240:rate=25", "-frames", "10", "-pix_fmt", "p010le", "-f", "rawvideo"];
+    tool(Command::new("ffmpeg").args(["-v", "error", "-y"]).args(lavfi).arg(&source));
+    let raw = std::fs::read(&source).unwrap();
+    assert_eq!(raw.len(), FRAMES * frame_bytes);
+    let samples: Vec<u16> = raw.chunks_exact(2).map(|s| u16::from_le_bytes([s[0], s[1]])).collect();
+    assert!(samples.iter().all(|s| s & 0x3f == 0), "p010le keeps its low 6 bits zero");
+    // Real 10-bit values: many are no 8-bit level times 4.
+    assert!(samples.iter().filter(|&s| (s >> 6) % 4 != 0).count() > samples.len() / 10);
+    let frames: Vec<&[u8]> = raw.chunks_exact(frame_bytes).collect();
+    let in_size = format!("{width}x{height}");
+
+    for matrix in MATRICES {
+        for (range, tolerance) in P010_TO_RGB_TOLERANCE {
+            let dir = scratch(&format!("ffmpeg-p010-{matrix}-{range}"));
+            let port = free_ports(1);
+            let text = format!(
+                r#"
+[pipeline]
+name = "p010"
+[[stage]]
+name = "video"
+plugin = "tcp-receive"
+params = {{ listen = "127.0.0.1:{port}", link = "p010", format = "p010", width = {width}, height = {height} }}
+[[stage]]
+name = "rgb"
+plugin = "yuv-to-rgb"
+inputs = ["video"]
+params = {{ matrix = "{matrix}", range = "{range}" }}
+[[stage]]
+name = "frames"
+plugin = "png"
+inputs = ["rgb"]
+params = {{ path = "png/f-{{seq:03}}.png" }}
+"#
+            );
+            let file = pipeline(&dir, "p010.toml", &text);
+            let running = start(&dir, &["run", file.to_str().unwrap(), "--quiet"]);
+            let mut stream = link::connect(port, "p010", format, RUN_TIMEOUT);
+            link::send_all(&mut stream, format, &frames);
+            drop(stream);
+            let run = running.finish(RUN_TIMEOUT);
+            assert!(run.status.success(), "{matrix} {range}: {}", run.output());
+            assert_nothing_left(run.pid);
+
+            // ffmpeg's own conversion of the same frames, with our matrix and range.
+            let vf = format!("scale=in_color_matrix={matrix}:in_range={}:flags={YUV_TO_RGB_FLAGS}", ff_range(range));
+            let raw_input = ["-f", "rawvideo", "-pix_fmt", "p010le", "-s", &in_size];
+            let theirs = tool(
+                Command::new("ffmpeg")
+                    .args(["-v", "error"])
+                    .args(raw_input)
+                    .arg("-i")
+                    .arg(&source)
+                    .args(["-vf", &vf, "-pix_fmt", "rgb24", "-f", "rawvideo", "-"]),
+            );
+            let ours = decode(&dir.join("png/f-%03d.png"), &[], "rgb24");
+            assert_eq!(ours.len(), FRAMES * width * height * 3, "{matrix} {range}");
+            let (max, share) = compare(&ours, &theirs);
+            eprintln!("testsrc p010 {matrix} {range}: max {max}, {:.3}% differ", share * 100.0);
+            assert!(
+                max <= tolerance.0 && share <= tolerance.1,
+                "{matrix} {range}: ffmpeg's p010le to RGB differs from yuv-to-rgb by up to {max} in {:.3}% of the bytes",
                 share * 100.0
             );
         }

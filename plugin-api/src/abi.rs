@@ -19,7 +19,8 @@ pub const ABI_MAJOR: u32 = 1;
 /// - 1.3: a source may write `seq` and `timestamp_ns` of its output [`RawFrame`] in `process`
 ///   (it relays frames made elsewhere: `OutputFrame::relay`); the host reads them back from
 ///   plugins built for 1.3 or later only, so an older plugin's frames stay numbered by the host.
-pub const ABI_MINOR: u32 = 3;
+/// - 1.4: pixel format `p010` (code 6); [`STATUS_DAMAGED`], a frame made from damaged data.
+pub const ABI_MINOR: u32 = 4;
 
 /// The one symbol a plugin exports: `extern "C" fn() -> *const PluginDescriptor`.
 pub const ENTRY_SYMBOL: &str = "gpuipc_plugin_entry_v1";
@@ -38,6 +39,11 @@ pub const STATUS_PANIC: i32 = 2;
 /// Only a source (a stage without inputs) may return it; for any other stage it is an error.
 /// Since ABI 1.1.
 pub const STATUS_END_OF_STREAM: i32 = 3;
+/// `process` made its output frame, but from damaged data (a decoder concealed errors in it):
+/// the host publishes it as usual and counts it in the stage's `damaged` frames. A host older
+/// than 1.4 never sees it: it comes only from plugins that call `OutputFrame::mark_damaged`,
+/// which a host checks is built for 1.4 or later. Since ABI 1.4.
+pub const STATUS_DAMAGED: i32 = 4;
 
 /// Domain bits, used in [`PluginDescriptor::domains`] and [`RawFrame::domain`].
 pub const DOMAIN_CPU: u32 = 1;

@@ -29,15 +29,21 @@ pub enum PixelFormat {
     I420 = 4,
     /// Y plane, then one plane of interleaved U, V pairs at ceil(w/2) x ceil(h/2).
     Nv12 = 5,
+    /// 10-bit `nv12`, as NVDEC and ffmpeg's `p010le` lay it out: a Y plane, then one plane of
+    /// interleaved U, V pairs at ceil(w/2) x ceil(h/2), every sample a little-endian u16
+    /// holding the 10-bit value in its high 10 bits (`value << 6`, the low 6 bits zero). Rows
+    /// are `2 w` bytes (Y) and `4 ceil(w/2)` bytes (U, V).
+    P010 = 6,
 }
 
 impl PixelFormat {
-    pub const ALL: [PixelFormat; 5] = [
+    pub const ALL: [PixelFormat; 6] = [
         PixelFormat::Rgb8,
         PixelFormat::Rgba8,
         PixelFormat::Gray8,
         PixelFormat::I420,
         PixelFormat::Nv12,
+        PixelFormat::P010,
     ];
 
     pub fn from_code(code: u32) -> Option<PixelFormat> {
@@ -52,6 +58,7 @@ impl PixelFormat {
             PixelFormat::Gray8 => "gray8",
             PixelFormat::I420 => "i420",
             PixelFormat::Nv12 => "nv12",
+            PixelFormat::P010 => "p010",
         }
     }
 
@@ -60,7 +67,7 @@ impl PixelFormat {
     }
 
     /// Bytes one pixel takes in a packed format: 3 for `rgb8`, 4 for `rgba8`, 1 for `gray8`.
-    /// `None` for the planar formats (`i420`, `nv12`), whose pixels share chroma samples:
+    /// `None` for the planar formats (`i420`, `nv12`, `p010`), whose pixels share chroma samples:
     /// use [`PixelFormat::bits_per_pixel`] for their average, or the frame's
     /// [`FrameLayout`] for the bytes of each plane.
     pub fn bytes_per_pixel(self) -> Option<u32> {
@@ -68,23 +75,26 @@ impl PixelFormat {
             PixelFormat::Rgb8 => Some(3),
             PixelFormat::Rgba8 => Some(4),
             PixelFormat::Gray8 => Some(1),
-            PixelFormat::I420 | PixelFormat::Nv12 => None,
+            PixelFormat::I420 | PixelFormat::Nv12 | PixelFormat::P010 => None,
         }
     }
 
-    /// Bits per pixel on average over the frame, padding not counted: 24, 32, 8, and 12 for
-    /// both 4:2:0 formats (for even sizes; odd ones round their chroma planes up).
+    /// Bits per pixel on average over the frame as stored, padding not counted: 24, 32, 8, and
+    /// 12 for the 8-bit 4:2:0 formats (for even sizes; odd ones round their chroma planes up).
+    /// `p010` stores 24: its 12 bits of samples a pixel (one Y, a quarter of a U and of a V,
+    /// as in `nv12`) take 16 bits each, of which 10 carry the value.
     pub fn bits_per_pixel(self) -> u32 {
         match self {
             PixelFormat::Rgb8 => 24,
             PixelFormat::Rgba8 => 32,
             PixelFormat::Gray8 => 8,
             PixelFormat::I420 | PixelFormat::Nv12 => 12,
+            PixelFormat::P010 => 24,
         }
     }
 
     /// How many planes a frame of this format has: 1 for the packed formats, 3 for `i420`,
-    /// 2 for `nv12`.
+    /// 2 for `nv12` and `p010`.
     pub fn planes(self) -> usize {
         self.plane_extents(2, 2).1
     }
@@ -115,6 +125,11 @@ impl PixelFormat {
             PixelFormat::Nv12 => {
                 planes[0] = (width, height);
                 planes[1] = (cw * 2, ch);
+                2
+            }
+            PixelFormat::P010 => {
+                planes[0] = (width * 2, height);
+                planes[1] = (cw * 4, ch);
                 2
             }
         };
@@ -243,6 +258,34 @@ mod tests {
         let l = FrameLayout::for_format(FrameFormat::new(PixelFormat::Nv12, 7, 7)).unwrap();
         assert_eq!(l.n_planes, 2);
         assert_eq!((l.planes[1].row_bytes, l.planes[1].rows), (8, 4));
+    }
+
+    #[test]
+    fn p010_is_nv12_with_two_bytes_a_sample() {
+        // Odd sizes: chroma rounds up, each U, V pair takes 4 bytes.
+        let l = FrameLayout::for_format(FrameFormat::new(PixelFormat::P010, 7, 7)).unwrap();
+        assert_eq!(l.n_planes, 2);
+        assert_eq!((l.planes[0].row_bytes, l.planes[0].rows), (14, 7));
+        assert_eq!((l.planes[1].row_bytes, l.planes[1].rows), (16, 4));
+        assert_eq!(l.planes[1].offset, 512);
+        assert_eq!(l.pixel_bytes(), 14 * 7 + 16 * 4);
+        let l = FrameLayout::for_format(FrameFormat::new(PixelFormat::P010, 5, 3)).unwrap();
+        assert_eq!((l.planes[0].row_bytes, l.planes[0].rows), (10, 3));
+        assert_eq!((l.planes[1].row_bytes, l.planes[1].rows), (12, 2));
+        assert_eq!(l.pixel_bytes(), 30 + 24);
+        // Twice nv12's bytes, plane by plane, at any size.
+        for (w, h) in [(1, 1), (2, 2), (5, 3), (33, 17), (1920, 1080)] {
+            let p010 = FrameLayout::for_format(FrameFormat::new(PixelFormat::P010, w, h)).unwrap();
+            let nv12 = FrameLayout::for_format(FrameFormat::new(PixelFormat::Nv12, w, h)).unwrap();
+            for (p, n) in p010.planes().iter().zip(nv12.planes()) {
+                assert_eq!((p.row_bytes, p.rows), (2 * n.row_bytes, n.rows), "{w}x{h}");
+                assert_eq!(p.pitch % PITCH_ALIGN, 0);
+            }
+        }
+        assert_eq!(PixelFormat::P010.planes(), 2);
+        assert_eq!(PixelFormat::P010.bits_per_pixel(), 24);
+        assert_eq!(PixelFormat::P010.bytes_per_pixel(), None);
+        assert_eq!((PixelFormat::P010 as u32, PixelFormat::P010.name()), (6, "p010"));
     }
 
     #[test]

@@ -1,13 +1,14 @@
 //! `checksum`: a sink stage writing one hash of every frame's pixels to a text file (cpu
 //! domain for now).
 //!
-//! Accepts all five pixel formats, from 1 to 8 inputs (aligned by sequence number). For each
+//! Accepts every pixel format, from 1 to 8 inputs (aligned by sequence number). For each
 //! frame it writes a line `{seq} {hash:016x}` (with several inputs, one hash per input in
 //! order: `{seq} {hash0:016x} {hash1:016x}`), where
 //! `hash` is xxh3-64 (seed 0) of the pixel bytes of every plane in order, row by row, padding
 //! excluded: the same pixels give the same hash whatever the pitch and plane offsets, so two
 //! runs, a CPU and a GPU stage, or two layouts can be compared with `diff`
-//! ([`checksum::frame_hash`]).
+//! ([`checksum::frame_hash`]). A `p010` frame's samples are hashed as they lie, two bytes
+//! each, little-endian.
 //!
 //! # Params
 //!

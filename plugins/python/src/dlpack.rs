@@ -74,9 +74,9 @@ unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
     }
 }
 
-/// A `dltensor` capsule viewing `shape` / `strides` (elements of one byte) at device address
-/// `addr` on CUDA device `device`.
-pub fn capsule(py: Python<'_>, addr: u64, shape: &[i64], strides: &[i64], device: i32) -> PyResult<Py<PyAny>> {
+/// A `dltensor` capsule viewing `shape` / `strides` (in elements: unsigned integers of `bits`
+/// bits, 8 or 16) at device address `addr` on CUDA device `device`.
+pub fn capsule(py: Python<'_>, addr: u64, shape: &[i64], strides: &[i64], device: i32, bits: u8) -> PyResult<Py<PyAny>> {
     let ndim = shape.len().min(3);
     let mut owned = Box::new(Owned {
         managed: DLManagedTensor {
@@ -84,7 +84,7 @@ pub fn capsule(py: Python<'_>, addr: u64, shape: &[i64], strides: &[i64], device
                 data: addr as *mut c_void,
                 device: DLDevice { device_type: DEVICE_CUDA, device_id: device },
                 ndim: ndim as i32,
-                dtype: DLDataType { code: UINT, bits: 8, lanes: 1 },
+                dtype: DLDataType { code: UINT, bits, lanes: 1 },
                 shape: std::ptr::null_mut(),
                 strides: std::ptr::null_mut(),
                 byte_offset: 0,

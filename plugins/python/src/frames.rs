@@ -5,7 +5,7 @@
 
 use std::sync::Mutex;
 
-use gpuipc_plugin_api::{FrameFormat, PixelFormat};
+use gpuipc_plugin_api::{FrameFormat, PixelFormat, PlaneLayout};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -14,7 +14,7 @@ use pyo3::types::{PyDict, PyTuple};
 #[pyclass(module = "gpuipc", frozen, eq)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Format {
-    /// `rgb8`, `rgba8`, `gray8`, `i420` or `nv12`.
+    /// `rgb8`, `rgba8`, `gray8`, `i420`, `nv12` or `p010`.
     #[pyo3(get)]
     pub pixel: String,
     #[pyo3(get)]
@@ -121,16 +121,12 @@ impl Frame {
         let pixel = format.pixel_format().ok_or_else(|| PyValueError::new_err("a frame of unknown pixel format"))?;
         let mut planes = Vec::new();
         let mut layouts = Vec::new();
+        let dtype = Dtype::of(pixel);
         for (index, plane) in layout.planes().iter().enumerate() {
-            let channels = channels(pixel, index) as u64;
-            let (shape, strides) = if channels > 1 {
-                (vec![plane.rows, plane.row_bytes / channels, channels], vec![plane.pitch, channels, 1])
-            } else {
-                (vec![plane.rows, plane.row_bytes], vec![plane.pitch, 1])
-            };
+            let (shape, strides) = plane_view(pixel, index, plane);
             let view: Py<PyAny> = match bytes {
                 Bytes::Host { addr, writable } => {
-                    let plane = HostPlane { addr: *addr + plane.offset as usize, shape, strides, writable: *writable };
+                    let plane = HostPlane { addr: *addr + plane.offset as usize, shape, strides, dtype, writable: *writable };
                     let plane = Bound::new(py, plane)?.into_any();
                     match asarray {
                         Some(asarray) => asarray.call1((plane,))?.unbind(),
@@ -143,6 +139,7 @@ impl Frame {
                         addr: addr + plane.offset,
                         shape,
                         strides,
+                        dtype,
                         writable: *writable,
                         device: *device,
                         stream: *stream,
@@ -175,24 +172,60 @@ impl Frame {
     }
 }
 
-/// Bytes per pixel of plane `index` of a `pixel` frame.
+/// The shape and strides (in bytes) of the array viewing plane `index` of a `pixel` frame laid
+/// out as `plane`: `rows × columns × channels` for interleaved planes, `rows × columns` for
+/// single-channel ones, in elements of [`Dtype::of`] `pixel`.
+fn plane_view(pixel: PixelFormat, index: usize, plane: &PlaneLayout) -> (Vec<u64>, Vec<u64>) {
+    let channels = u64::from(channels(pixel, index));
+    let item = Dtype::of(pixel).bytes;
+    if channels > 1 {
+        (vec![plane.rows, plane.row_bytes / (channels * item), channels], vec![plane.pitch, channels * item, item])
+    } else {
+        (vec![plane.rows, plane.row_bytes / item], vec![plane.pitch, item])
+    }
+}
+
+/// Samples per pixel of plane `index` of a `pixel` frame: the last axis of its array when
+/// more than 1.
 fn channels(pixel: PixelFormat, index: usize) -> u32 {
     match (pixel, index) {
         (PixelFormat::Rgb8, _) => 3,
         (PixelFormat::Rgba8, _) => 4,
-        (PixelFormat::Nv12, 1) => 2,
+        (PixelFormat::Nv12 | PixelFormat::P010, 1) => 2,
         _ => 1,
     }
 }
 
-/// The array interface both kinds of plane give (version 3; bytes, read-only unless
-/// `writable`): NumPy's on the CPU, the CUDA one on the GPU, which adds the stream.
-fn array_interface<'py>(py: Python<'py>, addr: u64, shape: &[u64], strides: &[u64], writable: bool) -> PyResult<Bound<'py, PyDict>> {
+/// The element type of a frame's planes: `uint8`, or for `p010` little-endian `uint16` (each
+/// sample's 10-bit value in its high bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dtype {
+    /// Bytes of one element.
+    bytes: u64,
+    /// The array interface's `typestr`.
+    typestr: &'static str,
+}
+
+impl Dtype {
+    const U8: Dtype = Dtype { bytes: 1, typestr: "|u1" };
+    const U16_LE: Dtype = Dtype { bytes: 2, typestr: "<u2" };
+
+    fn of(pixel: PixelFormat) -> Dtype {
+        match pixel {
+            PixelFormat::P010 => Dtype::U16_LE,
+            PixelFormat::Rgb8 | PixelFormat::Rgba8 | PixelFormat::Gray8 | PixelFormat::I420 | PixelFormat::Nv12 => Dtype::U8,
+        }
+    }
+}
+
+/// The array interface both kinds of plane give (version 3; elements of `dtype`, read-only
+/// unless `writable`): NumPy's on the CPU, the CUDA one on the GPU, which adds the stream.
+fn array_interface<'py>(py: Python<'py>, addr: u64, shape: &[u64], strides: &[u64], dtype: Dtype, writable: bool) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("version", 3)?;
     d.set_item("shape", PyTuple::new(py, shape)?)?;
     d.set_item("strides", PyTuple::new(py, strides)?)?;
-    d.set_item("typestr", "|u1")?;
+    d.set_item("typestr", dtype.typestr)?;
     d.set_item("data", (addr, !writable))?;
     Ok(d)
 }
@@ -202,7 +235,9 @@ fn array_interface<'py>(py: Python<'py>, addr: u64, shape: &[u64], strides: &[u6
 pub struct HostPlane {
     addr: usize,
     shape: Vec<u64>,
+    /// In bytes.
     strides: Vec<u64>,
+    dtype: Dtype,
     writable: bool,
 }
 
@@ -210,7 +245,7 @@ pub struct HostPlane {
 impl HostPlane {
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        array_interface(py, self.addr as u64, &self.shape, &self.strides, self.writable)
+        array_interface(py, self.addr as u64, &self.shape, &self.strides, self.dtype, self.writable)
     }
 }
 
@@ -222,7 +257,9 @@ impl HostPlane {
 pub struct GpuPlane {
     addr: u64,
     shape: Vec<u64>,
+    /// In bytes.
     strides: Vec<u64>,
+    dtype: Dtype,
     writable: bool,
     device: i32,
     stream: usize,
@@ -233,7 +270,7 @@ pub struct GpuPlane {
 impl GpuPlane {
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = array_interface(py, self.addr, &self.shape, &self.strides, self.writable)?;
+        let d = array_interface(py, self.addr, &self.shape, &self.strides, self.dtype, self.writable)?;
         // The consumer makes its stream wait for ours.
         d.set_item("stream", self.stream)?;
         Ok(d)
@@ -251,8 +288,14 @@ impl GpuPlane {
             }
         }
         let shape: Vec<i64> = self.shape.iter().map(|&v| v as i64).collect();
-        let strides: Vec<i64> = self.strides.iter().map(|&v| v as i64).collect();
-        crate::dlpack::capsule(py, self.addr, &shape, &strides, self.device)
+        // DLPack counts strides in elements: a pitch that is no whole number of them (never
+        // in a ring's layout, whose pitches are multiples of 64) cannot be described.
+        let item = self.dtype.bytes;
+        if let Some(odd) = self.strides.iter().find(|&&s| s % item != 0) {
+            return Err(PyValueError::new_err(format!("a stride of {odd} bytes is no whole number of {item}-byte elements")));
+        }
+        let strides: Vec<i64> = self.strides.iter().map(|&v| (v / item) as i64).collect();
+        crate::dlpack::capsule(py, self.addr, &shape, &strides, self.device, (item * 8) as u8)
     }
 
     fn __dlpack_device__(&self) -> (i32, i32) {
@@ -279,3 +322,4 @@ pub struct Context {
     #[pyo3(get)]
     pub cuda_stream: usize,
 }
+

@@ -28,7 +28,7 @@
 //! |---|---|---|---|
 //! | `listen` | string, ADDRESS:PORT | required | the address and port to listen on |
 //! | `link` | string | required | the link's name; the sender must name the same |
-//! | `format` | `"rgb8" \| "rgba8" \| "gray8" \| "i420" \| "nv12"` | required | the frames' pixel format |
+//! | `format` | `"rgb8" \| "rgba8" \| "gray8" \| "i420" \| "nv12" \| "p010"` | required | the frames' pixel format |
 //! | `width` | integer, > 0 | required | frame width in pixels |
 //! | `height` | integer, > 0 | required | frame height in pixels |
 //! | `reconnect_timeout_s` | float, > 0 | `30.0` | how long to wait for a sender, at start and after a connection breaks |

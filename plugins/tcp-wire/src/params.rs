@@ -49,7 +49,7 @@ pub const RECEIVER_LINK: ParamInfo = ParamInfo {
 /// A receiver's `format`, `width` and `height` params.
 pub const FORMAT: ParamInfo = ParamInfo {
     name: "format",
-    kind: r#""rgb8" | "rgba8" | "gray8" | "i420" | "nv12""#,
+    kind: r#""rgb8" | "rgba8" | "gray8" | "i420" | "nv12" | "p010""#,
     default: ParamInfo::REQUIRED,
     range: "",
     description: "the frames' pixel format",

@@ -4,7 +4,7 @@
 use gpuipc_plugin_api::cuda::{self, Kernel, KernelArg, Kernels};
 use gpuipc_plugin_api::{CreateContext, DeviceBuffer, FrameInfo, PixelFormat, Result, bail};
 
-use crate::yuv_to_rgb::Coefficients;
+use crate::yuv_to_rgb::{Coefficients, sample_bits};
 
 /// The kernel source, compiled with NVRTC when a cuda stage starts.
 pub const SOURCE: &str = include_str!(concat!(
@@ -13,12 +13,15 @@ pub const SOURCE: &str = include_str!(concat!(
 ));
 /// How the source is named in NVRTC's messages and the kernel cache.
 pub const FILE_NAME: &str = "kernels/yuv_to_rgb.cu";
-/// The kernel's entry point.
+/// The entry point for 8-bit input (`i420`, `nv12`).
 pub const ENTRY_POINT: &str = "yuv420_to_rgb";
+/// The entry point for 10-bit input (`p010`).
+pub const P010_ENTRY_POINT: &str = "p010_to_rgb";
 /// Threads per block (any works; 128 is what the kernel's header suggests).
 const BLOCK_X: u32 = 128;
 
-/// The kernel's `layout` argument: 0 i420, 1 nv12.
+/// [`ENTRY_POINT`]'s `layout` argument: 0 i420, 1 nv12; `None` for other formats (`p010` has
+/// an entry point of its own).
 pub fn layout_code(pixel: PixelFormat) -> Option<u32> {
     match pixel {
         PixelFormat::I420 => Some(0),
@@ -27,23 +30,27 @@ pub fn layout_code(pixel: PixelFormat) -> Option<u32> {
     }
 }
 
-/// The loaded kernel.
+/// The loaded kernels.
 #[derive(Debug)]
 pub struct GpuConverter {
-    kernel: Kernel,
+    yuv420: Kernel,
+    p010: Kernel,
 }
 
 impl GpuConverter {
-    /// Compile (or take from the cache) and load the kernel.
+    /// Compile (or take from the cache) and load the kernels.
     pub fn new(ctx: &CreateContext<'_>) -> Result<GpuConverter> {
-        let kernels = Kernels::load(ctx, FILE_NAME, SOURCE, &[ENTRY_POINT])?;
+        let kernels = Kernels::load(ctx, FILE_NAME, SOURCE, &[ENTRY_POINT, P010_ENTRY_POINT])?;
         Ok(GpuConverter {
-            kernel: kernels.get(ENTRY_POINT)?.clone(),
+            yuv420: kernels.get(ENTRY_POINT)?.clone(),
+            p010: kernels.get(P010_ENTRY_POINT)?.clone(),
         })
     }
 
-    /// Enqueue converting the i420/nv12 device frame `input` into the rgb8/rgba8 device frame
-    /// `output` (same size, checked by the caller) on `stream`.
+    /// Enqueue converting the i420/nv12/p010 device frame `input` into the rgb8/rgba8 device
+    /// frame `output` (same size, checked by the caller) on `stream`. `coeffs` must be made by
+    /// [`Coefficients::for_bits`] for the input's [`sample_bits`]: the kernels take their
+    /// `c_offset` and `frac_bits` from the entry point.
     pub fn convert(
         &self,
         coeffs: &Coefficients,
@@ -57,19 +64,22 @@ impl GpuConverter {
             other => bail!("yuv-to-rgb writes rgb8 or rgba8 frames; output is {other}"),
         };
         let (layout, in_buffer) = (input.0.layout, input.1);
-        let Some(code) = layout_code(input.0.pixel()) else {
-            bail!("yuv-to-rgb takes i420 or nv12 frames; input is {}", input.0.pixel())
+        let pixel = input.0.pixel();
+        let Some(bits) = sample_bits(pixel) else {
+            bail!("yuv-to-rgb takes i420, nv12 or p010 frames; input is {pixel}")
         };
+        if coeffs.sample_bits() != bits {
+            bail!("coefficients for {}-bit samples cannot convert {pixel} frames", coeffs.sample_bits());
+        }
+        if !coeffs.has_standard_depth() {
+            bail!(
+                "the kernels take c_offset and frac_bits from the input format; these coefficients have {} and {}",
+                coeffs.c_offset,
+                coeffs.frac_bits
+            );
+        }
         let y = cuda::device_plane(in_buffer, &layout, 0)?;
         let u = cuda::device_plane(in_buffer, &layout, 1)?;
-        // nv12: the v arguments are unused; the header says to pass 0.
-        let (v_addr, v_pitch) = match input.0.pixel() {
-            PixelFormat::I420 => {
-                let v = cuda::device_plane(in_buffer, &layout, 2)?;
-                (v.addr, v.pitch)
-            }
-            _ => (0, 0),
-        };
         let dst = cuda::device_plane(output.1, &output.0.layout, 0)?;
         let (width, height) = (output.0.width(), output.0.height());
         // One thread per chroma sample: ceil(width / 2) threads a row pair, one block row per
@@ -80,31 +90,46 @@ impl GpuConverter {
             BLOCK_X,
         );
         let c = coeffs;
-        self.kernel.launch(
-            stream,
-            grid,
-            (BLOCK_X, 1, 1),
-            0,
-            &[
-                KernelArg::DevicePtr(y.addr),
-                KernelArg::U64(y.pitch),
-                KernelArg::DevicePtr(u.addr),
-                KernelArg::U64(u.pitch),
-                KernelArg::DevicePtr(v_addr),
-                KernelArg::U64(v_pitch),
-                KernelArg::DevicePtr(dst.addr),
-                KernelArg::U64(dst.pitch),
-                KernelArg::U32(out_bpp),
-                KernelArg::U32(width),
-                KernelArg::U32(height),
-                KernelArg::U32(code),
-                KernelArg::I32(c.y_offset),
-                KernelArg::I32(c.y_mul),
-                KernelArg::I32(c.r_v),
-                KernelArg::I32(c.g_u),
-                KernelArg::I32(c.g_v),
-                KernelArg::I32(c.b_u),
-            ],
-        )
+        let coefficients = [c.y_offset, c.y_mul, c.r_v, c.g_u, c.g_v, c.b_u].map(KernelArg::I32);
+        let planes = [
+            KernelArg::DevicePtr(y.addr),
+            KernelArg::U64(y.pitch),
+            KernelArg::DevicePtr(u.addr),
+            KernelArg::U64(u.pitch),
+        ];
+        let (kernel, args) = match layout_code(pixel) {
+            Some(code) => {
+                // nv12: the v arguments are unused; the header says to pass 0.
+                let (v_addr, v_pitch) = match pixel {
+                    PixelFormat::I420 => {
+                        let v = cuda::device_plane(in_buffer, &layout, 2)?;
+                        (v.addr, v.pitch)
+                    }
+                    _ => (0, 0),
+                };
+                let rest = [
+                    KernelArg::DevicePtr(v_addr),
+                    KernelArg::U64(v_pitch),
+                    KernelArg::DevicePtr(dst.addr),
+                    KernelArg::U64(dst.pitch),
+                    KernelArg::U32(out_bpp),
+                    KernelArg::U32(width),
+                    KernelArg::U32(height),
+                    KernelArg::U32(code),
+                ];
+                (&self.yuv420, [&planes[..], &rest, &coefficients].concat())
+            }
+            None => {
+                let rest = [
+                    KernelArg::DevicePtr(dst.addr),
+                    KernelArg::U64(dst.pitch),
+                    KernelArg::U32(out_bpp),
+                    KernelArg::U32(width),
+                    KernelArg::U32(height),
+                ];
+                (&self.p010, [&planes[..], &rest, &coefficients].concat())
+            }
+        };
+        kernel.launch(stream, grid, (BLOCK_X, 1, 1), 0, &args)
     }
 }
