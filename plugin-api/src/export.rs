@@ -301,7 +301,7 @@ unsafe extern "C" fn process<P: Plugin>(
     output: *mut RawFrame,
     ctx: *const RawProcessContext,
 ) -> i32 {
-    let mut ended = false;
+    let (mut ended, mut damaged) = (false, false);
     let status = guarded(|| {
         // SAFETY: host contract: `instance` came from `create` and is used by one thread at a
         // time; `inputs` holds `n_inputs` frames whose memory the host keeps valid and
@@ -335,6 +335,7 @@ unsafe extern "C" fn process<P: Plugin>(
         };
         plugin.process(&frames, out.as_mut(), &context)?;
         ended = out.as_ref().is_some_and(OutputFrame::ends_stream);
+        damaged = out.as_ref().is_some_and(OutputFrame::is_damaged);
         // A relayed frame's number and timestamp go back in the host's frame (ABI 1.3); a
         // frame not relayed leaves them as the host wrote them.
         if let (Some(raw), Some(out)) = (raw_output, out.as_ref())
@@ -345,10 +346,10 @@ unsafe extern "C" fn process<P: Plugin>(
         }
         Ok(())
     });
-    if status == abi::STATUS_OK && ended {
-        abi::STATUS_END_OF_STREAM
-    } else {
-        status
+    match status {
+        abi::STATUS_OK if ended => abi::STATUS_END_OF_STREAM,
+        abi::STATUS_OK if damaged => abi::STATUS_DAMAGED,
+        status => status,
     }
 }
 

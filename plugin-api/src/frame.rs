@@ -161,6 +161,8 @@ pub struct OutputFrame<'a> {
     end_of_stream: bool,
     /// Set by [`OutputFrame::relay`].
     relayed: bool,
+    /// Set by [`OutputFrame::mark_damaged`].
+    damaged: bool,
 }
 
 impl<'a> OutputFrame<'a> {
@@ -171,6 +173,7 @@ impl<'a> OutputFrame<'a> {
             data: FrameDataMut::Host(bytes),
             end_of_stream: false,
             relayed: false,
+            damaged: false,
         })
     }
 
@@ -180,6 +183,7 @@ impl<'a> OutputFrame<'a> {
             data: FrameDataMut::Device(buffer),
             end_of_stream: false,
             relayed: false,
+            damaged: false,
         }
     }
 
@@ -209,6 +213,19 @@ impl<'a> OutputFrame<'a> {
         self.info.seq = seq;
         self.info.timestamp_ns = timestamp_ns;
         self.relayed = true;
+    }
+
+    /// The frame is written, but from damaged data: a decoder concealed errors in it (a
+    /// corrupt slice, a missing reference). It is handed on as usual and counted in the
+    /// stage's `damaged` frames, which the run's table and report show. (Crosses the ABI as
+    /// [`crate::abi::STATUS_DAMAGED`], since 1.4.)
+    pub fn mark_damaged(&mut self) {
+        self.damaged = true;
+    }
+
+    /// Whether [`OutputFrame::mark_damaged`] was called.
+    pub fn is_damaged(&self) -> bool {
+        self.damaged
     }
 
     /// Whether [`OutputFrame::relay`] was called.

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::shm::SharedMemory;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"GPUIPCST");
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 
 /// `stop` values.
 pub const RUN: u32 = 0;
@@ -51,6 +51,9 @@ pub struct StageStats {
     pub updates: AtomicU32,
     /// CPU time the stage's process (in-process: its thread) used since its first frame.
     pub cpu_ns: AtomicU64,
+    /// Frames made from damaged data (a decoder concealed errors in them): published, and
+    /// counted in `frames` too.
+    pub damaged: AtomicU64,
 }
 
 /// `phase` values.
@@ -161,6 +164,7 @@ impl StatsMap {
             restarts: s.restarts.load(Ordering::Relaxed),
             lost: s.lost.load(Ordering::Relaxed),
             cpu_ns: s.cpu_ns.load(Ordering::Relaxed),
+            damaged: s.damaged.load(Ordering::Relaxed),
         }
     }
 }
@@ -176,6 +180,8 @@ pub struct StatsSnapshot {
     pub lost: u64,
     #[serde(default)]
     pub cpu_ns: u64,
+    #[serde(default)]
+    pub damaged: u64,
 }
 
 /// What a run could have done in the time it ran: the bounds a stage's own counters must keep.
@@ -213,8 +219,11 @@ impl Plausible {
             }
         };
         let (frames_ok, dropped_ok) = (snap.frames <= most_frames, snap.dropped <= most_frames);
+        // Damaged frames are frames made: never more of them.
+        let damaged_ok = snap.damaged <= snap.frames;
         keep("frames", &mut snap.frames, frames_ok);
         keep("dropped", &mut snap.dropped, dropped_ok);
+        keep("damaged", &mut snap.damaged, damaged_ok);
         // No call yet; a first call that never finished a frame (it failed: no `last_ns`); or
         // a first and a last frame inside the run.
         let times_ok = snap.first_ns == 0 && snap.last_ns == 0
@@ -267,7 +276,15 @@ mod tests {
             restarts: 1,
             lost: 3,
             cpu_ns: SECOND / 2,
+            damaged: 5,
         }
+    }
+
+    #[test]
+    fn more_damaged_frames_than_frames_are_written_over() {
+        let (snap, bad) = run_of_two_seconds().check(StatsSnapshot { damaged: 48_001, ..honest() });
+        assert_eq!(snap, StatsSnapshot { damaged: 0, ..honest() });
+        assert_eq!(bad, [("damaged", 48_001)]);
     }
 
     #[test]

@@ -328,6 +328,9 @@ pub enum Processed {
     Frame,
     /// A source has no more frames ([`abi::STATUS_END_OF_STREAM`]): nothing was written.
     EndOfStream,
+    /// The output frame is written from damaged data ([`abi::STATUS_DAMAGED`]): publish it
+    /// and count it damaged.
+    Damaged,
 }
 
 /// One instance of a plugin; destroyed on drop.
@@ -361,6 +364,11 @@ impl Instance<'_> {
         let status = unsafe { (self.plugin.descriptor().process)(self.ptr, inputs.as_ptr(), inputs.len(), output, ctx) };
         if status == abi::STATUS_END_OF_STREAM {
             return Ok(Processed::EndOfStream);
+        }
+        // Only a plugin built for 1.4 or later knows the code; from an older one it means
+        // nothing and is an unknown status.
+        if status == abi::STATUS_DAMAGED && self.plugin.meta().abi >= (1, 4) {
+            return Ok(Processed::Damaged);
         }
         self.plugin.check(status).map(|()| Processed::Frame)
     }

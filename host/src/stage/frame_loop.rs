@@ -301,6 +301,9 @@ impl FrameLoop<'_, '_> {
         self.stats.plugin_called(started_ns, ended_ns);
         match result {
             Ok(Processed::Frame) => {}
+            Ok(Processed::Damaged) => {
+                self.stats.get().damaged.fetch_add(1, Ordering::Relaxed);
+            }
             Ok(Processed::EndOfStream) => {
                 // Nothing was made: the slot goes back unpublished and `seq` stays unused.
                 self.output.cancel(pending);

@@ -225,6 +225,9 @@ impl Stage<'_> {
         let ended = now_ns();
         match result.map_err(|error| StageError::Plugin { during: "process", frame: Some(seq), error })? {
             Processed::Frame => {}
+            Processed::Damaged => {
+                stats.get().damaged.fetch_add(1, Ordering::Relaxed);
+            }
             Processed::EndOfStream if self.inputs.is_empty() => return Ok(false),
             Processed::EndOfStream => {
                 return Err(StageError::Plugin { during: "process", frame: Some(seq), error: only_sources_end() });

@@ -88,6 +88,10 @@ pub struct StageReport {
     pub lost: u64,
     /// Times the stage was started again after a failure.
     pub restarts: u64,
+    /// Frames made from damaged data (a decoder concealed errors in them), counted in
+    /// `frames` too.
+    #[serde(default)]
+    pub damaged: u64,
     /// Share of the stage's active time spent inside the plugin.
     pub busy: f64,
     /// CPU time of the stage's process per unit of its active time (1.0: one core).
@@ -164,11 +168,19 @@ impl RunReport {
         let hosts = self.stages.iter().any(|s| s.host.is_some());
         let host_width = self.stages.iter().filter_map(|s| s.host.as_ref().map(String::len)).max().unwrap_or(0).max(4);
         let host_cell = |h: Option<&str>| if hosts { format!("{:host_width$}  ", h.unwrap_or("")) } else { String::new() };
+        // Frames made from damaged data (a decoder's concealed errors) get a column when any
+        // stage made one.
+        let damaged = self.stages.iter().any(|s| s.damaged > 0);
+        let damaged_cell = |d: Option<u64>| match (damaged, d) {
+            (false, _) => String::new(),
+            (true, None) => format!(" {:>8}", "damaged"),
+            (true, Some(n)) => format!(" {n:>8}"),
+        };
         let _ = writeln!(
             out,
-            "{}{:width$}  {:12} {:6} {:>10} {:>12} {:>9} {:>6} {:>8} {:>6} {:>6}  outcome",
+            "{}{:width$}  {:12} {:6} {:>10} {:>12} {:>9} {:>6} {:>8}{} {:>6} {:>6}  outcome",
             host_cell(Some("host")),
-            "stage", "plugin", "domain", "frames", "fps", "dropped", "lost", "restarts", "busy", "cpu"
+            "stage", "plugin", "domain", "frames", "fps", "dropped", "lost", "restarts", damaged_cell(None), "busy", "cpu"
         );
         for s in &self.stages {
             let outcome = match &s.outcome {
@@ -179,7 +191,7 @@ impl RunReport {
             };
             let _ = writeln!(
                 out,
-                "{}{:width$}  {:12} {:6} {:>10} {:>12.1} {:>9} {:>6} {:>8} {:>5.1}% {:>5.0}%  {outcome}",
+                "{}{:width$}  {:12} {:6} {:>10} {:>12.1} {:>9} {:>6} {:>8}{} {:>5.1}% {:>5.0}%  {outcome}",
                 host_cell(s.host.as_deref()),
                 s.name,
                 s.plugin,
@@ -189,6 +201,7 @@ impl RunReport {
                 s.dropped,
                 s.lost,
                 s.restarts,
+                damaged_cell(Some(s.damaged)),
                 s.busy * 100.0,
                 s.cpu * 100.0
             );
@@ -233,6 +246,7 @@ impl StageReport {
             dropped: snap.dropped,
             lost: snap.lost,
             restarts: snap.restarts,
+            damaged: snap.damaged,
             busy: if active == 0 { 0.0 } else { (snap.busy_ns as f64 / active as f64).min(1.0) },
             cpu: snap.cpu_share(),
             outcome,
@@ -268,6 +282,9 @@ impl Live {
             let mut line = format!("{:>10} frames {:>10.1} fps {:>8} dropped", s.frames, s.fps(), s.dropped);
             if s.restarts > 0 || s.lost > 0 {
                 line += &format!(" {:>6} lost {:>4} restarts", s.lost, s.restarts);
+            }
+            if s.damaged > 0 {
+                line += &format!(" {:>6} damaged", s.damaged);
             }
             bar.set_message(line);
         }
