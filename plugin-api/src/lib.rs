@@ -65,6 +65,7 @@
 
 pub mod abi;
 pub mod bands;
+pub mod child;
 pub mod cuda;
 mod error;
 #[doc(hidden)]
