@@ -35,7 +35,9 @@ fn emit(level: Level, message: &str) {
     }
 }
 
-pub(crate) fn warn(message: &str) {
+/// Send a warning where this crate's messages go (also for crates built on this one, such as
+/// gpuipc-nvdec, whose `Drop` failures belong beside this crate's).
+pub fn warn(message: &str) {
     emit(Level::Warn, message)
 }
 
