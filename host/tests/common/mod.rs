@@ -451,3 +451,51 @@ pub fn wait_until(timeout: Duration, what: &str, mut ready: impl FnMut() -> bool
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Set to 1 where ffmpeg must be there (CI): tests needing ffmpeg and ffprobe then fail
+/// without them instead of saying they are skipped.
+pub const REQUIRE_FFMPEG_ENV: &str = "GPUIPC_REQUIRE_FFMPEG";
+
+/// Whether ffmpeg and ffprobe run here. Without them: `false` and a line saying `test` is
+/// skipped, or a panic where `GPUIPC_REQUIRE_FFMPEG=1`.
+pub fn ffmpeg_tools_for_test(test: &str) -> bool {
+    let works = |tool: &str| {
+        Command::new(tool).arg("-version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    };
+    if works("ffmpeg") && works("ffprobe") {
+        return true;
+    }
+    if std::env::var(REQUIRE_FFMPEG_ENV).is_ok_and(|v| v == "1") {
+        panic!("{REQUIRE_FFMPEG_ENV}=1 but ffmpeg or ffprobe does not run (install Debian's ffmpeg package)");
+    }
+    eprintln!("skipped {test}: ffmpeg and ffprobe are not installed ({REQUIRE_FFMPEG_ENV}=1 makes this a failure)");
+    false
+}
+
+/// ffprobe's view of the first video stream of `path`, every frame decoded and counted:
+/// `codec_name`, `width`, `height`, `pix_fmt`, `r_frame_rate`, `nb_read_frames`. Fails the
+/// test if ffprobe fails or takes more than a minute.
+pub fn ffprobe_video(path: &Path) -> serde_json::Value {
+    let child = Command::new("ffprobe")
+        .args(["-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries"])
+        .args(["stream=codec_name,width,height,pix_fmt,r_frame_rate,nb_read_frames", "-of", "json"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let Ok(output) = rx.recv_timeout(Duration::from_secs(60)) else {
+        let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL);
+        panic!("ffprobe {} took more than a minute", path.display());
+    };
+    let output = output.unwrap();
+    assert!(output.status.success(), "ffprobe {}: {}", path.display(), String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    json["streams"][0].clone()
+}
