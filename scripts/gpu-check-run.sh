@@ -26,6 +26,11 @@
 #     split a -> b -> a, frames over TCP, then over NCCL (input_transport = "nccl"; libnccl.so.2
 #     of the pip wheel nvidia-nccl-cu13, agents with NCCL_HOSTID=a/b); every stage's frames =
 #     the cpu reference
+# 12. video: every clip of the corpus (bundle video/corpus, made by scripts/video-clips.sh)
+#     decoded by NVDEC = the cpu decoder's frames (hashes made where the bundle was built, in
+#     video/reference), byte for byte; every pipelines/video-*.toml on the GPU = its cpu run;
+#     four sources at once; a decode stage SIGKILLed mid-file and restarted, going on from
+#     the next frame; no GPU memory left after
 set -uo pipefail
 cd "$(dirname "$0")"
 here=$PWD
@@ -176,6 +181,10 @@ if want 2; then
 section "2. every pipeline, cuda against cpu"
 for file in pipelines/*.toml; do
     name=$(basename "$file" .toml)
+    if grep -q '^# clip:' "$file"; then
+        echo "skip   $name: it decodes a clip (section 12)"
+        continue
+    fi
     frames=30
     case $name in 4k*) frames=8 ;; handoff*) frames=1000 ;; esac
     for device in cpu cuda; do
@@ -558,6 +567,69 @@ else
     stop_agents
     for h in a b; do grep -h "NCCL rank" "$hw/agent-$h.log" | head -2 | sed "s/^/    agent $h: /"; done
 fi
+fi
+
+if want 12; then
+section "12. video: NVDEC against the cpu decoder, several sources, a decoder killed mid-file"
+vw=$here/work/video
+mkdir -p "$vw"
+for clip in "$here"/video/corpus/*; do
+    name=$(basename "$clip")
+    bash "$here/video-pipeline.sh" "$clip" > "$vw/$name.toml"
+    run_into "$vw/$name" "$vw/$name.toml" --device cuda
+    if cmp -s "$vw/$name/sums/decode0.sum" "$here/video/reference/$name.sum"; then
+        echo "match  $name: $(wc -l < "$vw/$name/sums/decode0.sum") frames, NVDEC = cpu decoder, byte for byte"
+    else
+        fail "$name: NVDEC's frames differ from the cpu decoder's"
+        diff "$here/video/reference/$name.sum" "$vw/$name/sums/decode0.sum" | head -6
+    fi
+    grep -h -- "$name: " "$vw/$name/err.txt" | head -1 | sed "s/^/    /"
+done
+# Every pipelines/video-*.toml on the GPU, with its clip, against its cpu run (60 frames).
+for d in "$here"/video/pipelines/*/; do
+    name=$(basename "$d")
+    rm -rf "$vw/$name" && mkdir -p "$vw/$name" && cp "$d"/clips/* "$vw/$name/"
+    (cd "$vw/$name" && "$host" run "$here/pipelines/$name.toml" --device cuda --frames 60 --quiet --checksums sums --report report.json > run.txt 2> err.txt) ||
+        { fail "$name on cuda"; cat "$vw/$name/err.txt"; }
+    compare_taps "$d/reference" "$vw/$name/sums" || fail "$name: cuda differs from cpu"
+    grep -E "^(stage|[a-z])" "$vw/$name/run.txt" | sed 's/^/    /'
+done
+# Four sources at once, each against its reference.
+c=$here/video/corpus
+bash "$here/video-pipeline.sh" "$c/h264-bframes.mp4" "$c/hevc-10bit.mp4" "$c/av1.mp4" "$c/vp9.mp4" > "$vw/four.toml"
+run_into "$vw/four" "$vw/four.toml" --device cuda
+i=0
+for name in h264-bframes.mp4 hevc-10bit.mp4 av1.mp4 vp9.mp4; do
+    cmp -s "$vw/four/sums/decode$i.sum" "$here/video/reference/$name.sum" || fail "four sources at once: decode$i ($name) differs"
+    i=$((i + 1))
+done
+echo "four sources at once: $(cat "$vw/four"/sums/decode*.sum | wc -l) frames compared"
+# A decoder SIGKILLed mid-file (paced at the clip's 30 frames/s), restarted.
+before=$(gpu_memory_used)
+EXTRA=', realtime = true' STAGE_KEYS='restart = "on-failure"' bash "$here/video-pipeline.sh" "$c/long.mp4" > "$vw/restart.toml"
+rm -rf "$vw/restart" && mkdir -p "$vw/restart"
+(cd "$vw/restart" && exec "$host" run "$vw/restart.toml" --device cuda --quiet --checksums sums --report report.json > run.txt 2> err.txt) &
+hostpid=$!
+for _ in $(seq 1 300); do [ "$(cat "$vw/restart/sums/decode0.sum" 2>/dev/null | wc -l)" -ge 90 ] && break; sleep 0.1; done
+victim=$(pgrep -f "gpuipc-host __stage decode0" | head -1)
+echo "killing 'decode0' (pid $victim) after $(wc -l < "$vw/restart/sums/decode0.sum") frames"
+kill -KILL "$victim"
+wait "$hostpid" || fail "the restart run failed"
+python3 - "$vw/restart/sums/decode0.sum" "$here/video/reference/long.mp4.sum" "$vw/restart/report.json" <<'PY' || fail "the restarted decoder's frames"
+import json, sys
+got = [l.split() for l in open(sys.argv[1])]
+ref = dict(l.split() for l in open(sys.argv[2]))
+seqs = [int(s) for s, _ in got]
+report = {s["name"]: s for s in json.load(open(sys.argv[3]))["stages"]}
+ok = seqs == list(range(len(ref))) and all(ref[s] == h for s, h in got) and report["decode0"]["restarts"] == 1
+print(f"    {len(got)} frames made, each once and in order: {seqs == list(range(len(ref)))}; all = cpu reference: {all(ref[s] == h for s, h in got)}; restarts {report['decode0']['restarts']}; lost {report['decode0']['lost'] + report['sink0']['lost']}")
+sys.exit(0 if ok else 1)
+PY
+after=$(gpu_memory_used)
+echo "GPU memory used: before $before MiB, after $after MiB"
+[ "$after" -le $(( before + 64 )) ] || fail "GPU memory not returned after the video runs"
+left=$(pgrep -f "gpuipc-host __stage" || true)
+[ -z "$left" ] || fail "stage processes left: $left"
 fi
 
 echo

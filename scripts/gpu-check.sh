@@ -26,7 +26,7 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])'
 }
-for crate in gpuipc-cuda gpuipc-plugin-api gpuipc-generator gpuipc-rgb-process gpuipc-yuv420 gpuipc-yuv-to-rgb gpuipc-test-gpu-fault; do
+for crate in gpuipc-cuda gpuipc-nvdec gpuipc-plugin-api gpuipc-generator gpuipc-rgb-process gpuipc-yuv420 gpuipc-yuv-to-rgb gpuipc-test-gpu-fault; do
     test_exe "$crate" --lib | while read -r exe; do cp "$exe" "$bundle/tests/$crate"; done
 done
 test_exe gpuipc-host --bin gpuipc-host | while read -r exe; do cp "$exe" "$bundle/tests/gpuipc-host"; done
@@ -40,6 +40,41 @@ cp scripts/bench-replicas.sh "$bundle/bench-replicas.sh"
 cp scripts/bench-wait.sh "$bundle/bench-wait.sh"
 cp scripts/bench-latency.sh "$bundle/bench-latency.sh"
 cp scripts/trace-hops.py "$bundle/trace-hops.py"
-chmod +x "$bundle/check.sh" "$bundle/bench.sh" "$bundle/bench-wait.sh" "$bundle/bench-latency.sh"
+cp scripts/bench-decode.sh "$bundle/bench-decode.sh"
+chmod +x "$bundle/check.sh" "$bundle/bench.sh" "$bundle/bench-wait.sh" "$bundle/bench-latency.sh" "$bundle/bench-decode.sh"
 strip --strip-debug "$bundle"/bin/* "$bundle"/tests/*
+
+# Video (check.sh section 12, bench-decode.sh): clips made here with ffmpeg, which the GPU
+# machine may not have, and the cpu decoder's frames of each (their hashes), decoded here in
+# the cpu domain, for NVDEC's frames to be compared with there.
+cp scripts/video-pipeline.sh "$bundle/video-pipeline.sh"
+# (made once into target/video-clips, kept between bundles)
+bash scripts/video-clips.sh "${CARGO_TARGET_DIR:-target}/video-clips" bench
+mkdir -p "$bundle/video"
+cp -r "${CARGO_TARGET_DIR:-target}/video-clips/." "$bundle/video/"
+repo=$PWD
+hostbin=$(cd "$bundle/bin" && pwd)/gpuipc-host
+mkdir -p "$bundle/video/reference"
+video_work=$(mktemp -d)
+for clip in "$bundle"/video/corpus/*; do
+    name=$(basename "$clip")
+    bash scripts/video-pipeline.sh "$(cd "$(dirname "$clip")" && pwd)/$name" > "$video_work/p.toml"
+    (cd "$video_work" && rm -rf sums && "$hostbin" run p.toml --device cpu --quiet --checksums sums > /dev/null)
+    cp "$video_work/sums/decode0.sum" "$bundle/video/reference/$name.sum"
+done
+# Every pipelines/video-*.toml with the clip its `# clip:` lines make, and its cpu run's
+# checksums (60 frames).
+for file in pipelines/video-*.toml; do
+    name=$(basename "$file" .toml)
+    d=$bundle/video/pipelines/$name
+    mkdir -p "$d/clips"
+    sed -n 's/^# clip: ffmpeg //p' "$file" | while read -r args; do
+        # shellcheck disable=SC2086 # the line is ffmpeg's arguments, split as written
+        (cd "$d/clips" && ffmpeg -hide_banner -loglevel error -nostdin -y $args)
+    done
+    rm -rf "$video_work/run" && mkdir -p "$video_work/run" && cp "$d"/clips/* "$video_work/run/"
+    (cd "$video_work/run" && "$hostbin" run "$repo/$file" --device cpu --frames 60 --quiet --checksums sums > /dev/null)
+    cp -r "$video_work/run/sums" "$d/reference"
+done
+rm -rf "$video_work"
 du -sh "$bundle"

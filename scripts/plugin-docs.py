@@ -13,7 +13,7 @@ out = [
     "which each plugin's tests check against these tables); `gpuipc-host plugins` lists "
     "every plugin a pipeline can name.\n",
 ]
-for name in ["generator", "rgb-process", "yuv420", "yuv-to-rgb", "null", "checksum", "y4m", "png", "python", "tcp-send", "tcp-receive", "nccl-send", "nccl-receive"]:
+for name in ["generator", "rgb-process", "yuv420", "yuv-to-rgb", "null", "checksum", "y4m", "video", "png", "encode", "python", "tcp-send", "tcp-receive", "nccl-send", "nccl-receive"]:
     src = (root / "plugins" / name / "src" / "lib.rs").read_text()
     doc = [l[4:] if l.startswith("//! ") else l[3:] for l in src.splitlines() if l.startswith("//!")]
     text = re.sub(r"^(#+) ", lambda m: "#" * (len(m.group(1)) + 2) + " ", "\n".join(doc), flags=re.M)

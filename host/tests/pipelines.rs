@@ -1,5 +1,10 @@
 //! Every pipeline in `pipelines/` runs as real stage processes and in-process, and both
 //! runs write the same bytes: every stage's output checksums and every sink's files.
+//!
+//! A pipeline that decodes a clip says how to make it in a comment line
+//! `# clip: ffmpeg ARGS... FILE`: the test runs that line in each run's folder first. Such a
+//! pipeline, and one with an `encode` sink, needs ffmpeg: without it it is skipped, unless
+//! `GPUIPC_REQUIRE_FFMPEG=1`.
 
 mod common;
 
@@ -23,12 +28,21 @@ fn every_pipeline_gives_the_same_bytes_in_both_modes() {
     assert!(files.len() >= 5, "expected the shipped pipelines, found {files:?}");
     for file in files {
         let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
+        let clips = clip_commands(&file);
+        // Clips are made with ffmpeg; an `encode` sink runs it.
+        let needs_ffmpeg = !clips.is_empty() || std::fs::read_to_string(&file).unwrap().contains("plugin = \"encode\"");
+        if needs_ffmpeg && !ffmpeg_tools_for_test(&format!("the pipeline {stem}")) {
+            continue;
+        }
         let frames = frames_for(&stem);
         let frames_arg = frames.to_string();
         let file_arg = file.to_string_lossy().into_owned();
         let mut results = Vec::new();
         for (mode, extra) in [("multi", None), ("inproc", Some("--in-process"))] {
             let dir = scratch(&format!("pipelines-{stem}-{mode}"));
+            for clip in &clips {
+                make_clip(&dir, clip);
+            }
             let mut args = vec!["run", &file_arg, "--quiet", "--frames", &frames_arg, "--checksums", "sums"];
             args.extend(extra);
             let run = run(&dir, &args);
@@ -41,7 +55,8 @@ fn every_pipeline_gives_the_same_bytes_in_both_modes() {
                 assert_eq!(seqs, (0..frames).collect::<Vec<_>>(), "{stem} ({mode}) {name}");
             }
             let mut outputs = files_under(&dir);
-            outputs.retain(|name, _| !name.starts_with("stdout-"));
+            // The clips were made for the run, not by it.
+            outputs.retain(|name, _| !name.starts_with("stdout-") && !clips.iter().any(|c| c.last() == Some(name)));
             results.push(outputs);
         }
         assert_eq!(
@@ -53,6 +68,27 @@ fn every_pipeline_gives_the_same_bytes_in_both_modes() {
             assert!(bytes == &results[1][name], "{stem}: {name} differs between multi-process and in-process runs");
         }
     }
+}
+
+/// The `# clip: ffmpeg ...` lines of a pipeline file, each as its arguments after `ffmpeg`.
+fn clip_commands(file: &std::path::Path) -> Vec<Vec<String>> {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("# clip: ffmpeg "))
+        .map(|args| args.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+/// Run ffmpeg with `args` in `dir`.
+fn make_clip(dir: &std::path::Path, args: &[String]) {
+    let out = std::process::Command::new("ffmpeg")
+        .args(["-hide_banner", "-loglevel", "error", "-nostdin", "-y"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ffmpeg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 
 /// Plugins shipped with gpuipc, found next to the `gpuipc-host` binary.
-pub const BUILTINS: [&str; 13] =
-    ["generator", "rgb-process", "yuv420", "yuv-to-rgb", "null", "checksum", "y4m", "png", "python", "tcp-send", "tcp-receive", "nccl-send", "nccl-receive"];
+pub const BUILTINS: [&str; 15] =
+    ["generator", "rgb-process", "yuv420", "yuv-to-rgb", "null", "checksum", "y4m", "video", "png", "encode", "python", "tcp-send", "tcp-receive", "nccl-send", "nccl-receive"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
