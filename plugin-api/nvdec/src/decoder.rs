@@ -29,6 +29,18 @@ pub struct DecoderOptions {
     /// and every [`DecodedFrame::copy_to`]); the stage's `CUcontext` is current on the calling
     /// thread.
     pub stream: usize,
+    /// How many pictures the parser decodes ahead of the one it displays
+    /// (`ulMaxDisplayDelay`): 0 displays each as soon as display order allows (lowest latency,
+    /// the engine idle while the caller maps and copies); a few keep NVDEC busy while the
+    /// caller works on the picture before. Decode surfaces grow by as many.
+    pub display_delay: u32,
+}
+
+impl DecoderOptions {
+    /// `codec` on `stream`, displaying each picture as soon as it may be (no delay).
+    pub fn new(codec: Codec, stream: usize) -> DecoderOptions {
+        DecoderOptions { codec, stream, display_delay: 0 }
+    }
 }
 
 /// Bitstream handed to [`Decoder::decode`].
@@ -78,6 +90,8 @@ struct State {
     api: &'static Api,
     codec: Codec,
     stream: usize,
+    /// The parser's display delay: decode surfaces beyond the stream's minimum for it.
+    display_delay: u32,
     /// Null until the first sequence header.
     decoder: CUvideodecoder,
     format: Option<VideoFormat>,
@@ -113,6 +127,7 @@ impl Decoder {
             api,
             codec: options.codec,
             stream: options.stream,
+            display_delay: options.display_delay,
             decoder: std::ptr::null_mut(),
             format: None,
             surface: None,
@@ -138,9 +153,9 @@ impl Decoder {
             ulMaxNumDecodeSurfaces: 1,
             ulClockRate: CLOCK_RATE,
             ulErrorThreshold: ERROR_THRESHOLD,
-            // Lowest latency: a picture is displayed as soon as display order allows; the
-            // parser still reorders into display order.
-            ulMaxDisplayDelay: 0,
+            // 0: a picture is displayed as soon as display order allows; more: the parser
+            // decodes that many ahead. It reorders into display order either way.
+            ulMaxDisplayDelay: options.display_delay,
             bitfields: 0,
             uReserved1: [0; 4],
             pUserData: decoder.state.as_ptr().cast(),
@@ -416,7 +431,7 @@ impl State {
             caps.nOutputFormatMask,
             surface.surface_format,
         )?;
-        let decode_surfaces = format::decode_surfaces(raw.min_num_decode_surfaces);
+        let decode_surfaces = format::decode_surfaces(raw.min_num_decode_surfaces, self.display_delay);
         let mut info = CUVIDDECODECREATEINFO {
             ulWidth: raw.coded_width.into(),
             ulHeight: raw.coded_height.into(),

@@ -338,11 +338,12 @@ pub(crate) const EXTRA_DECODE_SURFACES: u32 = 4;
 /// Output surfaces: one mapped at a time here, one more so the next map need not wait.
 pub(crate) const OUTPUT_SURFACES: u32 = 2;
 
-/// `ulNumDecodeSurfaces` for a stream that needs at least `min` (`min_num_decode_surfaces`):
-/// a few more, within the decoder's limit, never fewer than `min`.
-pub(crate) fn decode_surfaces(min: u8) -> u32 {
+/// `ulNumDecodeSurfaces` for a stream that needs at least `min` (`min_num_decode_surfaces`),
+/// displayed `display_delay` pictures behind its decoding: a few more, one more for each
+/// picture held back, within the decoder's limit, never fewer than `min`.
+pub(crate) fn decode_surfaces(min: u8, display_delay: u32) -> u32 {
     let min = u32::from(min).max(1);
-    (min + EXTRA_DECODE_SURFACES)
+    (min + EXTRA_DECODE_SURFACES + display_delay)
         .min(MAX_DECODE_SURFACES)
         .max(min)
 }
@@ -593,12 +594,13 @@ mod tests {
 
     #[test]
     fn decode_surfaces_are_the_minimum_and_a_few_within_the_limit() {
-        assert_eq!(decode_surfaces(5), 9);
-        assert_eq!(decode_surfaces(0), 5);
-        assert_eq!(decode_surfaces(28), 32);
-        assert_eq!(decode_surfaces(31), 32);
+        assert_eq!(decode_surfaces(5, 0), 9);
+        assert_eq!(decode_surfaces(0, 0), 5);
+        assert_eq!(decode_surfaces(5, 4), 13);
+        assert_eq!(decode_surfaces(28, 0), 32);
+        assert_eq!(decode_surfaces(31, 4), 32);
         // A stream needing more than the usual limit still gets its minimum.
-        assert_eq!(decode_surfaces(33), 33);
+        assert_eq!(decode_surfaces(33, 0), 33);
     }
 
     #[test]

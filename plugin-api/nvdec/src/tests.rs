@@ -127,6 +127,7 @@ fn without_the_driver_every_entry_point_fails_cleanly() {
     let Err(e) = Decoder::new(DecoderOptions {
         codec: Codec::Hevc,
         stream: 0,
+        display_delay: 0,
     }) else {
         panic!("a decoder without NVDEC")
     };
@@ -182,6 +183,10 @@ enum Feed {
     Whole,
     /// `n`-byte chunks cutting through NAL units, then an empty end-of-stream packet.
     Chunks(usize),
+    /// As `AccessUnits { one_picture: true }`, through [`Decoder::push`] and
+    /// [`Decoder::pop_frame`] (every waiting picture taken before the next packet), the parser
+    /// decoding `display_delay` pictures ahead.
+    Pulled { display_delay: u32 },
 }
 
 /// Decode `stream` as `feed` says, copying every frame with padded pitches into device memory,
@@ -199,6 +204,10 @@ fn decode_on_gpu(
     let mut decoder = Decoder::new(DecoderOptions {
         codec,
         stream: gpu.stream_ptr() as usize,
+        display_delay: match feed {
+            Feed::Pulled { display_delay } => display_delay,
+            _ => 0,
+        },
     })
     .unwrap();
     assert_eq!(decoder.format(), None);
@@ -212,7 +221,7 @@ fn decode_on_gpu(
             .expect("every unit is shown") as i64
     };
     let mut packets: Vec<Packet<'_>> = match feed {
-        Feed::AccessUnits { .. } | Feed::AccessUnitsEndOnLast => units
+        Feed::AccessUnits { .. } | Feed::AccessUnitsEndOnLast | Feed::Pulled { .. } => units
             .iter()
             .enumerate()
             .map(|(i, data)| Packet {
@@ -237,8 +246,11 @@ fn decode_on_gpu(
             .collect(),
     };
     match feed {
-        Feed::AccessUnits { one_picture } => {
-            decoder.set_one_picture_per_packet(one_picture);
+        Feed::AccessUnits { .. } | Feed::Pulled { .. } => {
+            decoder.set_one_picture_per_packet(!matches!(
+                feed,
+                Feed::AccessUnits { one_picture: false }
+            ));
             packets.push(Packet {
                 data: &[],
                 pts: 0,
@@ -255,29 +267,35 @@ fn decode_on_gpu(
     }
     // (pts, status, width, height, bytes per sample, luma pitch) of each frame copied.
     let mut copied = Vec::new();
+    let mut copy = |frame: DecodedFrame<'_>| -> Result<(), NvdecError> {
+        let k = copied.len();
+        assert!(k < MAX_FRAMES, "more frames than the clip has");
+        let bps = frame.bytes_per_sample();
+        assert_eq!(bps, if frame.bit_depth() > 8 { 2 } else { 1 });
+        // Pitches wider than the rows, so rows cannot run into each other unseen.
+        let pitch = u64::from(frame.width() * bps).next_multiple_of(256) + 64;
+        let luma = memory.addr() + (k * SLOT) as u64;
+        let chroma = luma + pitch * u64::from(frame.height());
+        frame.copy_to(luma, pitch, chroma, pitch)?;
+        copied.push((
+            frame.pts(),
+            frame.status(),
+            frame.width(),
+            frame.height(),
+            bps,
+            pitch,
+        ));
+        Ok(())
+    };
     for packet in packets {
-        decoder
-            .decode(packet, &mut |frame| {
-                let k = copied.len();
-                assert!(k < MAX_FRAMES, "more frames than the clip has");
-                let bps = frame.bytes_per_sample();
-                assert_eq!(bps, if frame.bit_depth() > 8 { 2 } else { 1 });
-                // Pitches wider than the rows, so rows cannot run into each other unseen.
-                let pitch = u64::from(frame.width() * bps).next_multiple_of(256) + 64;
-                let luma = memory.addr() + (k * SLOT) as u64;
-                let chroma = luma + pitch * u64::from(frame.height());
-                frame.copy_to(luma, pitch, chroma, pitch)?;
-                copied.push((
-                    frame.pts(),
-                    frame.status(),
-                    frame.width(),
-                    frame.height(),
-                    bps,
-                    pitch,
-                ));
-                Ok(())
-            })
-            .unwrap();
+        if let Feed::Pulled { .. } = feed {
+            decoder.push(packet).unwrap();
+            while let Some(frame) = decoder.pop_frame().unwrap() {
+                copy(frame).unwrap();
+            }
+        } else {
+            decoder.decode(packet, &mut copy).unwrap();
+        }
     }
     let format = decoder.format().expect("a sequence header was parsed");
     assert!(decoder.decode_surfaces() >= 1);
@@ -358,6 +376,8 @@ fn gpu_decodes_h264_like_ffmpeg() {
         Feed::AccessUnitsEndOnLast,
         Feed::Whole,
         Feed::Chunks(97),
+        Feed::Pulled { display_delay: 0 },
+        Feed::Pulled { display_delay: 4 },
     ];
     for feed in feeds {
         let (frames, format) = decode_on_gpu(&gpu, Codec::H264, H264, &H264_DISPLAY_ORDER, feed);
@@ -372,7 +392,7 @@ fn gpu_decodes_h264_like_ffmpeg() {
             );
             assert_eq!(frame.status, DecodeStatus::Ok, "{feed:?}: frame {i}");
         }
-        if let Feed::AccessUnits { .. } | Feed::AccessUnitsEndOnLast = feed {
+        if let Feed::AccessUnits { .. } | Feed::AccessUnitsEndOnLast | Feed::Pulled { .. } = feed {
             let pts: Vec<i64> = frames.iter().map(|f| f.pts).collect();
             assert_eq!(
                 pts,
@@ -418,6 +438,7 @@ fn gpu_decodes_hevc10_like_ffmpeg() {
         Feed::AccessUnits { one_picture: true },
         Feed::Whole,
         Feed::Chunks(1000),
+        Feed::Pulled { display_delay: 4 },
     ] {
         let (frames, format) =
             decode_on_gpu(&gpu, Codec::Hevc, HEVC10, &HEVC10_DISPLAY_ORDER, feed);
@@ -453,7 +474,7 @@ fn gpu_decodes_hevc10_like_ffmpeg() {
             );
             assert_eq!(frame.status, DecodeStatus::Ok, "{feed:?}: frame {i}");
         }
-        if let Feed::AccessUnits { .. } = feed {
+        if let Feed::AccessUnits { .. } | Feed::Pulled { .. } = feed {
             let pts: Vec<i64> = frames.iter().map(|f| f.pts).collect();
             assert_eq!(pts, (1000..1006).collect::<Vec<_>>(), "{feed:?}");
         }
@@ -471,6 +492,7 @@ fn gpu_errors_come_back_and_stop_the_decoder() {
     let options = DecoderOptions {
         codec: Codec::H264,
         stream: gpu.stream_ptr() as usize,
+        display_delay: 0,
     };
     let all = Packet {
         data: H264,
@@ -582,6 +604,7 @@ fn gpu_decoders_move_between_threads() {
     let options = DecoderOptions {
         codec: Codec::H264,
         stream: gpu.stream_ptr() as usize,
+        display_delay: 0,
     };
     let mut decoder = Decoder::new(options).unwrap();
     let all = Packet {
@@ -641,6 +664,7 @@ fn gpu_decoders_leave_nothing_behind() {
     let options = DecoderOptions {
         codec: Codec::H264,
         stream: gpu.stream_ptr() as usize,
+        display_delay: 0,
     };
     let all = Packet {
         data: H264,

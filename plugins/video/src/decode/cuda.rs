@@ -16,6 +16,12 @@ use gpuipc_plugin_api::{CreateContext, Error, OutputFrame, Result, bail};
 use crate::container::{Codec, Entry, Index, Packets};
 use crate::decode::cpu::Read1;
 
+/// Pictures NVDEC decodes ahead of the one handed on, so the engine has work while the stage
+/// maps, copies and publishes the picture before. One stream's rate is one decode engine's
+/// (NVDEC does not split a stream over engines): on an H100, 0 and 4 gave the same 284 frames/s
+/// of 1080p H.264. It costs as many decode surfaces and frames of latency.
+const DECODE_AHEAD: u32 = 4;
+
 /// Decodes a file with NVDEC, one display frame at a time.
 pub struct GpuDecoder {
     index: Arc<Index>,
@@ -94,7 +100,11 @@ impl GpuDecoder {
     pub fn start_pass(&mut self, entry: Entry) -> Result<()> {
         // The old decoder's pictures and surfaces go first.
         self.decoder = None;
-        let options = nvdec::DecoderOptions { codec: codec(self.index.info.codec), stream: self.stream };
+        let options = nvdec::DecoderOptions {
+            codec: codec(self.index.info.codec),
+            stream: self.stream,
+            display_delay: DECODE_AHEAD,
+        };
         let mut decoder = nvdec::Decoder::new(options).map_err(|e| nvdec_error(&self.what, e))?;
         // Each packet is one access unit (an MP4 sample, or one cut here from an elementary
         // stream): the parser decodes it at once instead of when the next one starts.
