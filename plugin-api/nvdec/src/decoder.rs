@@ -602,10 +602,8 @@ pub struct DecodedFrame<'a> {
 
 impl Drop for DecodedFrame<'_> {
     fn drop(&mut self) {
-        if let Some(mapping) = self.owned.take() {
-            if let Err(e) = mapping.unmap() {
-                gpuipc_cuda::log::warn(&format!("unmapping an NVDEC picture: {e}"));
-            }
+        if let Some(Err(e)) = self.owned.take().map(Mapping::unmap) {
+            gpuipc_cuda::log::warn(&format!("unmapping an NVDEC picture: {e}"));
         }
     }
 }

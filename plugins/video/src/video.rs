@@ -76,8 +76,14 @@ pub fn output_format(index: &Index, path: &Path) -> Result<FrameFormat> {
             info.profile
         ),
     };
-    if info.width == 0 || info.height == 0 || info.width % 2 != 0 || info.height % 2 != 0 {
-        bail!("{what}: a picture of {}x{}; 4:2:0 video has an even width and height", info.width, info.height);
+    // H.264 and HEVC crop 4:2:0 pictures in steps of 2; VP9 and AV1 may have odd sizes, which
+    // NVDEC rounds up and the source does not take yet.
+    if info.width == 0 || info.height == 0 || !info.width.is_multiple_of(2) || !info.height.is_multiple_of(2) {
+        bail!(
+            "{what}: a picture of {}x{}; the video source decodes pictures of an even width and height only",
+            info.width,
+            info.height
+        );
     }
     Ok(FrameFormat::new(pixel, info.width, info.height))
 }

@@ -94,10 +94,8 @@ fn scan(reader: &mut impl Read, codec: Codec) -> std::io::Result<Scan> {
                     capture = Some(Vec::new());
                 }
             }
-            if let Some(sps) = capture.as_mut() {
-                if sps.len() < MAX_SPS_BYTES {
-                    sps.push(byte);
-                }
+            if let Some(sps) = capture.as_mut().filter(|sps| sps.len() < MAX_SPS_BYTES) {
+                sps.push(byte);
             }
             zeros = if byte == 0 { zeros + 1 } else { 0 };
             pos += 1;
