@@ -29,7 +29,8 @@
 # 12. video: every clip of the corpus (bundle video/corpus, made by scripts/video-clips.sh)
 #     decoded by NVDEC = the cpu decoder's frames (hashes made where the bundle was built, in
 #     video/reference), byte for byte; every pipelines/video-*.toml on the GPU = its cpu run;
-#     four sources at once; a decode stage SIGKILLed mid-file and restarted, going on from
+#     four sources at once; a damaged stream decoded to its end with the damage counted; a
+#     decode stage SIGKILLed mid-file and restarted, going on from
 #     the next frame; no GPU memory left after
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -631,6 +632,15 @@ for name in h264-bframes.mp4 hevc-10bit.mp4 h264-annexb.h264 vp9.mp4; do
     i=$((i + 1))
 done
 echo "four sources at once: $(cat "$vw/four"/sums/decode*.sum | wc -l) frames compared"
+# A damaged stream (64 bytes overwritten mid-stream): decoded to the end, damage counted.
+bash "$here/video-pipeline.sh" "$here/video/damaged/damaged.h264" > "$vw/damaged.toml"
+run_into "$vw/damaged" "$vw/damaged.toml" --device cuda
+python3 - "$vw/damaged/report.json" <<'PY' || fail "the damaged stream on NVDEC"
+import json, sys
+s = {s["name"]: s for s in json.load(open(sys.argv[1]))["stages"]}["decode0"]
+print(f"    damaged stream: {s['frames']} frames decoded, {s['damaged']} of them damaged, {s['outcome']}")
+sys.exit(0 if s["frames"] > 0 and s["damaged"] > 0 else 1)
+PY
 # A decoder SIGKILLed mid-file (paced at the clip's 30 frames/s), restarted.
 before=$(gpu_memory_used)
 EXTRA=', realtime = true' STAGE_KEYS='restart = "on-failure"' bash "$here/video-pipeline.sh" "$c/long.mp4" > "$vw/restart.toml"

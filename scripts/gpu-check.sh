@@ -52,6 +52,17 @@ cp scripts/video-pipeline.sh "$bundle/video-pipeline.sh"
 bash scripts/video-clips.sh "${CARGO_TARGET_DIR:-target}/video-clips" bench
 mkdir -p "$bundle/video"
 cp -r "${CARGO_TARGET_DIR:-target}/video-clips/." "$bundle/video/"
+# A damaged stream: 64 bytes overwritten in the middle of an H.264 elementary stream's slices.
+mkdir -p "$bundle/video/damaged"
+ffmpeg -hide_banner -loglevel error -nostdin -y -f lavfi -i testsrc2=size=320x240:rate=30 -frames:v 30 \
+    -c:v libx264 -bf 0 -g 300 -pix_fmt yuv420p -f h264 "$bundle/video/damaged/damaged.h264"
+python3 - "$bundle/video/damaged/damaged.h264" <<'PY'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+mid = len(data) // 2
+data[mid:mid + 64] = bytes(((i * 37) & 0xff) | 0x11 for i in range(64))
+open(sys.argv[1], "wb").write(data)
+PY
 repo=$PWD
 hostbin=$(cd "$bundle/bin" && pwd)/gpuipc-host
 mkdir -p "$bundle/video/reference"
