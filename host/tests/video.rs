@@ -322,6 +322,6 @@ fn a_missing_ffmpeg_fails_the_stage_naming_it() {
     let out = run(&dir, &["run", &p.to_string_lossy(), "--quiet"]);
     assert_eq!(out.status.code(), Some(1), "{}", out.output());
     assert!(out.stdout.contains("stage 'decode'"), "{}", out.output());
-    assert!(out.output().contains("`gpuipc-no-such-ffmpeg` is not installed"), "{}", out.output());
+    assert!(out.output().contains("param `ffmpeg`: `gpuipc-no-such-ffmpeg` is not found on PATH"), "{}", out.output());
     assert_nothing_left(out.pid);
 }

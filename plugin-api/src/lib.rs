@@ -70,6 +70,7 @@ pub mod cuda;
 mod error;
 #[doc(hidden)]
 pub mod export;
+pub mod ffmpeg;
 pub mod format;
 pub mod frame;
 pub mod log;

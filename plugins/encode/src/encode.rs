@@ -322,7 +322,7 @@ impl Plugin for Encode {
 
     /// The params, and that the ffmpeg program is there; nothing is started or created.
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
-        let program = Program::of(params).locate(std::env::var_os("PATH").as_deref());
+        let program = Program::for_param(params.ffmpeg.as_deref()).find();
         match (params.validate(), program) {
             (Ok(()), Ok(_)) => Ok(()),
             (Err(e), Ok(_)) | (Ok(()), Err(e)) => Err(e),
@@ -342,7 +342,7 @@ impl Plugin for Encode {
         _ctx: &CreateContext<'_>,
     ) -> Result<Encode> {
         let (format, pixel) = check_input(inputs)?;
-        let program = Program::of(&params).locate(std::env::var_os("PATH").as_deref())?;
+        let program = Program::for_param(params.ffmpeg.as_deref()).find()?;
         if let Output::File(path) = params.output()
             && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
         {

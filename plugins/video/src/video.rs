@@ -10,13 +10,11 @@ use gpuipc_plugin_api::{
     CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin,
     PluginInfo, ProcessContext, Result, bail,
 };
+use gpuipc_plugin_api::ffmpeg::Program;
 use serde::Deserialize;
 
 use crate::container::{Chroma, Index};
 use crate::decode::{Decoder, Read1, cpu::CpuDecoder, cuda::GpuDecoder};
-
-/// The environment variable naming the ffmpeg program when `ffmpeg` is not given.
-pub const FFMPEG_ENV: &str = "GPUIPC_FFMPEG";
 
 /// The `params` table of a video stage.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -30,7 +28,8 @@ pub struct Params {
     /// Hand frames on at the pace of their timestamps, as a camera would. Default false.
     #[serde(default)]
     pub realtime: bool,
-    /// The ffmpeg program of the cpu decoder. Default `$GPUIPC_FFMPEG`, else `ffmpeg`.
+    /// The ffmpeg program of the cpu decoder. Default `$GPUIPC_FFMPEG`, else `ffmpeg` on PATH
+    /// (`gpuipc_plugin_api::ffmpeg`).
     pub ffmpeg: Option<String>,
 }
 
@@ -44,14 +43,6 @@ impl Params {
             problems.push("param `ffmpeg` is empty; leave it out for `ffmpeg` on PATH".to_owned());
         }
         if problems.is_empty() { Ok(()) } else { Err(Error::new(problems.join("; "))) }
-    }
-
-    /// The ffmpeg program: the param, then `$GPUIPC_FFMPEG`, then `ffmpeg`.
-    pub fn ffmpeg_program(&self) -> String {
-        self.ffmpeg
-            .clone()
-            .or_else(|| std::env::var(FFMPEG_ENV).ok().filter(|v| !v.is_empty()))
-            .unwrap_or_else(|| "ffmpeg".to_owned())
     }
 }
 
@@ -206,7 +197,10 @@ impl Plugin for Video {
             bail!("{} now holds {format} video, but the pipeline was planned for {planned}", params.path.display());
         }
         let decoder = match ctx.domain {
-            Domain::Cpu => Decoder::Cpu(CpuDecoder::new(Arc::clone(&index), &params.path, &params.ffmpeg_program())),
+            Domain::Cpu => {
+                let program = Program::for_param(params.ffmpeg.as_deref()).find()?;
+                Decoder::Cpu(CpuDecoder::new(Arc::clone(&index), &params.path, program))
+            }
             Domain::Cuda => Decoder::Cuda(GpuDecoder::new(Arc::clone(&index), &params.path, ctx)?),
         };
         Ok(Video {
@@ -344,8 +338,6 @@ mod tests {
             e.message(),
             "param `path` is empty; give the video file to decode; param `ffmpeg` is empty; leave it out for `ffmpeg` on PATH"
         );
-        let params = parse_params::<Video>("path = \"a.mp4\"\nffmpeg = \"/opt/ffmpeg\"").unwrap();
-        assert_eq!(params.ffmpeg_program(), "/opt/ffmpeg");
         let e = Video::negotiate(&parse_params::<Video>("path = \"/nonexistent/in.mp4\"").unwrap(), &[]).unwrap_err();
         assert!(e.message().starts_with("param `path`: cannot open /nonexistent/in.mp4:"), "{e}");
     }

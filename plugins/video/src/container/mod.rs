@@ -16,25 +16,8 @@ use std::path::Path;
 
 use gpuipc_plugin_api::{Error, Result, bail};
 
-/// The codecs the video source decodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Codec {
-    H264,
-    Hevc,
-    Vp9,
-    Av1,
-}
-
-impl Codec {
-    pub fn name(self) -> &'static str {
-        match self {
-            Codec::H264 => "H.264",
-            Codec::Hevc => "HEVC",
-            Codec::Vp9 => "VP9",
-            Codec::Av1 => "AV1",
-        }
-    }
-}
+/// The codecs the video source decodes: NVDEC's, whose names the cpu decoder shares.
+pub use gpuipc_nvdec::Codec;
 
 /// How chroma is sampled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

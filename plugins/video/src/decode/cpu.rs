@@ -36,7 +36,7 @@ struct Pass {
 pub struct CpuDecoder {
     index: Arc<Index>,
     path: PathBuf,
-    program: String,
+    program: PathBuf,
     pass: Option<Pass>,
     /// One frame as ffmpeg writes it: Y, U and V planes, packed.
     planar: Vec<u8>,
@@ -52,9 +52,9 @@ pub enum Read1 {
 }
 
 impl CpuDecoder {
-    pub fn new(index: Arc<Index>, path: &Path, program: &str) -> CpuDecoder {
+    pub fn new(index: Arc<Index>, path: &Path, program: PathBuf) -> CpuDecoder {
         let bytes = planar_bytes(&index);
-        CpuDecoder { index, path: path.to_owned(), program: program.to_owned(), pass: None, planar: vec![0; bytes] }
+        CpuDecoder { index, path: path.to_owned(), program, pass: None, planar: vec![0; bytes] }
     }
 
     /// The display number of the next frame of the current pass, if one is under way.

@@ -13,7 +13,7 @@ use gpuipc_nvdec as nvdec;
 use gpuipc_plugin_api::cuda::device_plane;
 use gpuipc_plugin_api::{CreateContext, Error, OutputFrame, Result, bail};
 
-use crate::container::{Codec, Entry, Index, Packets};
+use crate::container::{Entry, Index, Packets};
 use crate::decode::cpu::Read1;
 
 /// Pictures NVDEC decodes ahead of the one handed on, so the engine has work while the stage
@@ -36,15 +36,6 @@ pub struct GpuDecoder {
     what: String,
 }
 
-fn codec(codec: Codec) -> nvdec::Codec {
-    match codec {
-        Codec::H264 => nvdec::Codec::H264,
-        Codec::Hevc => nvdec::Codec::Hevc,
-        Codec::Vp9 => nvdec::Codec::Vp9,
-        Codec::Av1 => nvdec::Codec::Av1,
-    }
-}
-
 fn nvdec_error(what: &str, e: nvdec::NvdecError) -> Error {
     Error::new(format!("{what}: {e}"))
 }
@@ -55,7 +46,7 @@ impl GpuDecoder {
         let what = path.display().to_string();
         nvdec::available().map_err(|e| nvdec_error(&what, e))?;
         let info = &index.info;
-        let caps = nvdec::caps(codec(info.codec), info.bit_depth).map_err(|e| nvdec_error(&what, e))?;
+        let caps = nvdec::caps(info.codec, info.bit_depth).map_err(|e| nvdec_error(&what, e))?;
         if !caps.supported {
             bail!(
                 "{what}: this GPU's NVDEC cannot decode {}-bit {} {} ({}); use device = \"cpu\" for this stage",
@@ -101,7 +92,7 @@ impl GpuDecoder {
         // The old decoder's pictures and surfaces go first.
         self.decoder = None;
         let options = nvdec::DecoderOptions {
-            codec: codec(self.index.info.codec),
+            codec: self.index.info.codec,
             stream: self.stream,
             display_delay: DECODE_AHEAD,
         };
