@@ -140,14 +140,30 @@ fn starts_access_unit(codec: Codec, header: [u8; 3]) -> bool {
 }
 
 /// An access unit: where it starts, whether it holds a picture, whether that picture is an
-/// IDR picture (nothing after it refers to anything before it), and whether the unit carries a
-/// sequence parameter set (so a decoder can start at it).
+/// IDR picture (nothing after it refers to anything before it), and which parameter sets it
+/// carries ([`param_bit`]; with every one, [`all_params`], a decoder can start at it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct AccessUnit {
     at: u64,
     picture: bool,
     idr: bool,
-    sps: bool,
+    params: u8,
+}
+
+/// The parameter sets a decoder needs before a picture, each a bit: H.264's sequence and
+/// picture parameter sets; HEVC's video, sequence and picture parameter sets.
+fn param_bit(codec: Codec, header: [u8; 3]) -> u8 {
+    match (codec, nal_type(codec, header)) {
+        (Codec::Hevc, 32) => 4,
+        (Codec::Hevc, 33) | (Codec::H264, 7) => 1,
+        (Codec::Hevc, 34) | (Codec::H264, 8) => 2,
+        _ => 0,
+    }
+}
+
+/// Every parameter set a codec's pictures need: an access unit with all of them is an entry.
+fn all_params(codec: Codec) -> u8 {
+    if codec == Codec::Hevc { 7 } else { 3 }
 }
 
 fn is_idr(codec: Codec, header: [u8; 3]) -> bool {
@@ -162,17 +178,17 @@ fn is_idr(codec: Codec, header: [u8; 3]) -> bool {
 fn access_units(codec: Codec, nals: &[Nal]) -> Vec<AccessUnit> {
     let mut units: Vec<AccessUnit> = Vec::new();
     // Where the next unit starts if a first slice follows: the first NAL unit that may begin
-    // one after the current unit's slices, and whether a parameter set came from there on.
-    let mut next_start: Option<(u64, bool)> = None;
-    let unit = |at, sps| AccessUnit { at, picture: false, idr: false, sps };
+    // one after the current unit's slices, and the parameter sets from there on.
+    let mut next_start: Option<(u64, u8)> = None;
+    let unit = |at, params| AccessUnit { at, picture: false, idr: false, params };
     for nal in nals {
-        let sps = nal_type(codec, nal.header) == sps_type(codec);
+        let param = param_bit(codec, nal.header);
         match slice(codec, nal.header) {
             Some(first) => {
                 let current_has_picture = units.last().is_some_and(|u| u.picture);
                 if units.is_empty() || (first && current_has_picture) {
-                    let (at, sps) = next_start.unwrap_or((nal.at, false));
-                    units.push(unit(at, sps));
+                    let (at, params) = next_start.unwrap_or((nal.at, 0));
+                    units.push(unit(at, params));
                 }
                 let last = units.last_mut().expect("a unit was pushed");
                 if !last.picture {
@@ -181,15 +197,15 @@ fn access_units(codec: Codec, nals: &[Nal]) -> Vec<AccessUnit> {
                 last.picture = true;
                 next_start = None;
             }
-            None if units.is_empty() => units.push(unit(nal.at, sps)),
+            None if units.is_empty() => units.push(unit(nal.at, param)),
             None => {
                 let after_picture = units.last().is_some_and(|u| u.picture);
                 match next_start.as_mut() {
-                    Some((_, seen)) => *seen |= sps,
-                    None if after_picture && starts_access_unit(codec, nal.header) => next_start = Some((nal.at, sps)),
+                    Some((_, seen)) => *seen |= param,
+                    None if after_picture && starts_access_unit(codec, nal.header) => next_start = Some((nal.at, param)),
                     None => {
                         if let Some(last) = units.last_mut() {
-                            last.sps |= sps;
+                            last.params |= param;
                         }
                     }
                 }
@@ -222,12 +238,12 @@ pub fn index(mut file: File, len: u64, codec: Codec, path: &Path) -> Result<Inde
         })
         .collect();
     let frames = units.iter().filter(|u| u.picture).count() as u64;
-    // An IDR picture with its own sequence parameter set: every picture before it is shown
+    // An IDR picture with every parameter set in its unit: every picture before it is shown
     // before it, every one after it after it, and a decoder needs nothing from before it.
     let mut entries = vec![Entry { sample: 0, display: 0 }];
     let mut pictures = 0;
     for (i, u) in units.iter().enumerate() {
-        if i > 0 && u.picture && u.idr && u.sps {
+        if i > 0 && u.picture && u.idr && u.params == all_params(codec) {
             entries.push(Entry { sample: i, display: pictures });
         }
         pictures += usize::from(u.picture);
@@ -289,8 +305,8 @@ mod tests {
             nal(160, [0x41, 0x80, 0]),
             nal(200, [0x41, 0x80, 0]),
         ];
-        let au = |at, idr, sps| AccessUnit { at, picture: true, idr, sps };
-        assert_eq!(access_units(Codec::H264, &nals), [au(0, true, true), au(150, false, false), au(200, false, false)]);
+        let au = |at, idr, params| AccessUnit { at, picture: true, idr, params };
+        assert_eq!(access_units(Codec::H264, &nals), [au(0, true, 3), au(150, false, 0), au(200, false, 0)]);
         // HEVC: VPS, SPS, PPS, IDR (first), TRAIL (not first), suffix SEI (40: stays), TRAIL (first).
         let nals = [
             nal(0, [0x40, 1, 0]),
@@ -301,7 +317,7 @@ mod tests {
             nal(95, [0x50, 1, 0]),
             nal(99, [0x02, 1, 0x80]),
         ];
-        assert_eq!(access_units(Codec::Hevc, &nals), [au(0, true, true), au(99, false, false)]);
+        assert_eq!(access_units(Codec::Hevc, &nals), [au(0, true, 7), au(99, false, 0)]);
     }
 
     #[test]
