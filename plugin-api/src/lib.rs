@@ -104,9 +104,12 @@ pub fn create_output_file(param: &str, path: &std::path::Path) -> Result<std::fs
 }
 /// Check, when the pipeline is validated (from [`Plugin::check`]), a path param a stage will
 /// write, only looking at the file system: not empty, not a folder (one that exists, or a name
-/// ending in `/`), and under no file (`hashes.txt/x` can never be created). A folder that does
-/// not exist yet is fine: [`create_output_file`] makes it. Whether the file can be created
-/// (permissions, a read-only file system) is only known when the stage starts.
+/// ending in `/`), under no file (`hashes.txt/x` can never be created), and under a folder
+/// where files can be made: not on a read-only file system or a kernel's pseudo file system
+/// (`/proc`, `/sys`, ...), and writable by this user. A folder that does not exist yet is
+/// fine: [`create_output_file`] makes it, in the nearest folder that exists, which is the one
+/// checked. What only creating the file tells (a full disk, a quota) is known when the stage
+/// starts. The check is made on the machine that plans the run.
 pub fn check_output_path(param: &str, path: &std::path::Path) -> Result<()> {
     if path.as_os_str().is_empty() {
         return Err(Error::new(format!("param `{param}` is empty; give the file to write")));
@@ -129,7 +132,48 @@ pub fn check_output_path(param: &str, path: &std::path::Path) -> Result<()> {
             path.display()
         )));
     }
+    // A bare name, or one whose every folder is still to be made, lands in the current folder.
+    let folder = nearest.unwrap_or(std::path::Path::new("."));
+    if let Some(why) = unwritable(folder) {
+        return Err(Error::new(format!("param `{param}`: {} cannot be created: {why}", path.display())));
+    }
     Ok(())
+}
+
+/// Why files cannot be made in the existing folder `folder`, if they cannot: its file system is
+/// one of the kernel's views (procfs, sysfs, ...), where nothing can be created whatever the
+/// permissions say, or is mounted read-only, or this user may not write the folder. `None`
+/// when nothing says so (or the file system cannot be asked).
+fn unwritable(folder: &std::path::Path) -> Option<String> {
+    /// `f_type` of the pseudo file systems no file can be created in, and their names.
+    const PSEUDO: [(i64, &str); 9] = [
+        (0x9fa0, "proc"),
+        (0x6265_6572, "sysfs"),
+        (0x0027_e0eb, "cgroup"),
+        (0x6367_7270, "cgroup2"),
+        (0x6462_6720, "debugfs"),
+        (0x7472_6163, "tracefs"),
+        (0x7363_6673, "securityfs"),
+        (0x1cd1, "devpts"),
+        (0xcafe_4a11, "bpf"),
+    ];
+    let shown = folder.display();
+    if let Ok(fs) = rustix::fs::statfs(folder) {
+        let kind = fs.f_type as i64;
+        if let Some((_, name)) = PSEUDO.iter().find(|(magic, _)| *magic == kind) {
+            return Some(format!("{shown} is on the kernel's {name} file system, where no file can be created"));
+        }
+    }
+    if rustix::fs::statvfs(folder).is_ok_and(|v| v.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)) {
+        return Some(format!("{shown} is on a read-only file system"));
+    }
+    match rustix::fs::access(folder, rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK) {
+        Err(e) if e == rustix::io::Errno::ACCESS || e == rustix::io::Errno::PERM => {
+            Some(format!("this user may not write in {shown}"))
+        }
+        Err(e) if e == rustix::io::Errno::ROFS => Some(format!("{shown} is on a read-only file system")),
+        _ => None,
+    }
 }
 
 pub use export::parse_params;
@@ -139,3 +183,27 @@ pub use frame::{
     pixel_hash,
 };
 pub use plugin::{CreateContext, Domain, ParamInfo, Plugin, PluginInfo, ProcessContext};
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::check_output_path;
+
+    #[test]
+    fn output_paths_are_checked_where_the_file_would_be_made() {
+        let e = check_output_path("path", Path::new("/proc/nope/x.txt")).unwrap_err();
+        assert_eq!(
+            e.message(),
+            "param `path`: /proc/nope/x.txt cannot be created: /proc is on the kernel's proc file system, where no file can be created"
+        );
+        let e = check_output_path("path", Path::new("/sys/x.sum")).unwrap_err();
+        assert!(e.message().ends_with("/sys is on the kernel's sysfs file system, where no file can be created"), "{e}");
+        // Folders still to be made, under a writable one; a bare name in the current folder.
+        let dir = std::env::temp_dir().join(format!("gpuipc-output-{}", std::process::id()));
+        check_output_path("path", &dir.join("a/b/c.y4m")).unwrap();
+        check_output_path("path", Path::new("hashes.sum")).unwrap();
+        let e = check_output_path("path", Path::new("/etc/hostname/x")).unwrap_err();
+        assert_eq!(e.message(), "param `path`: /etc/hostname is not a folder, so /etc/hostname/x cannot be created");
+    }
+}

@@ -201,7 +201,7 @@ mod tests {
         let format = FrameFormat::new(PixelFormat::Gray8, 1, 1);
         let e = Checksum::create(params, &[format], None, &cpu_context()).unwrap_err();
         assert!(
-            e.message().starts_with("param `path`: cannot create /proc/nonexistent/y.txt"),
+            e.message().starts_with("param `path`: /proc/nonexistent/y.txt cannot be created: /proc is on the kernel's proc file system"),
             "{e}"
         );
     }

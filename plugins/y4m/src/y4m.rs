@@ -347,7 +347,7 @@ mod tests {
         }
         let params = parse_params::<Y4m>("path = \"/proc/nonexistent/x.y4m\"").unwrap();
         let e = Y4m::create(params, &[format], None, &cpu_context()).unwrap_err();
-        assert!(e.message().starts_with("param `path`: cannot create"), "{e}");
+        assert!(e.message().starts_with("param `path`: /proc/nonexistent/x.y4m cannot be created: /proc is on the kernel's proc file system"), "{e}");
     }
 
     /// A y4m file of `frames` (each packed Y, U, V of a 5x3 frame: 27 bytes), written by the
