@@ -41,6 +41,81 @@ pub enum SplitError {
     NoPort { link: String, host: String, data: String, k: u32, nth: u32 },
     #[error("link {link}: no valid free name for its sender stage on host `{host}` ({why})")]
     SenderName { link: String, host: String, why: String },
+    #[error(
+        "{first} and {second} both use {endpoint}; give host `{change}` a `{key}` address on another port (hosts on one address need ports of their own)"
+    )]
+    PortTaken { endpoint: String, first: String, second: String, change: String, key: &'static str },
+}
+
+/// One port a host's agent listens on, and what for.
+struct Listening {
+    host: usize,
+    address: String,
+    port: u16,
+    /// "host `b`'s control endpoint", "frames into host `a` (its 2nd crossing link)".
+    what: String,
+    /// The `[[host]]` key that moves it.
+    key: &'static str,
+}
+
+/// Every port the hosts' agents will listen on: each control endpoint, and the data ports of
+/// the crossing links into each host (its `data` port and the next ones, `into[h]` of them).
+/// Two hosts on one address must not share a port: the second agent could not bind it, or
+/// frames would reach the wrong one.
+fn check_ports(plan: &Plan, into: &[u32]) -> Result<(), SplitError> {
+    let mut listening: Vec<Listening> = Vec::new();
+    for (h, host) in plan.hosts.iter().enumerate() {
+        let control = host.control.split_once('/').map_or(host.control.as_str(), |(_, a)| a);
+        if let Some((address, port)) = address_port(control) {
+            let what = format!("host `{}`'s control endpoint", host.name);
+            listening.push(Listening { host: h, address, port, what, key: "control" });
+        }
+        for k in 0..into[h] {
+            if let Some((address, port)) = port_above(&host.data, k).as_deref().and_then(address_port) {
+                let what = format!("frames into host `{}` (its {} crossing link)", host.name, ordinal(k + 1));
+                listening.push(Listening { host: h, address, port, what, key: "data" });
+            }
+        }
+    }
+    for (i, a) in listening.iter().enumerate() {
+        if let Some(b) = listening[..i].iter().find(|b| b.host != a.host && b.port == a.port && same_address(&b.address, &a.address)) {
+            // The data ports are the ones to move: a control endpoint is where the agent runs.
+            let (change, key) = if a.key == "data" { (a.host, a.key) } else { (b.host, b.key) };
+            return Err(SplitError::PortTaken {
+                endpoint: format!("{}:{}", a.address, a.port),
+                first: b.what.clone(),
+                second: a.what.clone(),
+                change: plan.hosts[change].name.clone(),
+                key,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `ADDRESS:PORT` as its address and port.
+fn address_port(text: &str) -> Option<(String, u16)> {
+    let (address, port) = text.rsplit_once(':')?;
+    Some((address.to_owned(), port.parse().ok()?))
+}
+
+/// Whether two addresses name one machine's interface: the same text, or two names of the
+/// loopback interface.
+fn same_address(a: &str, b: &str) -> bool {
+    let loopback = |x: &str| matches!(x, "localhost" | "127.0.0.1" | "[::1]");
+    a == b || (loopback(a) && loopback(b))
+}
+
+/// "1st", "2nd", "3rd", "4th", ...
+fn ordinal(n: u32) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (1, 11) | (2, 12) | (3, 13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }
 
 /// Split `plan`, read from the pipeline file text `text`, into one part per host that has
@@ -115,6 +190,8 @@ pub fn split(plan: &Plan, text: &str) -> Result<Vec<Part>, SplitError> {
             bridges.push((Some(h), receiver_table(producer.name.as_str(), &address, &tag, pixel, format.width, format.height, bridge)));
         }
     }
+
+    check_ports(plan, &into_host)?;
 
     for (h, stages) in &mut parts {
         // Receivers first: they are the part's sources.

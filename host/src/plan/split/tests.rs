@@ -237,7 +237,52 @@ inputs = ["gen"]
 }
 
 #[test]
+fn hosts_on_one_address_may_not_share_a_port() {
+    // Two agents on one machine, control ports 7711 and 7712: host a's frames would go to
+    // 7712 (its control port + 1), which is host b's control endpoint.
+    let hosts = r#"
+[pipeline]
+name = "collide"
+device = "cpu"
+
+[[host]]
+name = "a"
+control = "tcp/127.0.0.1:7711"
+
+[[host]]
+name = "b"
+control = "tcp/127.0.0.1:7712"
+
+[[stage]]
+name = "gen"
+plugin = "generator.so"
+host = "b"
+
+[[stage]]
+name = "sink"
+plugin = "null.so"
+host = "a"
+inputs = ["gen"]
+"#;
+    let (plan, text) = plan_of(hosts);
+    let e = split(&plan, &text).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "frames into host `a` (its 1st crossing link) and host `b`'s control endpoint both use 127.0.0.1:7712; give host `a` a `data` address on another port (hosts on one address need ports of their own)"
+    );
+    // Its own data address, elsewhere: no clash. Loopback names are one address.
+    let (plan, text) = plan_of(&hosts.replace("control = \"tcp/127.0.0.1:7711\"", "control = \"tcp/127.0.0.1:7711\"\ndata = \"127.0.0.1:7800\""));
+    split(&plan, &text).unwrap();
+    let (plan, text) = plan_of(&hosts.replace("control = \"tcp/127.0.0.1:7711\"", "control = \"tcp/127.0.0.1:7711\"\ndata = \"localhost:7712\""));
+    let e = split(&plan, &text).unwrap_err().to_string();
+    assert!(e.starts_with("frames into host `a` (its 1st crossing link) and host `b`'s control endpoint both use 127.0.0.1:7712"), "{e}");
+}
+
+#[test]
 fn ports_count_up_from_the_data_port() {
+    assert_eq!(ordinal(1), "1st");
+    assert_eq!(ordinal(12), "12th");
+    assert_eq!(ordinal(23), "23rd");
     assert_eq!(port_above("10.0.0.1:7448", 2).as_deref(), Some("10.0.0.1:7450"));
     assert_eq!(port_above("[fd00::7]:9100", 1).as_deref(), Some("[fd00::7]:9101"));
     assert_eq!(port_above("10.0.0.1:65535", 1), None);
