@@ -50,6 +50,19 @@ fn every_kind_of_stage_failure_ends_the_run_naming_the_stage_and_cause() {
     }
 }
 
+/// A process a plugin starts (the `encode` sink's ffmpeg, the `video` source's decoder) gets
+/// standard input, output and error only: not the stage's control socket (fd 3, mapped by
+/// the host without close-on-exec), nor its rings and stats, nor a blocked stop signal.
+#[test]
+fn a_child_a_plugin_starts_holds_nothing_of_its_stage() {
+    let dir = scratch("child-of-plugin");
+    let file = pipeline(&dir, "p.toml", &faulty_pipeline("spawn_child_at", Some(10)));
+    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
+    assert_eq!(run.status.code(), Some(0), "{}", run.output());
+    assert!(run.stderr.contains("a child of the stage holds descriptors 0, 1 and 2 only"), "the check did not run:\n{}", run.output());
+    assert_nothing_left(run.pid);
+}
+
 #[test]
 fn a_stage_killed_from_outside_mid_run_ends_the_run_cleanly() {
     let dir = scratch("sigkill-outside");

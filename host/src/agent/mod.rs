@@ -55,9 +55,10 @@ type Ended = Arc<Mutex<std::collections::VecDeque<(String, String)>>>;
 fn serve(name: &str, listen: &str) -> Result<(), String> {
     crate::config::StageName::parse(name).map_err(|_| format!("name `{name}`: use letters, digits, `-` and `_`, starting with a letter"))?;
     let stop = Arc::new(AtomicBool::new(false));
-    for signal in crate::supervisor::STOP_SIGNALS {
-        signal_hook::flag::register(signal, stop.clone()).map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    }
+    let ((), _claimed) = crate::supervisor::Shutdown::claim(|| {
+        crate::supervisor::STOP_SIGNALS.iter().try_for_each(|&signal| signal_hook::flag::register(signal, stop.clone()).map(drop))
+    })
+    .map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let session = zenoh::open(control::config(Some(listen), &[])?).wait().map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let info = serde_json::to_string(&control::AgentInfo::of_this_machine(name)).map_err(|e| e.to_string())?;
     let key = control::info_key(name);

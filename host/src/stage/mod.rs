@@ -38,9 +38,13 @@ pub fn main() -> i32 {
         eprintln!("gpuipc stage: {message}");
         return 2;
     }
-    let Some(socket) = control_socket() else {
-        eprintln!("gpuipc stage: no control socket on fd {CONTROL_FD}; this command is started by `gpuipc-host run`");
-        return 2;
+    close_on_exec_beyond_stdio();
+    let socket = match control_socket() {
+        Ok(socket) => socket,
+        Err(message) => {
+            eprintln!("gpuipc stage: {message}");
+            return 2;
+        }
     };
     let (setup, fds) = match socket.recv::<ToStage>() {
         Ok((ToStage::Setup(setup), fds)) => (*setup, fds),
@@ -83,20 +87,52 @@ fn die_with_host() -> Result<(), String> {
     }
 }
 
-fn control_socket() -> Option<ControlSocket> {
+/// Make every descriptor this process holds beyond 0, 1 and 2 close-on-exec, so that a
+/// process a plugin starts (the `encode` sink's ffmpeg, the `video` source's decoder) gets
+/// nothing of the stage's: not a descriptor the host inherited without the flag and passed on
+/// (a pipe of whatever started the host, which a long-lived ffmpeg would hold open). The
+/// control socket is made so in [`control_socket`], and what the stage opens or receives later
+/// is close-on-exec already (std, `MFD_CLOEXEC`, `MSG_CMSG_CLOEXEC`). Run first, while the
+/// process has one thread; where /proc cannot be read, only the control socket is.
+fn close_on_exec_beyond_stdio() {
+    let fds: Vec<i32> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(dir) => dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).filter(|&fd| fd > 2).collect(),
+        Err(e) => {
+            tracing::warn!("cannot list this process's descriptors to make them close-on-exec: {e}");
+            return;
+        }
+    };
+    for fd in fds {
+        match rustix::io::fcntl_setfd(unsafe_borrow(fd), rustix::io::FdFlags::CLOEXEC) {
+            // The listing's own descriptor, closed by now.
+            Ok(()) | Err(rustix::io::Errno::BADF) => {}
+            Err(e) => tracing::warn!("cannot make descriptor {fd} close-on-exec: {e}"),
+        }
+    }
+}
+
+/// The control socket on [`CONTROL_FD`], made close-on-exec: the host maps it there with
+/// `dup2`, which clears the flag, and a process a plugin starts must not hold the stage's end
+/// of it (it would outlive the stage and keep the host from seeing it gone).
+fn control_socket() -> Result<ControlSocket, String> {
     use std::os::fd::FromRawFd;
-    rustix::io::fcntl_getfd(unsafe_borrow(CONTROL_FD)).ok()?;
+    if rustix::io::fcntl_getfd(unsafe_borrow(CONTROL_FD)).is_err() {
+        return Err(format!("no control socket on fd {CONTROL_FD}; this command is started by `gpuipc-host run`"));
+    }
     #[allow(unsafe_code)]
     // SAFETY: fd 3 was mapped into this process by the host for exactly this purpose and
     // nothing else in the process owns it (checked open just above).
     let fd = unsafe { OwnedFd::from_raw_fd(CONTROL_FD) };
-    Some(ControlSocket::from_fd(fd))
+    rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)
+        .map_err(|e| format!("cannot make the control socket on fd {CONTROL_FD} close-on-exec: {e}"))?;
+    Ok(ControlSocket::from_fd(fd))
 }
 
 fn unsafe_borrow(fd: i32) -> std::os::fd::BorrowedFd<'static> {
     #[allow(unsafe_code)]
-    // SAFETY: only used for an fcntl probe of whether the descriptor is open; an invalid
-    // descriptor makes fcntl fail with EBADF, which is the answer we want.
+    // SAFETY: only used at once for fcntl on the descriptor's flags (whether it is open, or
+    // close-on-exec): nothing is read, written or closed through it, and an invalid
+    // descriptor makes fcntl fail with EBADF, which callers expect.
     unsafe {
         std::os::fd::BorrowedFd::borrow_raw(fd)
     }

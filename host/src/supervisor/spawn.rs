@@ -1,6 +1,9 @@
 //! Starting a stage process: the host binary re-executed with `__stage`, its control socket
 //! mapped to fd 3, in its own process group (so a terminal's Ctrl-C reaches only the host,
-//! which drains the pipeline in order), watched through a pidfd.
+//! which drains the pipeline in order), watched through a pidfd. It starts with no signal
+//! blocked (std's spawn empties the mask, which exec would pass on), and makes fd 3 and
+//! whatever else it inherited close-on-exec itself (`stage::main`), so that processes its
+//! plugin starts get none of them.
 //!
 //! A source stage (no inputs) gets the host's standard input, so that a source plugin can
 //! read a stream piped into `gpuipc-host run` (the `y4m` source's `path = "-"`); every other

@@ -6,9 +6,11 @@
 use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{SigSet, Signal};
 use rustix::event::{PollFd, PollFlags};
 
 use super::report::{Live, RunReport, StageOutcome};
@@ -33,6 +35,7 @@ pub const STOP_SIGNALS: [i32; 3] = [signal_hook::consts::SIGINT, signal_hook::co
 pub struct Shutdown {
     read: UnixStream,
     ids: Vec<signal_hook::SigId>,
+    claimed: Option<Claimed>,
 }
 
 impl Shutdown {
@@ -40,11 +43,42 @@ impl Shutdown {
         let (read, write) = UnixStream::pair()?;
         read.set_nonblocking(true)?;
         write.set_nonblocking(true)?;
-        let mut ids = Vec::new();
-        for signal in STOP_SIGNALS {
-            ids.push(signal_hook::low_level::pipe::register(signal, write.try_clone()?)?);
-        }
-        Ok(Shutdown { read, ids })
+        let (ids, claimed) = Shutdown::claim(|| {
+            STOP_SIGNALS.iter().map(|&signal| signal_hook::low_level::pipe::register(signal, write.try_clone()?)).collect()
+        })?;
+        Ok(Shutdown { read, ids, claimed: Some(claimed) })
+    }
+
+    /// Install this process's handler of the stop signals, standing in for their disposition
+    /// (the default, which ends the process, or an ignore it inherited) until a run claims
+    /// them ([`Shutdown::claim`]). Call it first in `main`, before any thread starts.
+    ///
+    /// Why: signal-hook installs its handler with `sigaction` and only then publishes what
+    /// the handler is to do, so a signal in between runs its handler with nothing to do, and
+    /// is lost (issue 25: a Ctrl-C 1.7 ms into a run was, and the endless run went on). The
+    /// stop signals are blocked on this thread until the handler is complete, so one that
+    /// arrives meanwhile waits and reaches it. Blocking them on one thread keeps them from
+    /// others only while no other thread exists: later, a blocked signal goes to any thread
+    /// that does not block it (cuInit starts one that blocks none, measured on an H100), and
+    /// that is why this runs before anything else. Once installed, the handlers of a run are
+    /// added to it, which signal-hook publishes at once with no `sigaction`, so they have no
+    /// such window whatever threads exist then. Idempotent.
+    pub fn take_over() -> std::io::Result<()> {
+        stand_in().map(drop)
+    }
+
+    /// Register a run's own handling of the stop signals with `register` (signal-hook flags,
+    /// pipes, iterators); from then until the returned [`Claimed`] drops, a stop signal is
+    /// the run's alone, no longer ending the process.
+    pub fn claim<T>(register: impl FnOnce() -> std::io::Result<T>) -> std::io::Result<(T, Claimed)> {
+        let stand_in = stand_in()?;
+        // Registered first: until the claim below, a signal still ends the process, never
+        // falling between the two.
+        let registered = register()?;
+        let mut claims = CLAIMS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *claims += 1;
+        stand_in.store(false, Ordering::SeqCst);
+        Ok((registered, Claimed(())))
     }
 
     /// Signals received since the last call.
@@ -63,10 +97,73 @@ impl Shutdown {
 
 impl Drop for Shutdown {
     fn drop(&mut self) {
+        // The stand-in first: a signal between the two ends the process rather than nothing.
+        drop(self.claimed.take());
         for id in self.ids.drain(..) {
             signal_hook::low_level::unregister(id);
         }
     }
+}
+
+/// A run's claim on the stop signals ([`Shutdown::claim`]); when the last one drops, the
+/// stand-in acts again.
+pub struct Claimed(());
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        let mut claims = CLAIMS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *claims -= 1;
+        if *claims == 0
+            && let Some(Ok(stand_in)) = STAND_IN.get()
+        {
+            stand_in.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Whether the stand-in acts (no run claims the stop signals), once installed.
+static STAND_IN: std::sync::OnceLock<Result<Arc<AtomicBool>, String>> = std::sync::OnceLock::new();
+/// Live [`Claimed`]s.
+static CLAIMS: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+
+/// [`Shutdown::take_over`]: install the stand-in once; its switch.
+fn stand_in() -> std::io::Result<&'static Arc<AtomicBool>> {
+    STAND_IN.get_or_init(|| install_stand_in().map_err(|e| e.to_string())).as_ref().map_err(|e| std::io::Error::other(e.clone()))
+}
+
+fn install_stand_in() -> std::io::Result<Arc<AtomicBool>> {
+    let mut stop = SigSet::empty();
+    for signal in STOP_SIGNALS {
+        stop.add(Signal::try_from(signal).expect("a stop signal is a signal"));
+    }
+    let ignored = ignored_signals();
+    stop.thread_block()?;
+    let acting = Arc::new(AtomicBool::new(true));
+    let registered = STOP_SIGNALS.iter().try_for_each(|&signal| {
+        if ignored.contains(&signal) {
+            // Ignored it stays, but through the handler, so a run's own is added to it.
+            signal_hook::flag::register(signal, Arc::new(AtomicBool::new(false))).map(drop)
+        } else {
+            signal_hook::flag::register_conditional_default(signal, acting.clone()).map(drop)
+        }
+    });
+    // Unblocked even where they came blocked (a mask is inherited across exec): a pending
+    // one now reaches the handler, complete, and a run hears them. Whatever the outcome of
+    // the registration, which leaves any handler it installed complete.
+    stop.thread_unblock()?;
+    registered.map(|()| acting)
+}
+
+/// The stop signals this process was started with ignored (`nohup` ignores SIGHUP), from
+/// its `SigIgn` mask; none where it cannot be read.
+fn ignored_signals() -> Vec<i32> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    STOP_SIGNALS.into_iter().filter(|&s| mask & (1 << (s - 1)) != 0).collect()
 }
 
 struct Track {

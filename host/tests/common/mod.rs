@@ -499,3 +499,27 @@ pub fn ffprobe_video(path: &Path) -> serde_json::Value {
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     json["streams"][0].clone()
 }
+
+/// Set to 1 where strace must be there (CI): tests that inject signals with strace then fail
+/// without it instead of saying they are skipped.
+pub const REQUIRE_STRACE_ENV: &str = "GPUIPC_REQUIRE_STRACE";
+
+/// Whether strace can trace a program here (installed, and ptrace allowed). Without it:
+/// `false` and a line saying `test` is skipped, or a panic where `GPUIPC_REQUIRE_STRACE=1`.
+pub fn strace_for_test(test: &str) -> bool {
+    let works = Command::new("strace")
+        .args(["-qq", "-o", "/dev/null", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if works {
+        return true;
+    }
+    if std::env::var(REQUIRE_STRACE_ENV).is_ok_and(|v| v == "1") {
+        panic!("{REQUIRE_STRACE_ENV}=1 but strace does not run here (install Debian's strace package; ptrace must be allowed)");
+    }
+    eprintln!("skipped {test}: strace is not installed or cannot trace here ({REQUIRE_STRACE_ENV}=1 makes this a failure)");
+    false
+}

@@ -38,6 +38,11 @@ pub enum Mode {
     WriteInputAt,
     /// End the stream from a stage that has an input, which only a source may do.
     EndStreamAt,
+    /// Start a child process, as plugins that run ffmpeg do, and fail naming what it got that
+    /// it should not: a descriptor beyond 0, 1 and 2 (one of the stage's without
+    /// close-on-exec), or a stop signal blocked (a mask is inherited across exec); the stage
+    /// itself must not block one either.
+    SpawnChildAt,
     ErrorInFlush,
 }
 
@@ -116,6 +121,7 @@ impl Plugin for Faulty {
                     let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
                 }
                 Mode::WriteInputAt => write_into(&inputs[0]),
+                Mode::SpawnChildAt => spawn_child()?,
                 Mode::EndStreamAt => {
                     if let Some(out) = output {
                         out.end_stream();
@@ -163,4 +169,70 @@ fn write_into(input: &InputFrame<'_>) {
     // SAFETY: none; this is the bug under test. The host maps input frames read-only, so the
     // write faults (SIGSEGV) before any byte changes.
     unsafe { std::ptr::write_volatile(row.as_ptr() as *mut u8, !row[0]) };
+}
+
+/// [`Mode::SpawnChildAt`]: start a shell, and once it waits on its standard input (loaded,
+/// nothing of its own open), read what it holds from /proc.
+fn spawn_child() -> Result<()> {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let mut problems = blocked_stop_signals("/proc/self/status", "the stage");
+    let mut child = Command::new("sh")
+        .args(["-c", "echo ready && read line"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| gpuipc_plugin_api::Error::new(format!("cannot start sh: {e}")))?;
+    let mut ready = String::new();
+    let said = BufReader::new(child.stdout.take().expect("piped")).read_line(&mut ready);
+    let held = if said.is_ok() && ready == "ready\n" {
+        std::fs::read_dir(format!("/proc/{}/fd", child.id())).map(|dir| {
+            let mut fds: Vec<(u32, String)> = dir
+                .flatten()
+                .filter_map(|e| {
+                    let fd = e.file_name().to_str()?.parse().ok()?;
+                    let target = std::fs::read_link(e.path()).map_or_else(|e| format!("({e})"), |t| t.display().to_string());
+                    Some((fd, target))
+                })
+                .collect();
+            fds.sort();
+            fds
+        })
+    } else {
+        Err(std::io::Error::other(format!("sh said {ready:?} ({said:?})")))
+    };
+    problems.extend(blocked_stop_signals(&format!("/proc/{}/status", child.id()), "a child of the stage"));
+    // End of its input: it exits; killed if it does not.
+    drop(child.stdin.take());
+    let _ = child.kill();
+    let _ = child.wait();
+    match held {
+        Ok(fds) => {
+            let extra: Vec<String> = fds.iter().filter(|(fd, _)| *fd > 2).map(|(fd, target)| format!("{fd} -> {target}")).collect();
+            if !extra.is_empty() {
+                problems.push(format!("a child of the stage holds descriptors beyond 0, 1 and 2: {}", extra.join(", ")));
+            }
+        }
+        Err(e) => problems.push(format!("cannot list the descriptors of a child of the stage: {e}")),
+    }
+    if problems.is_empty() {
+        gpuipc_plugin_api::log::info("a child of the stage holds descriptors 0, 1 and 2 only, and no stop signal is blocked");
+        Ok(())
+    } else {
+        bail!("{}", problems.join("; "))
+    }
+}
+
+/// SIGHUP, SIGINT or SIGTERM in the `SigBlk` mask of the `/proc/.../status` file `status`,
+/// as a problem of `whose`.
+fn blocked_stop_signals(status: &str, whose: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(status).unwrap_or_default();
+    let Some(mask) = text.lines().find_map(|l| l.strip_prefix("SigBlk:")).and_then(|m| u64::from_str_radix(m.trim(), 16).ok()) else {
+        return vec![format!("no signal mask in {status}")];
+    };
+    let blocked: Vec<&str> =
+        [(1, "SIGHUP"), (2, "SIGINT"), (15, "SIGTERM")].into_iter().filter(|(n, _)| mask & (1 << (n - 1)) != 0).map(|(_, name)| name).collect();
+    if blocked.is_empty() { Vec::new() } else { vec![format!("{whose} blocks {}", blocked.join(", "))] }
 }
