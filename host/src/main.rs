@@ -227,6 +227,14 @@ fn load_plan_with(file: &Path, device: Option<config::DeviceSpec>, isolation: Op
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The commands that handle stop signals take them over before any thread starts (see
+    // `Shutdown::take_over`): a Ctrl-C however early is then never lost.
+    if matches!(cli.command, Command::Run { .. } | Command::Bench { .. } | Command::Agent { .. })
+        && let Err(e) = supervisor::Shutdown::take_over()
+    {
+        eprintln!("error: cannot install signal handlers: {e}");
+        return ExitCode::from(1);
+    }
     init_logging();
     match cli.command {
         Command::Stage { .. } => ExitCode::from(stage::main() as u8),
@@ -292,6 +300,11 @@ fn main() -> ExitCode {
             };
             if let Err(code) = budget_check(&file, &plan::budget::needs(&plan), &plan::budget::has(), no_budget_check) {
                 return code;
+            }
+            // validate's plan says why stages run on the cpu without asking to (`auto` without a
+            // CUDA driver); a run says it too.
+            for line in plan.cpu_fallbacks() {
+                tracing::info!("{line}");
             }
             agent::part::adopt_parent_death();
             if plan.needs_agents().is_some() {
@@ -370,9 +383,16 @@ fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
     }
     let result = if args.in_process {
         let stop = Arc::new(AtomicBool::new(false));
-        for signal in supervisor::STOP_SIGNALS {
-            let _ = signal_hook::flag::register(signal, stop.clone());
-        }
+        let claimed = supervisor::Shutdown::claim(|| {
+            supervisor::STOP_SIGNALS.iter().try_for_each(|&signal| signal_hook::flag::register(signal, stop.clone()).map(drop))
+        });
+        let _claimed = match claimed {
+            Ok(((), claimed)) => claimed,
+            Err(e) => {
+                eprintln!("error: cannot install signal handlers: {e}");
+                return ExitCode::from(1);
+            }
+        };
         supervisor::in_process::run(plan, args.frames.or(plan.frames), args.checksums.as_deref(), &stop)
     } else {
         let shutdown = match supervisor::Shutdown::install() {

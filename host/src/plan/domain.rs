@@ -16,6 +16,9 @@ fn cuda_device_count() -> Result<u32, String> {
 
 /// Whether `auto` can pick cuda:0, or why not. Asks the driver only when the library loads.
 fn usable_cuda() -> Result<(), String> {
+    if std::env::var_os("GPUIPC_NO_CUDA").is_some() {
+        return Err("CUDA is disabled by GPUIPC_NO_CUDA".into());
+    }
     if !crate::gpu::driver_available() {
         return Err("no CUDA driver was found (libcuda.so.1 could not be loaded)".into());
     }
@@ -59,7 +62,8 @@ pub fn resolve_domain(
             Err(e) => Err(format!("device cuda:{n} requested, but the CUDA driver cannot be used: {e}")),
         },
         DeviceSpec::Auto => {
-            let cuda = if supports_cuda { usable_cuda() } else { Err("plugin has no cuda implementation".to_owned()) };
+            // Without a usable driver that is the reason for every stage, cuda plugin or not.
+            let cuda = usable_cuda().and_then(|()| if supports_cuda { Ok(()) } else { Err(AUTO_NO_CUDA_PLUGIN.to_owned()) });
             match cuda {
                 Ok(()) => Ok((Domain::Cuda, Some(0), None)),
                 Err(why) if supports_cpu => Ok((Domain::Cpu, None, Some(format!("device auto: {why}")))),
@@ -67,6 +71,45 @@ pub fn resolve_domain(
             }
         }
     }
+}
+
+/// The note `auto` leaves on a stage whose plugin has no cuda implementation.
+const AUTO_NO_CUDA_PLUGIN: &str = "plugin has no cuda implementation";
+
+impl super::Plan {
+    /// One line per reason why stages of this machine run in the cpu domain though the file
+    /// did not ask for it (`auto` without a usable CUDA driver, or a plugin without a cuda
+    /// implementation), for `run` to log: the plan shows it at validate, a run must say it too.
+    pub fn cpu_fallbacks(&self) -> Vec<String> {
+        let stages: Vec<(&str, Option<&str>)> =
+            self.stages.iter().filter(|s| s.host.is_none()).map(|s| (s.name.as_str(), s.domain_note.as_deref())).collect();
+        cpu_fallbacks(&stages)
+    }
+}
+
+/// [`super::Plan::cpu_fallbacks`] of stages given as (name, domain note).
+fn cpu_fallbacks(stages: &[(&str, Option<&str>)]) -> Vec<String> {
+    let mut notes: Vec<&str> = stages.iter().filter_map(|&(_, n)| n).collect();
+    notes.sort_unstable();
+    notes.dedup();
+    notes
+        .into_iter()
+        .map(|note| {
+            let names: Vec<String> = stages.iter().filter(|&&(_, n)| n == Some(note)).map(|(name, _)| format!("'{name}'")).collect();
+            let who = if names.len() == stages.len() {
+                "every stage runs".to_owned()
+            } else if names.len() == 1 {
+                format!("stage {} runs", names[0])
+            } else {
+                format!("stages {} run", names.join(", "))
+            };
+            match note.strip_prefix("device auto: ") {
+                Some(AUTO_NO_CUDA_PLUGIN) => format!("device \"auto\": {who} in the cpu domain: no cuda implementation in the plugin"),
+                Some(why) => format!("device \"auto\": {why}, so {who} in the cpu domain"),
+                None => format!("{who} in the cpu domain: {note}"),
+            }
+        })
+        .collect()
 }
 
 /// The domain and device of a stage on another host (`host`): as asked, without this
@@ -194,6 +237,29 @@ mod tests {
     }
     const NO_PEERS: Facts = Facts { peer: |_, _| false, vmm: |_| true };
     const ALL_PEERS: Facts = Facts { peer: |_, _| true, vmm: |_| true };
+
+    #[test]
+    fn a_run_says_why_stages_fell_back_to_the_cpu() {
+        let no_driver = Some("device auto: CUDA is disabled by GPUIPC_NO_CUDA");
+        assert_eq!(
+            cpu_fallbacks(&[("gen", no_driver), ("yuv", no_driver)]),
+            ["device \"auto\": CUDA is disabled by GPUIPC_NO_CUDA, so every stage runs in the cpu domain"]
+        );
+        // A stage that asked for the cpu is not said to have fallen back.
+        assert_eq!(
+            cpu_fallbacks(&[("gen", no_driver), ("grade", no_driver), ("sink", None)]),
+            ["device \"auto\": CUDA is disabled by GPUIPC_NO_CUDA, so stages 'gen', 'grade' run in the cpu domain"]
+        );
+        let default = Some("pipeline default cuda:0, but the plugin has no cuda implementation");
+        assert_eq!(
+            cpu_fallbacks(&[("gen", None), ("py", Some("device auto: plugin has no cuda implementation")), ("sink", default)]),
+            [
+                "device \"auto\": stage 'py' runs in the cpu domain: no cuda implementation in the plugin",
+                "stage 'sink' runs in the cpu domain: pipeline default cuda:0, but the plugin has no cuda implementation",
+            ]
+        );
+        assert!(cpu_fallbacks(&[("gen", None)]).is_empty());
+    }
 
     #[test]
     fn cpu_ends_share_host_memory() {

@@ -2,16 +2,18 @@
 //! thread, device frames, and copies to and from them, so that a test can run a plugin's
 //! cuda path and compare it with its cpu path.
 //!
-//! [`GpuHarness::for_test`] returns `None` where this machine has no CUDA driver or device, so
-//! such tests pass trivially on CI; with `GPUIPC_REQUIRE_GPU=1` it panics instead, which is how
-//! the GPU check makes sure they really ran. [`nvrtc_for_test`] does the same for NVRTC, with
-//! `GPUIPC_REQUIRE_NVRTC=1`.
+//! [`GpuHarness::for_test`] returns `None` where this machine has no CUDA driver or device, and
+//! says that the test is skipped and why (`skipped <test>: <why>` on standard error, and a line
+//! in `$GPUIPC_SKIP_LOG`, which `scripts/test.sh` counts): cargo test itself counts such a test
+//! as passed. With `GPUIPC_REQUIRE_GPU=1` it panics instead, which is how the GPU check makes
+//! sure they really ran. [`nvrtc_for_test`] does the same for NVRTC, with
+//! `GPUIPC_REQUIRE_NVRTC=1`; [`skip_test`] says so for a test's own reasons.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use gpuipc_cuda::{DeviceMemory, Gpu};
-pub use gpuipc_cuda::testing::{REQUIRE_GPU_ENV, REQUIRE_NVRTC_ENV, nvrtc_for_test};
+pub use gpuipc_cuda::testing::{REQUIRE_GPU_ENV, REQUIRE_NVRTC_ENV, nvrtc_for_test, skip_test};
 
 use crate::error::Result;
 use crate::frame::DeviceBuffer;
@@ -45,7 +47,8 @@ impl GpuHarness {
         gpuipc_cuda::testing::gpu_for_test().map(GpuHarness::with)
     }
 
-    /// A harness on device 0; `Ok(None)` without a CUDA driver or device.
+    /// A harness on device 0; `Ok(None)` without a CUDA driver or device (saying nothing: a
+    /// test that skips on `None` should say so with [`skip_test`]).
     pub fn new() -> Result<Option<GpuHarness>> {
         super::bridge_logs();
         match Gpu::open(0) {

@@ -73,6 +73,8 @@
 //! plugin = "video"
 //! params = { path = "recording.h264", loop = true, realtime = true }
 //! ```
+//!
+//! More: [video.md](video.md).
 #![deny(unsafe_code)]
 
 pub mod container;
