@@ -34,10 +34,15 @@ pub fn check_threads_param(threads: u32, problems: &mut Vec<String>) {
     }
 }
 
-/// How many threads work on a frame: `requested` (the `threads` param), or for 0 the cores
-/// this process may use, at most [`DEFAULT_MAX_THREADS`] and at most `worth` (bands big enough
-/// to pay for a thread); never more than `bands` (the most bands the frame can be cut into),
-/// never less than 1.
+/// Set by the host for every stage process: the threads a cpu stage's `threads = 0` may take,
+/// its share of the cores among the pipeline's cpu stages (the plan decides and `validate`
+/// says it). Without it, the cores this process may use.
+pub const THREADS_ENV: &str = "GPUIPC_CPU_THREADS";
+
+/// How many threads work on a frame: `requested` (the `threads` param), or for 0 this stage's
+/// share of the cores ([`THREADS_ENV`], else the cores this process may use), at most
+/// [`DEFAULT_MAX_THREADS`] and at most `worth` (bands big enough to pay for a thread); never
+/// more than `bands` (the most bands the frame can be cut into), never less than 1.
 pub fn thread_count(requested: u32, worth: usize, bands: usize) -> usize {
     let wanted = match requested {
         0 => cores().min(DEFAULT_MAX_THREADS).min(worth),
@@ -46,11 +51,20 @@ pub fn thread_count(requested: u32, worth: usize, bands: usize) -> usize {
     wanted.min(bands).max(1)
 }
 
-/// The cores this process may use, asked once: the answer takes system calls and reads of
+/// The cores this stage may use, asked once: the answer takes system calls and reads of
 /// cgroup files (40 us, measured), as long as drawing a small frame.
 fn cores() -> usize {
     static CORES: OnceLock<usize> = OnceLock::new();
-    *CORES.get_or_init(|| thread::available_parallelism().map_or(1, NonZeroUsize::get))
+    *CORES.get_or_init(|| {
+        let available = thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        share_of(std::env::var(THREADS_ENV).ok().as_deref(), available)
+    })
+}
+
+/// The host's share for this stage ([`THREADS_ENV`]), if it gave a number from 1 to the cores
+/// there are, else every core there is.
+fn share_of(host_says: Option<&str>, available: usize) -> usize {
+    host_says.and_then(|v| v.parse::<usize>().ok()).filter(|n| (1..=available).contains(n)).unwrap_or(available)
 }
 
 /// `total` cut into `parts` counts that add up to it, as even as can be (the first ones one
@@ -205,6 +219,17 @@ pub fn run<T: Send>(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_hosts_share_of_the_cores_bounds_auto_threads() {
+        assert_eq!(share_of(Some("1"), 16), 1);
+        assert_eq!(share_of(Some("5"), 16), 5);
+        // Nonsense, or more than there are, is every core.
+        assert_eq!(share_of(Some("0"), 16), 16);
+        assert_eq!(share_of(Some("99"), 16), 16);
+        assert_eq!(share_of(Some("two"), 2), 2);
+        assert_eq!(share_of(None, 2), 2);
+    }
 
     #[test]
     fn the_declared_threads_param_has_the_checked_range() {

@@ -159,7 +159,7 @@ fn unwritable(folder: &std::path::Path) -> Option<String> {
     ];
     let shown = folder.display();
     if let Ok(fs) = rustix::fs::statfs(folder) {
-        let kind = fs.f_type as i64;
+        let kind = fs.f_type;
         if let Some((_, name)) = PSEUDO.iter().find(|(magic, _)| *magic == kind) {
             return Some(format!("{shown} is on the kernel's {name} file system, where no file can be created"));
         }

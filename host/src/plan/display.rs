@@ -130,6 +130,9 @@ pub fn render_text(plan: &Plan) -> String {
         let why = note.strip_prefix("device auto: ").unwrap_or(note);
         let _ = writeln!(out, "note: {} run on cpu (device auto): {why}", names.join(", "));
     }
+    if let Some(share) = plan.cpu_threads() {
+        let _ = writeln!(out, "{}", cpu_threads_line(&share));
+    }
     if !plan.hosts.is_empty() {
         let _ = writeln!(out, "hosts (each runs an agent: docs/multi-host.md):");
         for h in &plan.hosts {
@@ -161,6 +164,17 @@ pub fn render_text(plan: &Plan) -> String {
         }
     }
     out
+}
+
+/// How the cpu stages share the cores, in words.
+pub fn cpu_threads_line(share: &super::CpuThreads) -> String {
+    format!(
+        "cpu threads: {} in the cpu domain on {}: a cpu stage's `threads = 0` takes {} (at most {})",
+        if share.processes == 1 { "1 stage process".to_owned() } else { format!("{} stage processes", share.processes) },
+        count(share.cores, "core"),
+        count(share.each, "thread"),
+        gpuipc_plugin_api::bands::DEFAULT_MAX_THREADS
+    )
 }
 
 /// For each host other than the producer's that a link's consumers are on: how frames get
@@ -256,4 +270,23 @@ pub fn render_dot(plan: &Plan) -> String {
 /// "1 stage", "3 stages".
 fn count(n: usize, what: &str) -> String {
     if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::CpuThreads;
+
+    #[test]
+    fn cpu_stages_share_the_cores_and_validate_says_how() {
+        // The case: three cpu stages on two cores each take one thread, not two.
+        assert_eq!(CpuThreads::new(2, 3).each, 1);
+        assert_eq!(CpuThreads::new(16, 3).each, 5);
+        assert_eq!(CpuThreads::new(16, 1).each, 16);
+        assert_eq!(CpuThreads::new(1, 0).each, 1);
+        assert_eq!(
+            cpu_threads_line(&CpuThreads::new(2, 3)),
+            "cpu threads: 3 stage processes in the cpu domain on 2 cores: a cpu stage's `threads = 0` takes 1 thread (at most 8)"
+        );
+    }
 }

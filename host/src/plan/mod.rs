@@ -216,7 +216,38 @@ pub struct ProcessPlan {
     pub name: String,
 }
 
+/// How the pipeline's cpu stages share this machine's cores: a stage whose plugin takes
+/// `threads = 0` (a share of the cores) gets `each` threads, so stages side by side do not
+/// each take every core and starve one another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuThreads {
+    /// Cores this process may use.
+    pub cores: usize,
+    /// The run's processes in the cpu domain (replicas count one each).
+    pub processes: usize,
+    /// Threads for each: the cores over the processes, at least 1.
+    pub each: usize,
+}
+
+impl CpuThreads {
+    pub fn new(cores: usize, processes: usize) -> CpuThreads {
+        CpuThreads { cores, processes, each: (cores / processes.max(1)).max(1) }
+    }
+}
+
 impl Plan {
+    /// The share of the cores each cpu stage's `threads = 0` takes on this machine; `None`
+    /// when no stage runs in the cpu domain here.
+    pub fn cpu_threads(&self) -> Option<CpuThreads> {
+        let processes = self
+            .processes()
+            .iter()
+            .filter(|p| self.stages[p.stage].domain == Domain::Cpu && self.stages[p.stage].host.is_none())
+            .count();
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        (processes > 0).then(|| CpuThreads::new(cores, processes))
+    }
+
     /// Every process a run starts, stage by stage in run order, a stage's replicas together.
     pub fn processes(&self) -> Vec<ProcessPlan> {
         let mut out = Vec::new();

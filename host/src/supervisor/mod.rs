@@ -90,7 +90,11 @@ pub fn run(plan: &Plan, options: &RunOptions, shutdown: &Shutdown) -> Result<Run
     let queues = create_queues(plan)?;
     let frames = options.frames.or(plan.frames);
     let mps = start_isolation(plan)?;
-    let env = mps.as_ref().map(|d| d.env()).unwrap_or_default();
+    let mut env = mps.as_ref().map(|d| d.env()).unwrap_or_default();
+    // cpu stages share the cores: a plugin's `threads = 0` takes this many (plan::CpuThreads).
+    if let Some(share) = plan.cpu_threads() {
+        env.push((gpuipc_plugin_api::bands::THREADS_ENV.to_owned(), share.each.to_string()));
+    }
     let launch = spawn::Launch { plan, procs: &procs, options, frames, stats: &stats, rings: &rings, queues: &queues, env: &env };
     let mut stages = spawn::Stages::default();
     for p in 0..procs.len() {

@@ -19,6 +19,17 @@ use crate::cuda::GpuGenerator;
 /// `x + w`) far inside 32 bits, so GPU kernels can use 32-bit arithmetic.
 pub const MAX_SIZE: u32 = 32768;
 
+/// Slowest accepted `fps`: a frame every 1000 s. A slower rate paces nothing a run could
+/// wait for (`fps = 1e-300` puts frame 1 past any representable instant).
+pub const MIN_FPS: f64 = 1e-3;
+
+/// `x` as a message shows it: plain where that is short (`29.97`, `0.001`), in exponent form
+/// where plain would run to hundreds of digits (`1e-300`).
+pub fn show_float(x: f64) -> String {
+    let plain = format!("{x}");
+    if plain.len() <= 12 { plain } else { format!("{x:e}") }
+}
+
 /// The `params` table of a generator stage.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -31,7 +42,7 @@ pub struct Params {
     pub pattern: Pattern,
     /// Output pixel format. Default `rgb8`.
     pub format: Format,
-    /// Pace output to this many frames per second (finite, > 0). Default: unpaced.
+    /// Pace output to this many frames per second (finite, >= [`MIN_FPS`]). Default: unpaced.
     pub fps: Option<f64>,
     /// Seed of the `noise` pattern. Default 0.
     pub seed: u64,
@@ -63,8 +74,16 @@ impl Params {
                 problems.push(format!("param `{key}` must be 1..={MAX_SIZE}, got {value}"));
             }
         }
-        if let Some(fps) = self.fps.filter(|fps| !(fps.is_finite() && *fps > 0.0)) {
-            problems.push(format!("param `fps` must be a finite number > 0, got {fps}"));
+        match self.fps {
+            Some(fps) if !(fps.is_finite() && fps > 0.0) => {
+                problems.push(format!("param `fps` must be a finite number > 0, got {}", show_float(fps)));
+            }
+            Some(fps) if fps < MIN_FPS => problems.push(format!(
+                "param `fps` must be at least {MIN_FPS} (a frame every {} s), got {}: too slow to pace a run",
+                1.0 / MIN_FPS,
+                show_float(fps)
+            )),
+            _ => {}
         }
         bands::check_threads_param(self.threads, &mut problems);
         if problems.is_empty() { Ok(()) } else { Err(Error::new(problems.join("; "))) }
@@ -394,7 +413,7 @@ impl Plugin for Generator {
             name: "fps",
             kind: "float",
             default: ParamInfo::NONE,
-            range: "> 0",
+            range: ">= 0.001",
             description: "pace output to this rate; none: as fast as the pipeline takes frames",
         },
         ParamInfo {
@@ -404,7 +423,7 @@ impl Plugin for Generator {
             range: "0..=2^63-1",
             description: "seed of the `noise` pattern",
         },
-        bands::threads_param("cpu domain: threads drawing each frame, each a band of rows; 0: one per core this process may use, at most 8 and at most one per 2^16 pixels for `noise`, per 2^20 for the others (whose rows are copies or nearly); ignored in the cuda domain"),
+        bands::threads_param("cpu domain: threads drawing each frame, each a band of rows; 0: this stage's share of the cores (the cores over the cpu stage processes of the pipeline, as validate says), at most 8 and at most one per 2^16 pixels for `noise`, per 2^20 for the others (whose rows are copies or nearly); ignored in the cuda domain"),
     ];
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
@@ -460,7 +479,7 @@ impl Plugin for Generator {
         if let Some(fps) = p.fps {
             let start = *self.start.get_or_insert_with(Instant::now);
             let due = deadline(start, ctx.frame_index, fps).ok_or_else(|| {
-                Error::new(format!("frame {} at fps {fps} is due too far ahead", ctx.frame_index))
+                Error::new(format!("frame {} at fps {} is due too far ahead", ctx.frame_index, show_float(fps)))
             })?;
             // Drawn first, then held: the frame leaves as close to its due time as we can.
             thread::sleep(due.saturating_duration_since(Instant::now()));
@@ -514,6 +533,9 @@ mod tests {
             ("fps = 0.0", "fps"),
             ("fps = -5.0", "fps"),
             ("fps = nan", "fps"),
+            ("fps = inf", "fps"),
+            ("fps = 1e-300", "fps"),
+            ("fps = 0.000999", "fps"),
             ("threads = 257", "threads"),
         ];
         for (text, key) in cases {
@@ -537,6 +559,30 @@ mod tests {
             e.message(),
             "param `width` must be 1..=32768, got 0; param `height` must be 1..=32768, got 0"
         );
+    }
+
+    #[test]
+    fn an_fps_too_slow_to_pace_a_run_is_refused_in_a_short_message() {
+        let refused = |text: &str| Generator::check(&parse_params::<Generator>(text).unwrap(), &[]).unwrap_err().message().to_owned();
+        assert_eq!(
+            refused("fps = 1e-300"),
+            "param `fps` must be at least 0.001 (a frame every 1000 s), got 1e-300: too slow to pace a run"
+        );
+        assert_eq!(
+            refused("fps = 0.0009"),
+            "param `fps` must be at least 0.001 (a frame every 1000 s), got 0.0009: too slow to pace a run"
+        );
+        assert_eq!(refused("fps = -1e300"), "param `fps` must be a finite number > 0, got -1e300");
+        assert_eq!(refused("fps = -inf"), "param `fps` must be a finite number > 0, got -inf");
+        for fine in ["fps = 0.001", "fps = 29.97", "fps = 1e300"] {
+            Generator::check(&parse_params::<Generator>(fine).unwrap(), &[]).unwrap();
+        }
+        // The slowest rate accepted still places every frame a run can reach.
+        let start = Instant::now();
+        assert!(deadline(start, 1 << 40, MIN_FPS).is_some());
+        assert_eq!(show_float(2.5e-7), "0.00000025");
+        assert_eq!(show_float(2.5e-12), "2.5e-12");
+        assert_eq!(show_float(f64::MAX).len(), "1.7976931348623157e308".len());
     }
 
     #[test]

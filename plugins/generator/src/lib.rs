@@ -19,9 +19,9 @@
 //! | `height`  | integer, 1..=32768                             | `720`    | frame height in pixels |
 //! | `pattern` | `"bars"` \| `"gradient"` \| `"noise"` \| `"box"` | `"bars"` | what to draw: eight colour bars, colour ramps, hashed noise, or a white box moving over gray |
 //! | `format`  | `"rgb8"` \| `"rgba8"` \| `"gray8"`             | `"rgb8"` | output pixel format |
-//! | `fps`     | float, > 0                                     | none     | pace output to this rate; none: as fast as the pipeline takes frames |
+//! | `fps`     | float, >= 0.001                                | none     | pace output to this rate; none: as fast as the pipeline takes frames |
 //! | `seed`    | integer, 0..=2^63-1                            | `0`      | seed of the `noise` pattern |
-//! | `threads` | integer, 0..=256                               | `0`      | cpu domain: threads drawing each frame, each a band of rows; 0: one per core this process may use, at most 8 and at most one per 2^16 pixels for `noise`, per 2^20 for the others (whose rows are copies or nearly); ignored in the cuda domain |
+//! | `threads` | integer, 0..=256                               | `0`      | cpu domain: threads drawing each frame, each a band of rows; 0: this stage's share of the cores (the cores over the cpu stage processes of the pipeline, as validate says), at most 8 and at most one per 2^16 pixels for `noise`, per 2^20 for the others (whose rows are copies or nearly); ignored in the cuda domain |
 //!
 //! In the cpu domain the frame is cut into bands of rows, drawn at once by `threads` threads,
 //! from what every row shares, made once a frame (the bars row, the box pattern's two rows,

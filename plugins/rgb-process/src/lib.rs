@@ -17,7 +17,7 @@
 //! | `contrast`   | float, >= 0      | `1.0`   | slope around mid-gray (0.5); 0 makes every value mid-gray |
 //! | `gamma`      | float, > 0       | `1.0`   | output = value^(1/gamma); > 1 brightens mid-tones |
 //! | `invert`     | bool             | `false` | output = 1 - value, last |
-//! | `threads`    | integer, 0..=256 | `0`     | cpu domain: threads mapping each frame, each a band of rows; 0: one per core this process may use, at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain |
+//! | `threads`    | integer, 0..=256 | `0`     | cpu domain: threads mapping each frame, each a band of rows; 0: this stage's share of the cores (the cores over the cpu stage processes of the pipeline, as validate says), at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain |
 //!
 //! Integers are accepted for the float params (`contrast = 2`).
 //!

@@ -165,7 +165,7 @@ impl Plugin for RgbProcess {
             range: "",
             description: "output = 1 - value, last",
         },
-        bands::threads_param("cpu domain: threads mapping each frame, each a band of rows; 0: one per core this process may use, at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain"),
+        bands::threads_param("cpu domain: threads mapping each frame, each a band of rows; 0: this stage's share of the cores (the cores over the cpu stage processes of the pipeline, as validate says), at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain"),
     ];
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {

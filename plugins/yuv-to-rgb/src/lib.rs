@@ -29,7 +29,7 @@
 //! | `matrix` | `"bt709"` \| `"bt601"`     | `"bt709"`   | luma weights the frames were made with: BT.709 Kr = 0.2126, Kb = 0.0722; BT.601 Kr = 0.299, Kb = 0.114 |
 //! | `range`  | `"limited"` \| `"full"`    | `"limited"` | limited: Y 16..=235, U, V 16..=240 (p010: 64..=940, 64..=960; values beyond clamp); full: 0..=255 (p010: 0..=1023) |
 //! | `format` | `"rgb8"` \| `"rgba8"`      | `"rgb8"`    | output pixel format; rgba8 has alpha 255 |
-//! | `threads` | integer, 0..=256 | `0` | cpu domain: threads converting each frame, each a band of rows; 0: one per core this process may use, at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain |
+//! | `threads` | integer, 0..=256 | `0` | cpu domain: threads converting each frame, each a band of rows; 0: this stage's share of the cores (the cores over the cpu stage processes of the pipeline, as validate says), at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain |
 //!
 //! ```toml
 //! [[stage]]

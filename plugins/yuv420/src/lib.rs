@@ -22,7 +22,7 @@
 //! | `matrix`  | `"bt709"` \| `"bt601"`     | `"bt709"`   | luma weights: BT.709 Kr = 0.2126, Kb = 0.0722; BT.601 Kr = 0.299, Kb = 0.114 |
 //! | `range`   | `"limited"` \| `"full"`    | `"limited"` | limited: Y 16..=235, U, V 16..=240; full: 0..=255 |
 //! | `layout`  | `"i420"` \| `"nv12"`       | `"i420"`    | i420: Y, U, V planes; nv12: Y plane, then U, V pairs interleaved (U first) |
-//! | `threads` | integer, 0..=256           | `0`         | cpu domain: threads converting each frame, each a band of row pairs; 0: one per core this process may use, at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain |
+//! | `threads` | integer, 0..=256           | `0`         | cpu domain: threads converting each frame, each a band of row pairs; 0: this stage's share of the cores (the cores over the cpu stage processes of the pipeline, as validate says), at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain |
 //!
 //! ```toml
 //! [[stage]]
