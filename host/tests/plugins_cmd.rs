@@ -170,7 +170,7 @@ fn inspect_shows_a_plugins_formats_and_every_param_with_its_default() {
         "  height: integer, 1..=32768, default 720\n",
         "  pattern: \"bars\" | \"gradient\" | \"noise\" | \"box\", default \"bars\"\n",
         "  format: \"rgb8\" | \"rgba8\" | \"gray8\", default \"rgb8\"\n",
-        "  fps: float, > 0, optional\n",
+        "  fps: float, >= 0.001, optional\n",
         "  seed: integer, 0..=2^63-1, default 0\n",
         "  threads: integer, 0..=256, default 0\n",
     ] {
