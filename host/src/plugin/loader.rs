@@ -73,6 +73,37 @@ pub struct ParamMeta {
 /// More params than this is a broken `param_info`, not a plugin.
 const MAX_PARAMS: usize = 1024;
 
+/// The most characters of a plugin's name, version and param fields the host keeps; of its
+/// descriptions; and of an error text it returns (compile logs can be long).
+const MAX_NAME_CHARS: usize = 128;
+const MAX_TEXT_CHARS: usize = 1024;
+const MAX_ERROR_CHARS: usize = 16 * 1024;
+
+/// Text a plugin hands the host, as the host shows it: at most `max` characters (the rest
+/// counted, not shown) and control characters escaped (`\u{1b}`), so a plugin cannot flood
+/// the terminal or drive it with escape sequences. `lines` keeps newlines and tabs (error
+/// texts, compile logs).
+fn shown(text: String, max: usize, lines: bool) -> String {
+    let clean = |c: char| !c.is_control() || (lines && (c == '\n' || c == '\t'));
+    if text.len() <= max && text.chars().all(clean) {
+        return text;
+    }
+    let mut out = String::new();
+    for (kept, c) in text.chars().enumerate() {
+        if kept == max {
+            let rest = text.chars().count() - kept;
+            out.push_str(&format!("... ({rest} more characters)"));
+            break;
+        }
+        if clean(c) {
+            out.push(c);
+        } else {
+            out.extend(c.escape_default());
+        }
+    }
+    out
+}
+
 impl PluginMeta {
     pub fn supports(&self, domain_bit: u32) -> bool {
         self.domains & domain_bit != 0
@@ -172,6 +203,7 @@ impl LoadedPlugin {
             let ptr = (self.descriptor().last_error)(&mut len);
             RawStr { ptr, len }.to_string_lossy()
         };
+        let text = shown(text, MAX_ERROR_CHARS, true);
         let text = if text.is_empty() { format!("failed with status {status}") } else { text };
         Err(match status {
             abi::STATUS_PANIC => PluginCallError::Panic(text.trim_start_matches("panicked: ").to_owned()),
@@ -257,6 +289,8 @@ fn read_meta(d: &PluginDescriptor, abi: (u32, u32), size: usize) -> Result<Plugi
     // SAFETY: the descriptor's strings and lists point at the plugin's static data.
     let (name, version, description) =
         unsafe { (d.name.to_string_lossy(), d.version.to_string_lossy(), d.description.to_string_lossy()) };
+    let (name, version, description) =
+        (shown(name, MAX_NAME_CHARS, false), shown(version, MAX_NAME_CHARS, false), shown(description, MAX_TEXT_CHARS, false));
     if name.is_empty() {
         return Err("the plugin has no name".into());
     }
@@ -303,11 +337,11 @@ fn read_params(d: &PluginDescriptor) -> Result<Vec<ParamMeta>, String> {
                 break;
             }
             ParamMeta {
-                name: raw.name.to_string_lossy(),
-                kind: raw.kind.to_string_lossy(),
-                default: raw.default.to_string_lossy(),
-                range: raw.range.to_string_lossy(),
-                description: raw.description.to_string_lossy(),
+                name: shown(raw.name.to_string_lossy(), MAX_NAME_CHARS, false),
+                kind: shown(raw.kind.to_string_lossy(), MAX_TEXT_CHARS, false),
+                default: shown(raw.default.to_string_lossy(), MAX_TEXT_CHARS, false),
+                range: shown(raw.range.to_string_lossy(), MAX_TEXT_CHARS, false),
+                description: shown(raw.description.to_string_lossy(), MAX_TEXT_CHARS, false),
             }
         };
         if params.len() == MAX_PARAMS {
@@ -394,5 +428,21 @@ fn loader_reason(e: &libloading::Error) -> String {
     match std::error::Error::source(e) {
         Some(reason) => reason.to_string(),
         None => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn a_plugins_text_is_shown_short_and_without_control_characters() {
+        assert_eq!(shown("grade".into(), 128, false), "grade");
+        assert_eq!(shown("red\u{1b}[31mgrade".into(), 128, false), "red\\u{1b}[31mgrade");
+        assert_eq!(shown("two\nlines".into(), 128, false), "two\\nlines");
+        assert_eq!(shown("two\nlines\tkept".into(), 128, true), "two\nlines\tkept");
+        let long = "x".repeat(10 * 1024 * 1024);
+        let out = shown(long, 128, false);
+        assert_eq!(out, format!("{}... ({} more characters)", "x".repeat(128), 10 * 1024 * 1024 - 128));
     }
 }
