@@ -423,7 +423,7 @@ fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
     let report = match result {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {e}{}", supervisor::report::limit_hint(&e));
             return ExitCode::from(1);
         }
     };

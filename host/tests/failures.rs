@@ -254,3 +254,15 @@ fn a_file_that_is_not_utf8_and_a_library_that_will_not_load_are_explained() {
     // The loader's own reason, not libloading's bare "dlopen failed".
     assert!(!run.stderr.contains("dlopen failed"), "{}", run.output());
 }
+
+#[test]
+fn running_out_of_file_descriptors_says_which_limit_to_raise() {
+    let dir = scratch("fd-limit");
+    let file = repo_root().join("pipelines/noise-y4m.toml");
+    let run = start_wrapped(&dir, &["prlimit", "--nofile=16:16", "--"], &["run", &file.to_string_lossy(), "--quiet", "--frames", "3"], std::process::Stdio::null())
+        .finish(RUN_TIMEOUT);
+    assert_eq!(run.status.code(), Some(1), "{}", run.output());
+    assert!(run.stderr.contains("Too many open files"), "{}", run.output());
+    assert!(run.stderr.contains("`ulimit -n` shows it"), "{}", run.output());
+    assert_nothing_left(run.pid);
+}

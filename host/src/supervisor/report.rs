@@ -214,7 +214,7 @@ impl RunReport {
                 let _ = write!(out, "run '{}' stopped: {why}", self.pipeline);
             }
             (Some((who, why)), _) => {
-                let _ = write!(out, "run '{}' failed: stage '{who}' {why}", self.pipeline);
+                let _ = write!(out, "run '{}' failed: stage '{who}' {why}{}", self.pipeline, limit_hint(why));
             }
             (None, Some(signal)) => {
                 let _ = write!(out, "run '{}' stopped by {signal} and drained in {:.2} s", self.pipeline, self.seconds);
@@ -224,6 +224,16 @@ impl RunReport {
             }
         }
         out
+    }
+}
+
+/// What to do about a failure that ran out of a per-process limit, after its message: the
+/// system's words ("Too many open files") do not say which limit or how to raise it.
+pub fn limit_hint(why: &str) -> &'static str {
+    if why.contains("Too many open files") || why.contains("EMFILE") {
+        " (the open-file limit of this shell: `ulimit -n` shows it, `ulimit -n 65536` raises it; each stage holds descriptors for its rings and links)"
+    } else {
+        ""
     }
 }
 
@@ -295,5 +305,16 @@ impl Live {
             bar.finish_and_clear();
         }
         let _ = self.multi.clear();
+    }
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::limit_hint;
+
+    #[test]
+    fn running_out_of_descriptors_says_which_limit() {
+        assert!(limit_hint("cannot create ring: Too many open files (os error 24)").contains("ulimit -n"));
+        assert_eq!(limit_hint("killed by SIGKILL"), "");
     }
 }
