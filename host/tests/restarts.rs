@@ -226,3 +226,78 @@ fn twenty_random_kills_and_a_stop_lose_only_counted_frames_and_deliver_only_righ
     }
     assert_nothing_left(finished.pid);
 }
+
+/// A generator paced at 400 frames/s into two file sinks that restart: a checksum file, and an
+/// I420 stream in a .y4m file.
+const FILE_SINKS: &str = r#"
+[pipeline]
+name = "sinks"
+frames = 800
+restart = "on-failure"
+
+[[stage]]
+name = "gen"
+plugin = "generator"
+params = { width = 32, height = 16, pattern = "noise", fps = 400.0 }
+
+[[stage]]
+name = "hashes"
+plugin = "checksum"
+inputs = ["gen"]
+params = { path = "out/hashes.sum" }
+
+[[stage]]
+name = "yuv"
+plugin = "yuv420"
+inputs = ["gen"]
+params = { layout = "i420" }
+
+[[stage]]
+name = "file"
+plugin = "y4m"
+inputs = ["yuv"]
+params = { path = "out/video.y4m" }
+"#;
+
+#[test]
+fn restarted_file_sinks_keep_every_frame_delivered_to_them_once() {
+    let dir = scratch("file-sinks");
+    let file = pipeline(&dir, "p.toml", FILE_SINKS);
+    let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
+    host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    for round in 1..=3 {
+        for sink in ["hashes", "file"] {
+            let tap = dir.join("sums").join(format!("{sink}.sum"));
+            let want = 100 * round;
+            wait_until(RUN_TIMEOUT, "frames at the sink", || std::fs::read_to_string(&tap).is_ok_and(|t| t.lines().count() >= want));
+            rustix::process::kill_process(pid_of(host.pid(), sink), Signal::KILL).unwrap();
+            host.wait_for_stderr(&format!("stage '{sink}' restarted (restart {round})"), RUN_TIMEOUT);
+        }
+    }
+    let finished = host.finish(RUN_TIMEOUT);
+    assert_eq!(finished.status.code(), Some(0), "{}", finished.output());
+    let report = report(&dir);
+
+    // The checksum file: every frame delivered to the stage, once, in order; at most the
+    // frames counted lost besides (written by a process killed before it was done with them).
+    let delivered: Vec<u64> = sum_lines(&dir.join("sums/hashes.sum")).iter().map(|(s, _)| *s).collect();
+    let written: Vec<u64> = sum_lines(&dir.join("out/hashes.sum")).iter().map(|(s, _)| *s).collect();
+    assert!(written.windows(2).all(|w| w[0] < w[1]), "each frame once, in order: {written:?}");
+    assert!(delivered.iter().all(|s| written.contains(s)), "every delivered frame is in the file");
+    let lost = stage(&report, "hashes")["lost"].as_u64().unwrap();
+    assert!(written.len() as u64 <= delivered.len() as u64 + lost, "{} written, {} delivered, {lost} lost", written.len(), delivered.len());
+
+    // The y4m stream: its header once, then whole frames, as many as were delivered (and at
+    // most the lost ones besides).
+    let bytes = std::fs::read(dir.join("out/video.y4m")).unwrap();
+    let header = b"YUV4MPEG2 W32 H16 F30:1 Ip A1:1 C420jpeg\n";
+    assert!(bytes.starts_with(header));
+    let frame = 6 + 32 * 16 * 3 / 2;
+    assert_eq!((bytes.len() - header.len()) % frame, 0, "whole frames only");
+    let frames = ((bytes.len() - header.len()) / frame) as u64;
+    let delivered = sum_lines(&dir.join("sums/file.sum")).len() as u64;
+    let lost = stage(&report, "file")["lost"].as_u64().unwrap();
+    assert!((delivered..=delivered + lost).contains(&frames), "{frames} frames in the file, {delivered} delivered, {lost} lost");
+    assert_eq!(bytes.windows(header.len()).filter(|w| *w == header).count(), 1, "one header");
+    assert_nothing_left(finished.pid);
+}

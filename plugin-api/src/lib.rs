@@ -90,6 +90,34 @@ pub use serde;
 #[serde(deny_unknown_fields)]
 pub struct NoParams {}
 
+/// Set by the host in a stage process it started again after the stage failed (a restart
+/// policy): the how-manieth start it is, from 1. See [`restarted`].
+pub const RESTART_ENV: &str = "GPUIPC_STAGE_RESTART";
+
+/// Whether this stage process was started again after its stage failed: a sink then goes on
+/// with what its earlier processes wrote instead of starting the file anew
+/// ([`open_output_file`]).
+pub fn restarted() -> bool {
+    std::env::var(RESTART_ENV).ok().and_then(|v| v.parse::<u32>().ok()).is_some_and(|n| n > 0)
+}
+
+/// The file a sink writes: created (or truncated) by the stage's first process, or, in a
+/// process started again after the stage failed ([`restarted`]), the file as its earlier
+/// processes left it, open for reading and writing at its start, with `true`: the sink cuts
+/// off a record the dead process left half written and writes on from there, so the file
+/// keeps every frame delivered to the stage once. The error names the param.
+pub fn open_output_file(param: &str, path: &std::path::Path) -> Result<(std::fs::File, bool)> {
+    if restarted() && path.is_file() {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::new(format!("param `{param}`: cannot open {} again: {e}", path.display())))?;
+        return Ok((file, true));
+    }
+    Ok((create_output_file(param, path)?, false))
+}
+
 /// Create (or truncate) the file a sink writes, making its folder first. The error names the
 /// param, as every params error should.
 pub fn create_output_file(param: &str, path: &std::path::Path) -> Result<std::fs::File> {

@@ -102,7 +102,13 @@ impl Launch<'_> {
         let stage = self.stage(p);
         let name = self.name(p);
         let fds = self.fds(p);
-        let child = spawn_stage(&self.options.stage_exe, name, stage.is_source(), self.env)
+        // A process started again after its stage failed says so to its plugin, so a sink
+        // goes on with the file its earlier processes wrote (plugin-api `restarted`).
+        let mut env = self.env.to_vec();
+        if incarnation > 0 {
+            env.push((gpuipc_plugin_api::RESTART_ENV.to_owned(), incarnation.to_string()));
+        }
+        let child = spawn_stage(&self.options.stage_exe, name, stage.is_source(), &env)
             .map_err(|e| format!("cannot start stage '{name}': {e}"))?;
         match child.socket.send(&ToStage::Setup(Box::new(self.setup(p, incarnation))), &fds) {
             Ok(()) => Ok(child),

@@ -1,7 +1,7 @@
 //! The checksum stage: its params, the frame hash and the output file.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{LineWriter, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
 use gpuipc_plugin_api::{
@@ -30,11 +30,24 @@ pub fn frame_hash(frame: &InputFrame<'_>) -> u64 {
 /// Most inputs one checksum stage hashes side by side (fan-in).
 pub const MAX_INPUTS: u32 = 8;
 
-/// A checksum stage instance.
+/// A checksum stage instance. Each line goes to the file as it is made (a line writer), so a
+/// stage killed at any moment loses no line of a frame it was done with.
 #[derive(Debug)]
 pub struct Checksum {
-    out: BufWriter<File>,
+    out: LineWriter<File>,
     path: PathBuf,
+}
+
+/// Cut `file` after its last newline (what a killed process wrote of its last line goes) and
+/// leave it positioned at its end, to write on.
+pub fn keep_whole_lines(file: &mut File) -> std::io::Result<()> {
+    let mut text = Vec::new();
+    file.seek(SeekFrom::Start(0))?;
+    file.read_to_end(&mut text)?;
+    let keep = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    file.set_len(keep as u64)?;
+    file.seek(SeekFrom::Start(keep as u64))?;
+    Ok(())
 }
 
 impl Checksum {
@@ -86,8 +99,12 @@ impl Plugin for Checksum {
         _output: Option<FrameFormat>,
         _ctx: &CreateContext<'_>,
     ) -> Result<Checksum> {
-        let file = gpuipc_plugin_api::create_output_file("path", &params.path)?;
-        Ok(Checksum { out: BufWriter::new(file), path: params.path })
+        let (mut file, kept) = gpuipc_plugin_api::open_output_file("path", &params.path)?;
+        if kept {
+            // A restarted stage: keep every whole line, drop what a killed process left of one.
+            keep_whole_lines(&mut file).map_err(|e| Error::new(format!("cannot write {}: {e}", params.path.display())))?;
+        }
+        Ok(Checksum { out: LineWriter::new(file), path: params.path })
     }
 
     fn process(

@@ -27,8 +27,11 @@
 //! params = { path = "out/yuv.xxh3" }
 //! ```
 //!
-//! Lines are buffered and flushed at end of stream; a stage that is killed may leave the last
-//! lines unwritten.
+//! Each line reaches the file as it is written. A stage started again after a failure
+//! (`restart = "on-failure"`) goes on with the file its earlier processes wrote, cutting off a
+//! line one of them left half written: the file holds every frame delivered to the stage once,
+//! in order (and may hold a frame a killed process wrote just before it died, which the run
+//! counts lost).
 #![deny(unsafe_code)]
 
 pub mod checksum;

@@ -12,8 +12,11 @@
 //!
 //! Only `i420` is accepted: put a `yuv420` stage with `layout = "i420"` in front.
 //!
-//! Frames are buffered and flushed at end of stream; a stage that is killed may leave the
-//! last frames unwritten.
+//! Each frame reaches the file as it is written. A sink started again after a failure
+//! (`restart = "on-failure"`) goes on with the stream its earlier processes wrote, cutting off
+//! a frame one of them left half written, so the file stays one valid stream holding every
+//! frame delivered to the stage once (and may hold a frame a killed process wrote just before
+//! it died, which the run counts lost).
 //!
 //! # Source
 //!

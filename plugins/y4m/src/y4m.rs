@@ -135,10 +135,16 @@ impl Sink {
     }
 
     fn create(params: Params, format: FrameFormat) -> Result<Sink> {
-        let file = gpuipc_plugin_api::create_output_file("path", &params.path)?;
-        let mut sink = Sink { out: BufWriter::new(file), path: params.path.clone(), format };
+        let (mut file, kept) = gpuipc_plugin_api::open_output_file("path", &params.path)?;
         let (fps, fps_den) = params.rate();
         let header = header(format, fps, fps_den);
+        if kept {
+            // A restarted stage goes on with the stream its earlier processes wrote: every
+            // whole frame stays, what a killed process left of one goes.
+            keep_whole_frames(&mut file, &header, format).map_err(|e| Error::new(format!("{}: {e}", params.path.display())))?;
+            return Ok(Sink { out: BufWriter::new(file), path: params.path.clone(), format });
+        }
+        let mut sink = Sink { out: BufWriter::new(file), path: params.path.clone(), format };
         sink.out.write_all(header.as_bytes()).map_err(|e| sink.write_error(e))?;
         Ok(sink)
     }
@@ -151,8 +157,38 @@ impl Sink {
                 self.format
             );
         }
-        write_frame(&mut self.out, input).map_err(|e| self.write_error(e))
+        // Each frame reaches the file as it is written, so a stage killed at any moment loses
+        // no frame it was done with.
+        write_frame(&mut self.out, input).and_then(|()| Ok(self.out.flush()?)).map_err(|e| self.write_error(e))
     }
+}
+
+/// Bytes of one frame in the stream: its `FRAME` line and its planes, packed.
+fn frame_record_bytes(format: FrameFormat) -> u64 {
+    let (w, h) = (u64::from(format.width), u64::from(format.height));
+    6 + w * h + 2 * w.div_ceil(2) * h.div_ceil(2)
+}
+
+/// Check that `file` starts with `header` and cut it after its last whole frame, leaving it
+/// positioned at its end to write on.
+fn keep_whole_frames(file: &mut File, header: &str, format: FrameFormat) -> Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let len = file.metadata()?.len();
+    let mut start = vec![0u8; header.len()];
+    file.seek(SeekFrom::Start(0))?;
+    let read = file.read(&mut start)?;
+    if read < header.len() || start != header.as_bytes() {
+        bail!(
+            "the stage was restarted, but the file does not start with the header it writes ({:?}); it was changed meanwhile",
+            header.trim_end()
+        );
+    }
+    let frame = frame_record_bytes(format);
+    let whole = (len - header.len() as u64) / frame;
+    let keep = header.len() as u64 + whole * frame;
+    file.set_len(keep)?;
+    file.seek(SeekFrom::Start(keep))?;
+    Ok(())
 }
 
 /// A y4m stage instance: a sink (one input) or a source (none).
