@@ -42,9 +42,15 @@ impl Traced {
         let strace = start_wrapped(dir, &wrap, args, Stdio::null());
         let children = format!("/proc/{0}/task/{0}/children", strace.pid());
         let deadline = Instant::now() + Duration::from_secs(30);
+        // strace may start a short-lived child of its own first: the host is the child that
+        // runs the host binary (after its exec; the pid stays the one strace forked).
+        let is_host = |pid: &str| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).next().is_some_and(|arg0| arg0.ends_with(host_bin().as_bytes())))
+        };
         let host = loop {
             let listed = std::fs::read_to_string(&children).unwrap_or_default();
-            if let Some(pid) = listed.split_whitespace().next() {
+            if let Some(pid) = listed.split_whitespace().find(|pid| is_host(pid)) {
                 break Pid::from_raw(pid.parse().unwrap());
             }
             // Already over: strace ends once the host has.
