@@ -90,6 +90,21 @@ pub use serde;
 #[serde(deny_unknown_fields)]
 pub struct NoParams {}
 
+/// Read from `reader` until `buf` is full or the stream ends (a pipe or file giving a frame in
+/// pieces); the bytes read, fewer than `buf` holds only at the end of the stream.
+pub fn read_full(reader: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
 /// Set by the host in a stage process it started again after the stage failed (a restart
 /// policy): the how-manieth start it is, from 1. See [`restarted`].
 pub const RESTART_ENV: &str = "GPUIPC_STAGE_RESTART";

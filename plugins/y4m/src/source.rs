@@ -214,7 +214,7 @@ impl Source {
         for plane in &mut planes {
             for y in 0..plane.rows() {
                 let row = plane.row_mut(y);
-                let n = read_full(&mut self.reader, row).map_err(|e| Error::new(format!("cannot read {}: {e}", self.what)))?;
+                let n = gpuipc_plugin_api::read_full(&mut self.reader, row).map_err(|e| Error::new(format!("cannot read {}: {e}", self.what)))?;
                 got += n as u64;
                 if n < row.len() {
                     return Ok(got);
@@ -232,18 +232,4 @@ fn check_format(what: &str, header: &Header, format: FrameFormat) -> Result<()> 
         bail!("{what} now holds {found} frames, but the pipeline was planned for {format}");
     }
     Ok(())
-}
-
-/// Read until `buf` is full or the stream ends; the bytes read.
-fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match reader.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(filled)
 }

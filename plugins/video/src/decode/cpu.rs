@@ -9,7 +9,7 @@
 //! other); the stage's thread reads the frames. One ffmpeg process decodes one pass over the
 //! file; a looping source starts another for the next pass.
 
-use std::io::{BufWriter, Read, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -87,7 +87,7 @@ impl CpuDecoder {
     pub fn next_frame(&mut self, out: Option<&mut OutputFrame<'_>>) -> Result<Read1> {
         let Some(pass) = self.pass.as_mut() else { bail!("no pass of the decoder is under way") };
         let stdout = pass.child.stdout().expect("the command pipes standard output");
-        let got = read_full(stdout, &mut self.planar).map_err(|e| pass.child.error(format!("cannot read frames from ffmpeg: {e}")))?;
+        let got = gpuipc_plugin_api::read_full(stdout, &mut self.planar).map_err(|e| pass.child.error(format!("cannot read frames from ffmpeg: {e}")))?;
         if got == 0 {
             return self.end_pass().map(|()| Read1::End);
         }
@@ -245,18 +245,4 @@ pub fn interleave(index: &Index, planar: &[u8], out: &mut OutputFrame<'_>) -> Re
         }
     }
     Ok(())
-}
-
-/// Read until `buf` is full or the stream ends; the bytes read.
-fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match reader.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(filled)
 }
