@@ -50,6 +50,53 @@ fn every_kind_of_stage_failure_ends_the_run_naming_the_stage_and_cause() {
     }
 }
 
+/// No code in a consuming stage can change the frames its link's other consumers read.
+/// 'bad' runs hostile code (`tamper_input_at`): it tries to map its input's memory again
+/// writable through every descriptor of its process open on it, as it is and opened again for
+/// writing through /proc/self/fd, and to make its own mapping writable. Every attempt is
+/// refused, and 'good', which reads gen's frame N only once 'bad' is done with it (it joins
+/// it with bad's frame N), reads what the generator made.
+#[test]
+fn a_consumer_cannot_make_its_input_frames_writable() {
+    let dir = scratch("tamper-input");
+    let text = r#"
+[pipeline]
+name = "tamper"
+frames = 8
+[[stage]]
+name = "gen"
+plugin = "generator"
+depth = 2
+params = { width = 48, height = 32, pattern = "box" }
+[[stage]]
+name = "bad"
+plugin = "test-faulty"
+inputs = ["gen"]
+params = { mode = "tamper_input_at", at = 3 }
+[[stage]]
+name = "good"
+plugin = "test-faulty"
+inputs = ["gen", "bad"]
+[[stage]]
+name = "sink"
+plugin = "null"
+inputs = ["good"]
+"#;
+    let file = pipeline(&dir, "p.toml", text);
+    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet", "--checksums", "sums"]);
+    assert_eq!(run.status.code(), Some(0), "{}", run.output());
+    let tried: Vec<&str> = run.stderr.lines().filter(|l| l.contains("tamper: ")).collect();
+    let saw = |what: &str| tried.iter().any(|l| l.contains(what));
+    assert!(saw("tamper: mprotect(PROT_READ|PROT_WRITE) of the input's page: refused (EACCES)"), "{tried:#?}\n{}", run.output());
+    // The consumer keeps no descriptor of its frames: none to map again, none to reopen.
+    assert!(saw("tamper: mmap(PROT_WRITE) of the input's memory: no descriptor of /memfd:gpuipc-"), "{tried:#?}");
+    assert!(!saw("succeeded") && !saw("opened"), "an attempt got through: {tried:#?}");
+    let made = sum_lines(&dir.join("sums/gen.sum"));
+    assert_eq!(made.len(), 8);
+    assert_eq!(sum_lines(&dir.join("sums/good.sum")), made, "'good' read the frames 'gen' made");
+    assert_nothing_left(run.pid);
+}
+
 /// A process a plugin starts (the `encode` sink's ffmpeg, the `video` source's decoder) gets
 /// standard input, output and error only: not the stage's control socket (fd 3, mapped by
 /// the host without close-on-exec), nor its rings and stats, nor a blocked stop signal.

@@ -4,6 +4,8 @@
 //! Another process writes that memory and may be buggy or die at any instruction, so each plain
 //! header field is read once into a private copy; only the copy is checked, and only the copy is
 //! used afterwards (a peer that scribbles the header later cannot move a slot out of bounds).
+//! A host ring's slot data is a memfd of its own; [`RingGeometry::check_data`] checks it holds
+//! every slot.
 #![allow(unsafe_code)]
 
 use std::fmt::Display;
@@ -20,18 +22,17 @@ use super::ring::LinkError;
 use super::shm::SharedMemory;
 
 /// A ring's shape as checked when it was created or opened: every value in it holds together,
-/// and (for an opened ring) matched the plan and fit the mapping.
+/// and (for an opened ring) matched the plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingGeometry {
     depth: u32,
     n_consumers: u32,
     policies: [u8; MAX_CONSUMERS],
     slot_bytes: u64,
-    data_offset: u64,
     format: FrameFormat,
     layout: FrameLayout,
-    /// Where the last slot's data ends: `data_offset + slot_bytes * depth`.
-    end: u64,
+    /// Where the last slot's data ends in the data memfd: `slot_bytes * depth`.
+    data_bytes: u64,
 }
 
 impl RingGeometry {
@@ -67,15 +68,14 @@ impl RingGeometry {
             n_consumers: params.policies.len() as u32,
             policies,
             slot_bytes,
-            data_offset: RingParams::data_offset(),
             format: params.format,
             layout: params.layout,
         };
         fields.check(link)
     }
 
-    /// Read the header of the ring mapped in `shm` once, and check the copy: against the
-    /// rules, then against `plan` when there is one, then against the mapping's length.
+    /// Read the header of the ring whose control block is mapped in `shm` once, and check the
+    /// copy: against the rules, then against `plan` when there is one.
     pub fn read(shm: &SharedMemory, plan: Option<&RingGeometry>, link: &str) -> Result<RingGeometry, LinkError> {
         let found = Fields::read(shm, link)?;
         if found.magic != MAGIC {
@@ -93,16 +93,25 @@ impl RingGeometry {
         if let Some(plan) = plan {
             geometry.compare(plan, link)?;
         }
-        let len = shm.len() as u64;
-        if geometry.end > len {
-            return Err(mismatch(
-                link,
-                "data_offset + slot_bytes * depth",
-                geometry.end,
-                format!("expected at most the {len} bytes of the ring's shared memory"),
-            ));
-        }
         Ok(geometry)
+    }
+
+    /// Check the ring's data memfd, `len` bytes long (`None`: none came with the ring): there is
+    /// one exactly when frames live in host memory, and it holds every slot.
+    pub fn check_data(&self, len: Option<u64>, link: &str) -> Result<(), LinkError> {
+        let problem = |problem: String| Err(LinkError::Data { link: link.to_owned(), problem });
+        match (self.slot_bytes, len) {
+            (0, None) => Ok(()),
+            (0, Some(len)) => problem(format!("its frames live on a GPU, but a data memfd of {len} bytes came with the ring")),
+            (_, None) => problem("its frames live in host memory, but no data memfd came with the ring".into()),
+            (_, Some(len)) if self.data_bytes > len => Err(mismatch(
+                link,
+                "slot_bytes * depth",
+                self.data_bytes,
+                format!("expected at most the {len} bytes of the ring's data memfd"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     pub fn depth(&self) -> usize {
@@ -126,20 +135,14 @@ impl RingGeometry {
         self.layout
     }
 
-    /// (offset from the start of the mapping, length) of slot `i`'s frame data; `None` for a
-    /// slot the ring does not have, or when frames live on a GPU.
+    /// (offset from the start of the data memfd, length) of slot `i`'s frame data; `None` for
+    /// a slot the ring does not have, or when frames live on a GPU.
     pub fn slot_range(&self, i: usize) -> Option<(u64, u64)> {
         if self.slot_bytes == 0 || i >= self.depth as usize {
             return None;
         }
-        let offset = self.slot_bytes.checked_mul(i as u64)?.checked_add(self.data_offset)?;
-        (offset.checked_add(self.slot_bytes)? <= self.end).then_some((offset, self.slot_bytes))
-    }
-
-    /// Where all slots' frame data lies, from the start of the mapping; `None` when frames live
-    /// on a GPU.
-    pub fn data_range(&self) -> Option<std::ops::Range<u64>> {
-        (self.slot_bytes != 0).then_some(self.data_offset..self.end)
+        let offset = self.slot_bytes.checked_mul(i as u64)?;
+        (offset.checked_add(self.slot_bytes)? <= self.data_bytes).then_some((offset, self.slot_bytes))
     }
 
     /// The first field that differs from `plan`, as an error.
@@ -179,9 +182,6 @@ impl RingGeometry {
         if self.slot_bytes != plan.slot_bytes {
             return differs("slot_bytes", &self.slot_bytes, &plan.slot_bytes);
         }
-        if self.data_offset != plan.data_offset {
-            return differs("data_offset", &self.data_offset, &plan.data_offset);
-        }
         debug_assert_eq!(self, plan, "every field was compared");
         Ok(())
     }
@@ -196,7 +196,6 @@ struct Fields {
     n_consumers: u32,
     policies: [u8; MAX_CONSUMERS],
     slot_bytes: u64,
-    data_offset: u64,
     format: FrameFormat,
     layout: FrameLayout,
 }
@@ -228,7 +227,6 @@ impl Fields {
                 n_consumers: std::ptr::read_volatile(&raw const (*h).n_consumers),
                 policies: std::ptr::read_volatile(&raw const (*h).policies),
                 slot_bytes: std::ptr::read_volatile(&raw const (*h).slot_bytes),
-                data_offset: std::ptr::read_volatile(&raw const (*h).data_offset),
                 format: std::ptr::read_volatile(&raw const (*h).format),
                 layout: std::ptr::read_volatile(&raw const (*h).layout),
             })
@@ -236,8 +234,8 @@ impl Fields {
     }
 
     /// The rules every ring header keeps, whatever the plan: counts in range, known codes, a
-    /// layout that holds the format's planes, page-aligned slot data past the header, and
-    /// sizes whose sums and products fit 64 bits.
+    /// layout that holds the format's planes, slots of whole pages, and sizes whose sums and
+    /// products fit 64 bits.
     #[allow(clippy::manual_is_multiple_of, reason = "is_multiple_of needs Rust 1.87; the workspace says 1.85")]
     fn check(&self, link: &str) -> Result<RingGeometry, LinkError> {
         let err = |field, found: &dyn Display, expected: String| Err(mismatch(link, field, found, expected));
@@ -265,32 +263,17 @@ impl Fields {
                 format!("expected 0 (frames on a GPU) or at least the frame's {total} bytes (layout.total_bytes)");
             return err("slot_bytes", &self.slot_bytes, expected);
         }
-        if self.data_offset % PAGE != 0 {
-            return err("data_offset", &self.data_offset, format!("expected a multiple of the page size {PAGE}"));
-        }
-        let header = size_of::<RingHeader>() as u64;
-        if self.data_offset < header {
-            return err(
-                "data_offset",
-                &self.data_offset,
-                format!("expected at least {header}: slot data must not overlap the header"),
-            );
-        }
-        let Some(end) = self.slot_bytes.checked_mul(self.depth as u64).and_then(|b| b.checked_add(self.data_offset))
-        else {
-            let expected =
-                format!("expected data_offset {} + slot_bytes * depth {} to fit 64 bits", self.data_offset, self.depth);
-            return err("slot_bytes", &self.slot_bytes, expected);
+        let Some(data_bytes) = self.slot_bytes.checked_mul(self.depth as u64) else {
+            return err("slot_bytes", &self.slot_bytes, format!("expected slot_bytes * depth {} to fit 64 bits", self.depth));
         };
         Ok(RingGeometry {
             depth: self.depth,
             n_consumers: self.n_consumers,
             policies: self.policies,
             slot_bytes: self.slot_bytes,
-            data_offset: self.data_offset,
             format: self.format,
             layout: self.layout,
-            end,
+            data_bytes,
         })
     }
 }
@@ -393,13 +376,13 @@ const POLICY_FIELDS: [&str; MAX_CONSUMERS] = [
 #[cfg(test)]
 mod tests {
     //! Each test makes a good ring, scribbles one header field through a second mapping of its
-    //! memfd (as a buggy peer would), and opens it again.
+    //! control block (as a buggy peer would), and opens it again.
     use std::os::fd::{AsFd, OwnedFd};
 
     use gpuipc_plugin_api::{FrameFormat, FrameLayout, PixelFormat};
 
     use super::*;
-    use crate::link::ring::{FrameAccess, RingMap};
+    use crate::link::ring::{FrameAccess, RingFds, RingMap};
 
     const LINK: &str = "gen -> grade";
 
@@ -415,10 +398,16 @@ mod tests {
         shm.as_fd().try_clone_to_owned().unwrap()
     }
 
+    /// Copies of the descriptors the host gives an end of `ring` with `access`.
+    fn fds(ring: &RingMap, access: FrameAccess) -> RingFds {
+        let mut fds = ring.fds_for(access).into_iter().map(|fd| fd.try_clone_to_owned().unwrap());
+        RingFds { control: fds.next().unwrap(), data: fds.next() }
+    }
+
     /// A ring made with `params()`, with `scribble` then applied to its header.
     fn scribbled(scribble: impl FnOnce(*mut RingHeader)) -> RingMap {
         let ring = RingMap::create("gpuipc-test-check", &params()).unwrap();
-        let other = SharedMemory::open(fd(ring.shared_memory())).unwrap();
+        let other = SharedMemory::open(fd(ring.control_block())).unwrap();
         scribble(other.as_ptr() as *mut RingHeader);
         ring
     }
@@ -426,7 +415,7 @@ mod tests {
     /// Opens `ring` again against `params()`; asserts it is refused naming `LINK` and `field`,
     /// and returns the message.
     fn refused(ring: &RingMap, field: &str) -> String {
-        let err = RingMap::open_checked(fd(ring.shared_memory()), &params(), LINK, FrameAccess::Read).err().expect("refused");
+        let err = RingMap::open_checked(fds(ring, FrameAccess::Read), &params(), LINK, FrameAccess::Read).err().expect("refused");
         let message = err.to_string();
         match err {
             LinkError::Mismatch { link, field: f, .. } => {
@@ -455,46 +444,88 @@ mod tests {
     fn a_good_ring_opens_with_or_without_a_plan() {
         let ring = RingMap::create("gpuipc-test-check", &params()).unwrap();
         let planned = RingGeometry::planned(&params(), LINK).unwrap();
-        let opened = RingMap::open_checked(fd(ring.shared_memory()), &params(), LINK, FrameAccess::Read).unwrap();
+        let opened = RingMap::open_checked(fds(&ring, FrameAccess::Read), &params(), LINK, FrameAccess::Read).unwrap();
         assert_eq!(opened.depth(), 4);
         assert_eq!(opened.format(), params().format);
         assert_eq!(opened.layout(), params().layout);
         assert_eq!(opened.slot_data(3).unwrap().1, 8192);
         assert!(opened.slot_data(4).is_none());
-        let opened = RingMap::open(fd(ring.shared_memory())).unwrap();
-        assert_eq!(RingGeometry::read(opened.shared_memory(), Some(&planned), LINK).unwrap(), planned);
+        let opened = RingMap::open(fds(&ring, FrameAccess::Write), FrameAccess::Write).unwrap();
+        assert_eq!(RingGeometry::read(opened.control_block(), Some(&planned), LINK).unwrap(), planned);
     }
 
-    /// The permissions (`rw-s`, `r--s`, ...) of the mapping that holds `addr`, from
-    /// /proc/self/maps.
-    fn permissions_at(addr: usize) -> String {
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        for line in maps.lines() {
-            let mut fields = line.split_whitespace();
-            let (range, perms) = (fields.next().unwrap(), fields.next().unwrap());
-            let (start, end) = range.split_once('-').unwrap();
-            let (start, end) = (usize::from_str_radix(start, 16).unwrap(), usize::from_str_radix(end, 16).unwrap());
-            if (start..end).contains(&addr) {
-                return perms.to_owned();
+    /// The permissions (`rw-s`, `r--s`, ...) of the mapping that holds `addr`, and whether the
+    /// kernel would let this process make it writable (`mw`, "may write", among its VmFlags),
+    /// from /proc/self/smaps.
+    fn mapping_at(addr: usize) -> (String, bool) {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut found = None;
+        for line in smaps.lines() {
+            match &found {
+                Some(perms) => {
+                    if let Some(flags) = line.strip_prefix("VmFlags:") {
+                        return (String::clone(perms), flags.split_whitespace().any(|f| f == "mw"));
+                    }
+                }
+                // A mapping's first line: `start-end perms offset dev inode path`; its other
+                // lines are `Key: value`.
+                None => {
+                    let mut fields = line.split_whitespace();
+                    let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { continue };
+                    let Some((start, end)) = range.split_once('-') else { continue };
+                    let (Ok(start), Ok(end)) = (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16)) else { continue };
+                    if (start..end).contains(&addr) {
+                        found = Some(perms.to_owned());
+                    }
+                }
             }
         }
         panic!("no mapping holds {addr:#x}");
     }
 
     #[test]
-    fn a_consumer_maps_frames_read_only_and_the_control_block_writable() {
+    fn a_consumer_maps_frames_read_only_for_good_and_the_control_block_writable() {
         let ring = RingMap::create("gpuipc-test-check", &params()).unwrap();
-        let reader = RingMap::open_checked(fd(ring.shared_memory()), &params(), LINK, FrameAccess::Read).unwrap();
-        let writer = RingMap::open_checked(fd(ring.shared_memory()), &params(), LINK, FrameAccess::Write).unwrap();
-        let header = |map: &RingMap| permissions_at(map.shared_memory().as_ptr() as usize);
-        let slot = |map: &RingMap, i| permissions_at(map.slot_data(i).unwrap().0 as usize);
+        let reader = RingMap::open_checked(fds(&ring, FrameAccess::Read), &params(), LINK, FrameAccess::Read).unwrap();
+        let writer = RingMap::open_checked(fds(&ring, FrameAccess::Write), &params(), LINK, FrameAccess::Write).unwrap();
+        let header = |map: &RingMap| mapping_at(map.control_block().as_ptr() as usize);
+        let slot = |map: &RingMap, i| mapping_at(map.slot_data(i).unwrap().0 as usize);
         let last_byte = |map: &RingMap| {
             let (ptr, len) = map.slot_data(3).unwrap();
-            permissions_at(ptr as usize + len as usize - 1)
+            mapping_at(ptr as usize + len as usize - 1)
         };
-        assert_eq!((header(&reader), slot(&reader, 0), last_byte(&reader)), ("rw-s".into(), "r--s".into(), "r--s".into()));
-        assert_eq!((header(&writer), slot(&writer, 0), last_byte(&writer)), ("rw-s".into(), "rw-s".into(), "rw-s".into()));
-        assert_eq!(slot(&ring, 2), "rw-s", "the host's own mapping is its own");
+        let (rw, ro) = (("rw-s".to_owned(), true), ("r--s".to_owned(), false));
+        // The reader's frames are read-only, and the kernel will not make them writable: the
+        // descriptor they were mapped through was open for reading only.
+        assert_eq!((header(&reader), slot(&reader, 0), last_byte(&reader)), (rw.clone(), ro.clone(), ro));
+        assert_eq!((header(&writer), slot(&writer, 0), last_byte(&writer)), (rw.clone(), rw.clone(), rw.clone()));
+        assert_eq!(slot(&ring, 2), rw, "the host's own mapping is its own");
+    }
+
+    #[test]
+    fn a_consumer_refuses_a_writable_data_descriptor() {
+        let ring = RingMap::create("gpuipc-test-check", &params()).unwrap();
+        let err = RingMap::open_checked(fds(&ring, FrameAccess::Write), &params(), LINK, FrameAccess::Read).err().unwrap();
+        assert!(matches!(err, LinkError::Map { what: "data memfd for reading", .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "link gen -> grade: cannot map the ring's data memfd for reading: the descriptor is open for writing, not for reading only"
+        );
+    }
+
+    #[test]
+    fn a_missing_or_unexpected_data_memfd_is_refused() {
+        let ring = RingMap::create("gpuipc-test-check", &params()).unwrap();
+        let control_only = RingFds { control: fd(ring.control_block()), data: None };
+        let message = RingMap::open_checked(control_only, &params(), LINK, FrameAccess::Read).err().unwrap().to_string();
+        assert_eq!(message, "link gen -> grade: its frames live in host memory, but no data memfd came with the ring");
+        let mut on_gpu = params();
+        on_gpu.host_data = false;
+        let device = RingMap::create("gpuipc-test-check", &on_gpu).unwrap();
+        let stray = SharedMemory::create("gpuipc-test-check-stray", 8192).unwrap();
+        let with_data = RingFds { control: fd(device.control_block()), data: Some(stray.read_only_fd().unwrap()) };
+        let message = RingMap::open_checked(with_data, &on_gpu, LINK, FrameAccess::Read).err().unwrap().to_string();
+        assert_eq!(message, "link gen -> grade: its frames live on a GPU, but a data memfd of 8192 bytes came with the ring");
     }
 
     #[test]
@@ -503,7 +534,8 @@ mod tests {
         params.host_data = false;
         params.layout = gpuipc_plugin_api::testing::padded(params.layout, 13);
         let ring = RingMap::create("gpuipc-test-check", &params).unwrap();
-        let opened = RingMap::open_checked(fd(ring.shared_memory()), &params, LINK, FrameAccess::Read).unwrap();
+        assert_eq!(ring.fds_for(FrameAccess::Read).len(), 1, "a control block and no data memfd");
+        let opened = RingMap::open_checked(fds(&ring, FrameAccess::Read), &params, LINK, FrameAccess::Read).unwrap();
         assert_eq!(opened.layout().planes[0].pitch, 64 + 13);
         assert!(opened.slot_data(0).is_none(), "frames live on a GPU");
     }
@@ -613,58 +645,41 @@ mod tests {
             "{message}"
         );
         let message = refused_after("slot_bytes", set!(slot_bytes = 1 << 62));
-        assert!(message.contains("is 4611686018427387904, expected data_offset "), "{message}");
-        assert!(message.ends_with("+ slot_bytes * depth 4 to fit 64 bits"), "{message}");
+        assert!(message.ends_with("is 4611686018427387904, expected slot_bytes * depth 4 to fit 64 bits"), "{message}");
         // Frames on a GPU in a ring planned with frames in memory.
         assert!(refused_after("slot_bytes", set!(slot_bytes = 0)).ends_with("is 0, the plan says 8192"));
     }
 
     #[test]
-    fn slot_data_inside_the_header_or_off_the_page_is_refused() {
-        assert!(size_of::<RingHeader>() as u64 > PAGE, "the test puts data_offset inside the header");
-        let message = refused_after("data_offset", set!(data_offset = PAGE));
-        let header = size_of::<RingHeader>();
-        assert!(
-            message.ends_with(&format!("is 4096, expected at least {header}: slot data must not overlap the header")),
-            "{message}"
-        );
-        let message = refused_after("data_offset", set!(data_offset = RingParams::data_offset() + 8));
-        assert!(message.ends_with("expected a multiple of the page size 4096"), "{message}");
-    }
-
-    #[test]
-    fn a_mapping_shorter_than_the_header_says_is_refused() {
-        // Without a plan, a deeper ring than the memory holds.
+    fn a_data_memfd_shorter_than_the_header_says_is_refused() {
+        // Without a plan, a deeper ring than the data memfd holds (4 slots of 8192 bytes).
         let ring = scribbled(set!(depth = 5));
-        let len = ring.shared_memory().len();
-        let message = RingMap::open(fd(ring.shared_memory())).err().unwrap().to_string();
-        let expected = format!(
-            "link (unnamed): ring header field data_offset + slot_bytes * depth is {}, expected at most the {len} bytes of the ring's shared memory",
-            len + 8192
+        let message = RingMap::open(fds(&ring, FrameAccess::Read), FrameAccess::Read).err().unwrap().to_string();
+        assert_eq!(
+            message,
+            "link (unnamed): ring header field slot_bytes * depth is 40960, expected at most the 32768 bytes of the ring's data memfd"
         );
-        assert_eq!(message, expected);
-        // With the plan, a good header in memory one slot short.
+        // With the plan, a good header and a data memfd one slot short.
         let good = RingMap::create("gpuipc-test-check", &params()).unwrap();
-        let short = SharedMemory::create("gpuipc-test-check-short", len - 8192).unwrap();
-        let header = RingParams::data_offset() as usize;
-        // SAFETY (test): both mappings are longer than `header` bytes and do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(good.shared_memory().as_ptr(), short.as_ptr(), header) };
-        let message = RingMap::open_checked(fd(&short), &params(), LINK, FrameAccess::Read).err().unwrap().to_string();
-        assert!(
-            message.starts_with("link gen -> grade: ring header field data_offset + slot_bytes * depth is "),
-            "{message}"
+        let short = SharedMemory::create("gpuipc-test-check-short", 3 * 8192).unwrap();
+        let fds = RingFds { control: fd(good.control_block()), data: Some(short.read_only_fd().unwrap()) };
+        let message = RingMap::open_checked(fds, &params(), LINK, FrameAccess::Read).err().unwrap().to_string();
+        assert_eq!(
+            message,
+            "link gen -> grade: ring header field slot_bytes * depth is 32768, expected at most the 24576 bytes of the ring's data memfd"
         );
     }
 
     #[test]
-    fn a_mapping_shorter_than_a_header_is_refused() {
+    fn a_control_block_shorter_than_a_header_is_refused() {
         let short = SharedMemory::create("gpuipc-test-check-short", 4096).unwrap();
-        let message = RingMap::open_checked(fd(&short), &params(), LINK, FrameAccess::Read).err().unwrap().to_string();
+        let fds = RingFds { control: fd(&short), data: None };
+        let message = RingMap::open_checked(fds, &params(), LINK, FrameAccess::Read).err().unwrap().to_string();
         let header = size_of::<RingHeader>();
         assert_eq!(
             message,
             format!(
-                "link gen -> grade: the ring's shared memory is 4096 bytes, smaller than a ring header ({header} bytes)"
+                "link gen -> grade: the ring's control block is 4096 bytes, smaller than a ring header ({header} bytes)"
             )
         );
     }
@@ -672,14 +687,13 @@ mod tests {
     #[test]
     fn a_header_scribbled_after_open_does_not_change_the_ring() {
         let ring = RingMap::create("gpuipc-test-check", &params()).unwrap();
-        let opened = RingMap::open_checked(fd(ring.shared_memory()), &params(), LINK, FrameAccess::Write).unwrap();
-        let other = SharedMemory::open(fd(ring.shared_memory())).unwrap();
+        let opened = RingMap::open_checked(fds(&ring, FrameAccess::Write), &params(), LINK, FrameAccess::Write).unwrap();
+        let other = SharedMemory::open(fd(ring.control_block())).unwrap();
         let h = other.as_ptr() as *mut RingHeader;
         // SAFETY (test): as in `set!`.
         unsafe {
             (*h).depth = 200;
             (*h).slot_bytes = 1 << 40;
-            (*h).data_offset = 1 << 50;
             (*h).layout.total_bytes = 1;
         }
         for map in [&ring, &opened] {
@@ -687,7 +701,7 @@ mod tests {
             assert_eq!(map.layout(), params().layout);
             let (first, len) = map.slot_data(0).unwrap();
             assert_eq!(len, 8192);
-            assert_eq!(first as usize - map.shared_memory().as_ptr() as usize, RingParams::data_offset() as usize);
+            assert_eq!(map.slot_data(3).unwrap().0 as usize - first as usize, 3 * 8192);
             assert!(map.slot_data(4).is_none() && map.slot_data(199).is_none());
         }
     }
@@ -706,7 +720,7 @@ mod tests {
         let mut bad = params();
         bad.layout.planes[0].pitch = 1;
         let err = RingMap::open_checked(
-            fd(RingMap::create("gpuipc-test-check", &params()).unwrap().shared_memory()),
+            fds(&RingMap::create("gpuipc-test-check", &params()).unwrap(), FrameAccess::Read),
             &bad,
             LINK,
             FrameAccess::Read,

@@ -1,4 +1,6 @@
-//! The control block of a ring, as laid out in shared memory.
+//! The control block of a ring, as laid out in shared memory. A host ring's slot data is a
+//! memfd of its own (`ring::RingMap`), so that consumers can be given it for reading only while
+//! the control block, whose words they write, stays writable.
 //!
 //! The creator (the host) fills it in, then stores `version` last with Release; whoever opens
 //! it loads `version` with Acquire and checks it and the magic before reading anything else.
@@ -11,13 +13,14 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use gpuipc_plugin_api::{FrameFormat, FrameLayout};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUIPCRG");
-pub const VERSION: u32 = 3;
+/// 4: slot data moved out of the control block's memfd into one of its own (`data_offset` gone).
+pub const VERSION: u32 = 4;
 /// Most slots a ring can have.
 pub const MAX_SLOTS: usize = 64;
 /// Most consumers a ring can have: claim and pending masks are 16 bits each.
 pub const MAX_CONSUMERS: usize = 16;
-/// Slot data starts on a page, and each slot is a whole number of pages (so a GPU can register
-/// the memory as pinned).
+/// Each slot of host-memory frame data is a whole number of pages (so a GPU can register the
+/// memory as pinned), from the start of the data's memfd.
 pub const PAGE: u64 = 4096;
 
 /// `closed` values.
@@ -138,10 +141,9 @@ pub struct RingHeader {
     pub depth: u32,
     pub n_consumers: u32,
     pub policies: [u8; MAX_CONSUMERS],
-    /// Bytes per slot of frame data in this memory (0 when frames live on a GPU).
+    /// Bytes per slot of frame data in the ring's data memfd, slot `i` at `i * slot_bytes`
+    /// (0 when frames live on a GPU and there is no data memfd).
     pub slot_bytes: u64,
-    /// Offset of slot 0's data from the start of the mapping.
-    pub data_offset: u64,
     pub format: FrameFormat,
     pub layout: FrameLayout,
     pub producer: CacheLine<ProducerState>,
@@ -162,7 +164,8 @@ pub struct RingParams {
     pub depth: u32,
     /// One policy code per consumer.
     pub policies: Vec<u8>,
-    /// Whether frame data lives in the ring's own memory.
+    /// Whether frame data lives in the ring's own memory (a data memfd beside the control
+    /// block).
     pub host_data: bool,
 }
 
@@ -171,11 +174,18 @@ impl RingParams {
         if self.host_data { self.layout.total_bytes.next_multiple_of(PAGE) } else { 0 }
     }
 
-    pub fn data_offset() -> u64 {
+    /// The control block's memfd: the header, in whole pages.
+    pub fn control_bytes() -> u64 {
         (size_of::<RingHeader>() as u64).next_multiple_of(PAGE)
     }
 
+    /// The data memfd: every slot's frame data (0: no data memfd).
+    pub fn data_bytes(&self) -> u64 {
+        self.slot_bytes() * self.depth as u64
+    }
+
+    /// Host memory the ring takes, both memfds.
     pub fn total_bytes(&self) -> u64 {
-        RingParams::data_offset() + self.slot_bytes() * self.depth as u64
+        RingParams::control_bytes() + self.data_bytes()
     }
 }

@@ -1,7 +1,8 @@
 //! Links: rings of frame slots shared between one producer stage and its consumers.
 //!
-//! - [`shm`]: memfd shared memory, mapped.
-//! - [`header`]: the ring's control block layout in that memory.
+//! - [`shm`]: memfd shared memory, mapped; read-only for whoever must not write it.
+//! - [`header`]: the ring's control block layout in that memory (its slot data is a memfd of
+//!   its own, which consumers get for reading only).
 //! - [`check`]: the check of a control block against the plan, kept as a private copy.
 //! - [`wait`]: spin-then-futex waiting on shared counters, with deadlines.
 //! - [`backing`]: where frame bytes live (host memory, staged through it, GPU memory) and
@@ -22,5 +23,5 @@ pub mod stats;
 pub mod wait;
 
 pub use header::RingParams;
-pub use ring::{Consumer, FrameAccess, LinkError, Producer, ReadSlot, RingMap, WriteSlot};
+pub use ring::{Consumer, FrameAccess, LinkError, Producer, ReadSlot, RingFds, RingMap, WriteSlot};
 pub use stats::StatsMap;

@@ -7,9 +7,14 @@
 //! exact state it saw (Acquire), reads, then clears its claim and pending bits. So a frame is
 //! never overwritten while read, and a `block` consumer never misses one; `drop_oldest` and
 //! `latest` consumers never hold the producer back (they count the frames they missed).
+//!
+//! A ring with frames in host memory is two memfds: the control block, which every end maps
+//! read-write (consumers write their claims and counters there), and the slots' frame data,
+//! which only the producer can write: each consumer gets a descriptor of it open for reading
+//! only, maps it read-only and closes it ([`RingMap::fds_for`], [`Mapping::read_only`]).
 #![allow(unsafe_code)]
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -21,7 +26,7 @@ use super::header::{
     self, MAX_SLOTS, ABORTED, END_OF_STREAM, MAGIC, OPEN, POLICY_BLOCK, POLICY_LATEST, RingHeader, RingParams, SlotMeta, VERSION,
     WRITING,
 };
-use super::shm::SharedMemory;
+use super::shm::{Mapping, SharedMemory};
 use super::wait::{HeldWakes, Side, TimedOut, Waiter, wake_all, wake_side};
 
 #[derive(Debug, thiserror::Error)]
@@ -38,8 +43,13 @@ pub enum LinkError {
     /// in words ("the plan says 4", "expected 1..=64").
     #[error("link {link}: ring header field {field} is {found}, {expected}")]
     Mismatch { link: String, field: &'static str, found: String, expected: String },
-    #[error("link {link}: the ring's shared memory is {len} bytes, smaller than a ring header ({needed} bytes)")]
+    #[error("link {link}: the ring's control block is {len} bytes, smaller than a ring header ({needed} bytes)")]
     TooShort { link: String, len: u64, needed: u64 },
+    /// The ring's data memfd is missing, or came where frames live on a GPU.
+    #[error("link {link}: {problem}")]
+    Data { link: String, problem: String },
+    #[error("link {link}: cannot map the ring's {what}: {source}")]
+    Map { link: String, what: &'static str, source: std::io::Error },
 }
 
 impl From<TimedOut> for LinkError {
@@ -51,26 +61,75 @@ impl From<TimedOut> for LinkError {
 /// What a stage does with the frames of a ring it maps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameAccess {
-    /// A consumer: slot data is mapped read-only, so a stray write faults in this stage rather
-    /// than change the frame other consumers read. The control block stays writable.
+    /// A consumer: slot data comes through a descriptor open for reading only, mapped
+    /// read-only and closed, so a stray write faults in this stage, and no code in it can
+    /// make the mapping writable or map the data again writable: the frame other consumers
+    /// read stays as the producer wrote it. The control block stays writable.
     Read,
     /// The producer.
     Write,
 }
 
+/// The descriptors one end of a ring gets: the control block's, and for a ring whose frames
+/// live in host memory the data memfd's (read-write for the producer, read-only for a
+/// consumer).
+#[derive(Debug)]
+pub struct RingFds {
+    pub control: OwnedFd,
+    pub data: Option<OwnedFd>,
+}
+
+/// A host ring's slot data as this end holds it.
+enum SlotData {
+    /// The host's, which made it: the memory, read-write, and the read-only descriptor its
+    /// consumers are given (made once, at create).
+    Created { memory: SharedMemory, read_only: OwnedFd },
+    /// The producer's: read-write.
+    Write(SharedMemory),
+    /// A consumer's: a read-only mapping, no descriptor.
+    Read(Mapping),
+}
+
+impl SlotData {
+    fn as_ptr(&self) -> *mut u8 {
+        match self {
+            SlotData::Created { memory, .. } | SlotData::Write(memory) => memory.as_ptr(),
+            SlotData::Read(mapping) => mapping.as_ptr(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            SlotData::Created { memory, .. } | SlotData::Write(memory) => memory.len(),
+            SlotData::Read(mapping) => mapping.len(),
+        }
+    }
+}
+
 /// A mapped ring: control block plus, for host rings, the slots' frame data.
 pub struct RingMap {
-    shm: SharedMemory,
+    control: SharedMemory,
+    /// `None` when frames live on a GPU.
+    data: Option<SlotData>,
     /// The header's plain fields as checked at create or open. Accessors answer from this copy,
     /// so a peer that scribbles the shared header later cannot move a slot out of bounds.
     checked: RingGeometry,
 }
 
 impl RingMap {
-    /// Create and initialise a ring (the host does this, before any stage starts).
+    /// Create and initialise a ring (the host does this, before any stage starts): the control
+    /// block in memfd `name`, frame data in host memory in memfd `<name>-data`.
     pub fn create(name: &str, params: &RingParams) -> Result<RingMap, LinkError> {
         let checked = RingGeometry::planned(params, name)?;
-        let shm = SharedMemory::create(name, params.total_bytes() as usize)?;
+        let shm = SharedMemory::create(name, RingParams::control_bytes() as usize)?;
+        let data = match params.data_bytes() {
+            0 => None,
+            bytes => {
+                let memory = SharedMemory::create(&format!("{name}-data"), bytes as usize)?;
+                let read_only = memory.read_only_fd()?;
+                Some(SlotData::Created { memory, read_only })
+            }
+        };
         let header = shm.as_ptr() as *mut RingHeader;
         // SAFETY: the memory is fresh, zeroed, at least a header long, page-aligned, and not
         // yet shared with anyone; zero is a valid value for every field.
@@ -82,55 +141,76 @@ impl RingMap {
                 (*header).policies[k] = policy;
             }
             (*header).slot_bytes = params.slot_bytes();
-            (*header).data_offset = RingParams::data_offset();
             (*header).format = params.format;
             (*header).layout = params.layout;
             // Written last: pairs with the Acquire load in `open`, publishing every field above.
             (*header).version.store(VERSION, Ordering::Release);
         }
-        Ok(RingMap { shm, checked })
+        Ok(RingMap { control: shm, data, checked })
     }
 
-    /// Map a ring received as a file descriptor and check its header against the rules every
-    /// ring keeps (see [`check`](super::check)); without a plan, errors name the link "(unnamed)".
+    /// The descriptors an end of this ring is given (see [`RingFds`]), in that order: the
+    /// control block's, then the data memfd's, read-write for [`FrameAccess::Write`] and open
+    /// for reading only for [`FrameAccess::Read`]. The host's ring ([`RingMap::create`]) has
+    /// both; a stage's has none to give for reading.
+    pub fn fds_for(&self, access: FrameAccess) -> Vec<BorrowedFd<'_>> {
+        let data = match (&self.data, access) {
+            (Some(SlotData::Created { memory, .. } | SlotData::Write(memory)), FrameAccess::Write) => Some(memory.as_fd()),
+            (Some(SlotData::Created { read_only, .. }), FrameAccess::Read) => Some(read_only.as_fd()),
+            _ => None,
+        };
+        std::iter::once(self.control.as_fd()).chain(data).collect()
+    }
+
+    /// Map a ring received as descriptors and check its header against the rules every ring
+    /// keeps (see [`check`](super::check)); without a plan, errors name the link "(unnamed)".
     #[cfg(test)]
-    pub fn open(fd: OwnedFd) -> Result<RingMap, LinkError> {
-        RingMap::map_checked(fd, None, "(unnamed)", FrameAccess::Write)
+    pub fn open(fds: RingFds, access: FrameAccess) -> Result<RingMap, LinkError> {
+        RingMap::map_checked(fds, None, "(unnamed)", access)
     }
 
-    /// As [`open`](Self::open), for a consumer: slot data mapped read-only.
+    /// This ring opened again by another end, through copies of the descriptors that end is
+    /// given, as a stage process maps them.
     #[cfg(test)]
-    pub fn open_to_read(fd: OwnedFd) -> Result<RingMap, LinkError> {
-        RingMap::map_checked(fd, None, "(unnamed)", FrameAccess::Read)
+    pub fn reopen(&self, access: FrameAccess) -> RingMap {
+        let mut fds = self.fds_for(access).into_iter().map(|fd| fd.try_clone_to_owned().unwrap());
+        let fds = RingFds { control: fds.next().unwrap(), data: fds.next() };
+        RingMap::open(fds, access).unwrap()
     }
 
-    /// Map a ring received as a file descriptor and check every header field against the
-    /// rules and against `expected`, the plan's params for `link` ("gen -> grade"); a
-    /// mismatch is refused with an error naming the link and the field.
-    pub fn open_checked(fd: OwnedFd, expected: &RingParams, link: &str, access: FrameAccess) -> Result<RingMap, LinkError> {
+    /// Map a ring received as descriptors and check every header field against the rules and
+    /// against `expected`, the plan's params for `link` ("gen -> grade"), and the data memfd
+    /// against the header; a mismatch is refused with an error naming the link and the field.
+    /// With [`FrameAccess::Read`], the data memfd's descriptor must be open for reading only,
+    /// and is closed once mapped.
+    pub fn open_checked(fds: RingFds, expected: &RingParams, link: &str, access: FrameAccess) -> Result<RingMap, LinkError> {
         let plan = RingGeometry::planned(expected, link)?;
-        RingMap::map_checked(fd, Some(&plan), link, access)
+        RingMap::map_checked(fds, Some(&plan), link, access)
     }
 
-    fn map_checked(fd: OwnedFd, plan: Option<&RingGeometry>, link: &str, access: FrameAccess) -> Result<RingMap, LinkError> {
-        let shm = SharedMemory::open(fd)?;
-        let checked = RingGeometry::read(&shm, plan, link)?;
-        if access == FrameAccess::Read
-            && let Some(data) = checked.data_range()
-        {
-            shm.protect_read_only(data.start as usize..data.end as usize)?;
-        }
-        Ok(RingMap { shm, checked })
+    fn map_checked(fds: RingFds, plan: Option<&RingGeometry>, link: &str, access: FrameAccess) -> Result<RingMap, LinkError> {
+        let map_error = |what| move |source| LinkError::Map { link: link.to_owned(), what, source };
+        let control = SharedMemory::open(fds.control).map_err(map_error("control block"))?;
+        let checked = RingGeometry::read(&control, plan, link)?;
+        let data = match (fds.data, access) {
+            (None, _) => None,
+            (Some(fd), FrameAccess::Write) => Some(SlotData::Write(SharedMemory::open(fd).map_err(map_error("data memfd"))?)),
+            (Some(fd), FrameAccess::Read) => Some(SlotData::Read(Mapping::read_only(fd).map_err(map_error("data memfd for reading"))?)),
+        };
+        checked.check_data(data.as_ref().map(|d| d.len() as u64), link)?;
+        Ok(RingMap { control, data, checked })
     }
 
     pub fn header(&self) -> &RingHeader {
         // SAFETY: the mapping is page-aligned and at least a header long (checked in `open`,
         // sized in `create`); the header is only mutated through atomics and UnsafeCells.
-        unsafe { &*(self.shm.as_ptr() as *const RingHeader) }
+        unsafe { &*(self.control.as_ptr() as *const RingHeader) }
     }
 
-    pub fn shared_memory(&self) -> &SharedMemory {
-        &self.shm
+    /// The control block's memory.
+    #[cfg(test)]
+    pub fn control_block(&self) -> &SharedMemory {
+        &self.control
     }
 
     pub fn depth(&self) -> usize {
@@ -158,10 +238,11 @@ impl RingMap {
     /// has no slot `i`). Opened with [`FrameAccess::Read`], the memory is read-only.
     pub fn slot_data(&self, i: usize) -> Option<(*mut u8, u64)> {
         let (offset, len) = self.checked.slot_range(i)?;
-        (offset.checked_add(len)? <= self.shm.len() as u64).then(|| {
-            // SAFETY: offset..offset + len lies within the mapping (checked just above), from
-            // the private checked copy, not from the shared header.
-            let ptr = unsafe { self.shm.as_ptr().add(offset as usize) };
+        let data = self.data.as_ref()?;
+        (offset.checked_add(len)? <= data.len() as u64).then(|| {
+            // SAFETY: offset..offset + len lies within the data mapping (checked just above),
+            // from the private checked copy, not from the shared header.
+            let ptr = unsafe { data.as_ptr().add(offset as usize) };
             (ptr, len)
         })
     }
@@ -867,9 +948,14 @@ mod tests {
         RingMap::create("gpuipc-test-ring", &params).unwrap()
     }
 
+    /// The producer's end of `map`.
     fn reopen(map: &RingMap) -> RingMap {
-        let fd = map.shared_memory().as_fd().try_clone_to_owned().unwrap();
-        RingMap::open(fd).unwrap()
+        map.reopen(FrameAccess::Write)
+    }
+
+    /// A consumer's end of `map`: frames read-only.
+    fn reopen_to_read(map: &RingMap) -> RingMap {
+        map.reopen(FrameAccess::Read)
     }
 
     fn fill(map: &RingMap, slot: usize, seq: u64) {
@@ -904,7 +990,7 @@ mod tests {
         let waiter = Waiter::new(5);
         let consumers: Vec<_> = (0..policies.len())
             .map(|c| {
-                let mut consumer = Consumer::new(reopen(&map), c, waiter.clone()).unwrap();
+                let mut consumer = Consumer::new(reopen_to_read(&map), c, waiter.clone()).unwrap();
                 let slow = slow[c];
                 thread::spawn(move || {
                     let mut got = Vec::new();
@@ -943,7 +1029,7 @@ mod tests {
             let take_lock = Arc::new(std::sync::Mutex::new(()));
             let takers: Vec<_> = (0..replicas)
                 .map(|_| {
-                    let mut consumer = Consumer::new_shared(reopen(&map), 0, waiter.clone(), None).unwrap();
+                    let mut consumer = Consumer::new_shared(reopen_to_read(&map), 0, waiter.clone(), None).unwrap();
                     let take_lock = take_lock.clone();
                     thread::spawn(move || {
                         let mut got = Vec::new();
@@ -985,7 +1071,7 @@ mod tests {
         // One slot each: the turn's holder always has its own slot written.
         let map = ring(3, &[POLICY_BLOCK]);
         let waiter = Waiter::new(5);
-        let mut consumer = Consumer::new(reopen(&map), 0, waiter.clone()).unwrap();
+        let mut consumer = Consumer::new(reopen_to_read(&map), 0, waiter.clone()).unwrap();
         // Stands in for the replicas' turn (`queue`): producer r publishes the numbers n with
         // n % 3 == r, each when the turn reaches it; each writes its slot before its turn.
         let turn = Arc::new((std::sync::Mutex::new(0u64), std::sync::Condvar::new()));
@@ -1056,7 +1142,7 @@ mod tests {
     #[test]
     fn abort_wakes_a_waiting_consumer_and_producer() {
         let map = ring(1, &[POLICY_BLOCK]);
-        let mut consumer = Consumer::new(reopen(&map), 0, Waiter::new(0)).unwrap();
+        let mut consumer = Consumer::new(reopen_to_read(&map), 0, Waiter::new(0)).unwrap();
         let waiting = thread::spawn(move || consumer.acquire(0, None));
         let mut producer = Producer::new(reopen(&map), Waiter::new(0));
         let slot = producer.acquire(None).unwrap();
@@ -1081,7 +1167,7 @@ mod tests {
         let (events, order) = std::sync::mpsc::channel();
         let (go, wait_for_go) = std::sync::mpsc::channel::<()>();
         let consumer_events = events.clone();
-        let mut consumer = Consumer::new(reopen(&map), 0, Waiter::new(0)).unwrap();
+        let mut consumer = Consumer::new(reopen_to_read(&map), 0, Waiter::new(0)).unwrap();
         let reader = thread::spawn(move || {
             let first = consumer.acquire(0, None).unwrap().unwrap();
             drop(first);
@@ -1105,22 +1191,59 @@ mod tests {
     #[test]
     fn a_deadline_ends_a_wait_for_a_silent_peer() {
         let map = ring(2, &[POLICY_BLOCK]);
-        let mut consumer = Consumer::new(reopen(&map), 0, Waiter::new(0)).unwrap();
+        let mut consumer = Consumer::new(reopen_to_read(&map), 0, Waiter::new(0)).unwrap();
         let deadline = Some(Instant::now() + std::time::Duration::from_millis(20));
         assert!(matches!(consumer.acquire(0, deadline), Err(LinkError::TimedOut)));
+    }
+
+    /// Frames in host memory are a memfd of their own: the producer writes them, each consumer
+    /// reads them through a mapping it cannot make writable and holds no descriptor of them,
+    /// and the descriptor consumers are given refuses a writable shared mapping.
+    #[test]
+    fn consumers_read_the_frames_the_producer_wrote_through_memory_they_cannot_write() {
+        use rustix::io::Errno;
+        use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
+
+        let map = ring(2, &[POLICY_BLOCK, POLICY_BLOCK]);
+        assert_eq!(map.fds_for(FrameAccess::Write).len(), 2, "control block and data memfd");
+        let mut producer = Producer::new(reopen(&map), Waiter::new(0));
+        let mut consumers: Vec<_> = (0..2).map(|c| Consumer::new(reopen_to_read(&map), c, Waiter::new(0)).unwrap()).collect();
+        let slot = producer.acquire(None).unwrap();
+        fill(producer.ring(), slot.index(), 41);
+        producer.publish(slot, 41, 0);
+        let page = rustix::param::page_size();
+        for consumer in &mut consumers {
+            let slot = consumer.acquire(0, None).unwrap().expect("frame 41");
+            check(consumer.ring(), &slot);
+            assert_eq!(slot.meta().seq, 41);
+            assert_eq!(consumer.ring().fds_for(FrameAccess::Read).len(), 1, "no descriptor of the frames kept");
+            let (ptr, _) = consumer.ring().slot_data(slot.index()).unwrap();
+            // SAFETY (test): the page holding the frame, in the consumer's mapping; if the
+            // kernel allowed it, nothing would write there.
+            let made_writable = unsafe {
+                rustix::mm::mprotect((ptr as usize / page * page) as *mut _, page, MprotectFlags::READ | MprotectFlags::WRITE)
+            };
+            assert_eq!(made_writable.err(), Some(Errno::ACCESS));
+        }
+        let given = map.fds_for(FrameAccess::Read)[1];
+        // SAFETY (test): a fresh mapping, if the kernel made one; it is not used.
+        let writable = unsafe {
+            rustix::mm::mmap(std::ptr::null_mut(), page, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, given, 0)
+        };
+        assert_eq!(writable.err(), Some(Errno::ACCESS));
     }
 
     #[test]
     fn a_bad_control_block_is_refused() {
         let shm = crate::link::shm::SharedMemory::create("gpuipc-test-bad", 1 << 20).unwrap();
-        let fd = shm.as_fd().try_clone_to_owned().unwrap();
-        assert!(matches!(RingMap::open(fd), Err(LinkError::Mismatch { field: "magic", .. })));
+        let fds = RingFds { control: shm.as_fd().try_clone_to_owned().unwrap(), data: None };
+        assert!(matches!(RingMap::open(fds, FrameAccess::Write), Err(LinkError::Mismatch { field: "magic", .. })));
     }
 
     #[test]
     fn claiming_one_number_gives_up_older_frames_and_counts_them_once() {
         let map = ring(2, &[POLICY_BLOCK]);
-        let mut consumer = Consumer::new(reopen(&map), 0, Waiter::new(0)).unwrap();
+        let mut consumer = Consumer::new(reopen_to_read(&map), 0, Waiter::new(0)).unwrap();
         let mut producer = Producer::new(reopen(&map), Waiter::new(0));
         let soon = || Some(Instant::now() + std::time::Duration::from_secs(10));
         for seq in [0, 1] {
@@ -1153,7 +1276,7 @@ mod tests {
     #[test]
     fn a_wait_for_change_ends_on_a_publish_elsewhere_and_on_abort() {
         let map = ring(2, &[POLICY_LATEST]);
-        let consumer = Consumer::new(reopen(&map), 0, Waiter::new(0)).unwrap();
+        let consumer = Consumer::new(reopen_to_read(&map), 0, Waiter::new(0)).unwrap();
         let seen = consumer.offer(0).unwrap();
         assert!(!consumer.changed_since(&seen));
         let deadline = Some(Instant::now() + std::time::Duration::from_millis(20));

@@ -102,7 +102,6 @@ fn target(offers: &[Offer], newest: bool) -> Option<u64> {
 mod tests {
     //! What a join takes, decided from offers; then joins over real rings with threads standing
     //! in for the stages, some in lockstep so the interleaving that lost frames is forced.
-    use std::os::fd::AsFd;
     use std::sync::mpsc;
     use std::thread;
     use std::time::{Duration, Instant};
@@ -160,7 +159,7 @@ mod tests {
     }
 
     fn reopen(map: &RingMap) -> RingMap {
-        RingMap::open(map.shared_memory().as_fd().try_clone_to_owned().unwrap()).unwrap()
+        map.reopen(crate::link::FrameAccess::Write)
     }
 
     fn consumer(map: &RingMap, index: usize) -> Consumer {

@@ -21,7 +21,7 @@ use crate::control::handshake;
 use crate::control::{ControlSocket, FromStage, LinkMemoryWire, RingWire, StageSetup, ToStage};
 use crate::gpu::Gpu;
 use crate::link::wait::{HeldWakes, Waiter};
-use crate::link::{Consumer, FrameAccess, Producer, RingMap, RingParams, StatsMap};
+use crate::link::{Consumer, FrameAccess, Producer, RingFds, RingMap, RingParams, StatsMap};
 use crate::plugin::LoadedPlugin;
 
 pub use frame_loop::{FrameLoop, LoopEnd, StageError, now_ns, only_sources_end};
@@ -230,11 +230,14 @@ struct MappedLinks {
 }
 
 /// Map what `fds` hold, in the order the setup message says: the stats block, one ring per
-/// input, the output ring, and for a replica its queue block.
+/// input, the output ring, and for a replica its queue block. A ring whose frames live in host
+/// memory is two descriptors, its control block and its data memfd (an input's open for
+/// reading only, mapped read-only and closed: see [`RingMap::open_checked`]); a GPU ring is one.
 fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, StageError> {
+    let ring_fds = |memory: LinkMemoryWire| 1 + (memory == LinkMemoryWire::Host) as usize;
     let expected = 1
-        + setup.inputs.len()
-        + setup.output.as_ref().is_some_and(|o| o.link.is_some()) as usize
+        + setup.inputs.iter().map(|input| ring_fds(input.memory)).sum::<usize>()
+        + setup.output.as_ref().filter(|o| o.link.is_some()).map_or(0, |o| ring_fds(o.memory))
         + setup.replica.is_some() as usize;
     if fds.len() != expected {
         return Err(setup_error(format!("received {} descriptors, expected {expected}", fds.len())));
@@ -249,12 +252,12 @@ fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, Stage
     };
     let mut rings = Vec::new();
     for input in &setup.inputs {
-        rings.push(open_ring(fds.next().expect("counted"), &input.ring, input.memory, FrameAccess::Read)?);
+        rings.push(open_ring(&mut fds, &input.ring, input.memory, FrameAccess::Read)?);
     }
     let output_ring = match &setup.output {
         Some(o) if o.link.is_some() => {
             let wire = o.ring.as_ref().ok_or_else(|| setup_error("an output link without its ring"))?;
-            Some(open_ring(fds.next().expect("counted"), wire, o.memory, FrameAccess::Write)?)
+            Some(open_ring(&mut fds, wire, o.memory, FrameAccess::Write)?)
         }
         _ => None,
     };
@@ -455,8 +458,16 @@ fn run_frames(
     }
 }
 
-/// Map a ring and check its header against what the plan says it is.
-fn open_ring(fd: OwnedFd, wire: &RingWire, memory: LinkMemoryWire, access: FrameAccess) -> Result<RingMap, StageError> {
+/// Map a ring, taking its descriptors from `fds` (counted), and check its header and memory
+/// against what the plan says it is.
+fn open_ring(
+    fds: &mut impl Iterator<Item = OwnedFd>,
+    wire: &RingWire,
+    memory: LinkMemoryWire,
+    access: FrameAccess,
+) -> Result<RingMap, StageError> {
+    let host_data = memory == LinkMemoryWire::Host;
+    let fds = RingFds { control: fds.next().expect("counted"), data: host_data.then(|| fds.next().expect("counted")) };
     let format: gpuipc_plugin_api::FrameFormat = wire.format.into();
     let layout = gpuipc_plugin_api::FrameLayout::for_format(format)
         .ok_or_else(|| setup_error(format!("link {}: format {format} has no layout", wire.name)))?;
@@ -465,9 +476,9 @@ fn open_ring(fd: OwnedFd, wire: &RingWire, memory: LinkMemoryWire, access: Frame
         layout,
         depth: wire.depth,
         policies: wire.policies.clone(),
-        host_data: memory == LinkMemoryWire::Host,
+        host_data,
     };
-    RingMap::open_checked(fd, &expected, &wire.name, access).map_err(setup_error)
+    RingMap::open_checked(fds, &expected, &wire.name, access).map_err(setup_error)
 }
 
 /// Where a source carries on: after the last frame it published (the ring knows) or, with

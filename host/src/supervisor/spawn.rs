@@ -24,7 +24,7 @@ use std::io::ErrorKind;
 
 use crate::control::{ControlSocket, SocketError, InputSetup, OutputSetup, RingWire, StageSetup, ToStage};
 use crate::link::queue::QueueMap;
-use crate::link::{RingMap, StatsMap};
+use crate::link::{FrameAccess, RingMap, StatsMap};
 use crate::plan::{Plan, ProcessPlan, StagePlan};
 use crate::stage::{CONTROL_FD, HOST_PID_ENV};
 
@@ -123,13 +123,15 @@ impl Launch<'_> {
     }
 
     /// The descriptors process `p` gets, in the order its setup says: its stats block, one ring
-    /// per input, its output ring.
+    /// per input, its output ring. A ring is its control block and, where its frames live in
+    /// host memory, its data memfd: read-only for an input, so no code in a consumer can write
+    /// the frames its link's other consumers read ([`RingMap::fds_for`]).
     pub fn fds(&self, p: usize) -> Vec<BorrowedFd<'_>> {
         let stage = self.stage(p);
         let mut fds = vec![self.stats[p].shared_memory().as_fd()];
-        fds.extend(stage.inputs.iter().map(|inp| self.rings[inp.link].shared_memory().as_fd()));
+        fds.extend(stage.inputs.iter().flat_map(|inp| self.rings[inp.link].fds_for(FrameAccess::Read)));
         if let Some(link) = stage.output.as_ref().and_then(|o| o.link) {
-            fds.push(self.rings[link].shared_memory().as_fd());
+            fds.extend(self.rings[link].fds_for(FrameAccess::Write));
         }
         if self.procs[p].replica.is_some()
             && let Some(queue) = &self.queues[self.procs[p].stage]

@@ -18,7 +18,7 @@ use super::{ReadEnd, WriteEnd};
 use crate::gpu::Gpu;
 use crate::link::header::POLICY_BLOCK;
 use crate::link::wait::Waiter;
-use crate::link::{Consumer, Producer, RingMap, RingParams};
+use crate::link::{Consumer, FrameAccess, Producer, RingMap, RingParams};
 
 const FRAMES: u64 = 200;
 
@@ -31,14 +31,12 @@ fn ring(host_data: bool) -> RingMap {
 }
 
 fn reopen(map: &RingMap) -> RingMap {
-    use std::os::fd::AsFd;
-    RingMap::open(map.shared_memory().as_fd().try_clone_to_owned().unwrap()).unwrap()
+    map.reopen(FrameAccess::Write)
 }
 
 /// A consumer's mapping: slot data read-only, as a stage maps its inputs.
 fn reopen_to_read(map: &RingMap) -> RingMap {
-    use std::os::fd::AsFd;
-    RingMap::open_to_read(map.shared_memory().as_fd().try_clone_to_owned().unwrap()).unwrap()
+    map.reopen(FrameAccess::Read)
 }
 
 fn pattern(seq: u64, len: usize) -> Vec<u8> {
@@ -169,7 +167,8 @@ fn gpu_host_producer_to_staged_consumer() {
 
 /// The consumer of [`gpu_device_producer_to_device_consumer`] in a process of its own (a GPU
 /// ring's objects are shared between processes, and an IPC event cannot be opened by the
-/// process that made it): the ring on fd 3, the control socket on fd 4.
+/// process that made it): the ring's control block on fd 3 (a GPU ring has no data memfd), the
+/// control socket on fd 4.
 const DEVICE_CHILD_ENV: &str = "GPUIPC_TEST_DEVICE_CONSUMER";
 
 #[test]
@@ -194,7 +193,7 @@ fn gpu_device_producer_to_device_consumer() {
     command.env(DEVICE_CHILD_ENV, "1");
     command
         .fd_mappings(vec![
-            FdMapping { parent_fd: map.shared_memory().as_fd().try_clone_to_owned().unwrap(), child_fd: 3 },
+            FdMapping { parent_fd: map.fds_for(FrameAccess::Read)[0].try_clone_to_owned().unwrap(), child_fd: 3 },
             FdMapping { parent_fd: child_socket.into_fd(), child_fd: 4 },
         ])
         .unwrap();
@@ -233,7 +232,7 @@ fn device_consumer_child() {
     #[allow(unsafe_code)]
     // SAFETY (test): the parent mapped the ring to fd 3 and the socket to fd 4 for this.
     let (ring_fd, socket_fd) = unsafe { (OwnedFd::from_raw_fd(3), OwnedFd::from_raw_fd(4)) };
-    let map = RingMap::open(ring_fd).unwrap();
+    let map = RingMap::open(crate::link::ring::RingFds { control: ring_fd, data: None }, FrameAccess::Read).unwrap();
     let socket = ControlSocket::from_fd(socket_fd);
     let half = export_input(&gpu, &socket, 0, 0, map.depth()).unwrap();
     let (mut reads, _) = complete(&gpu, &socket, vec![half]).unwrap();

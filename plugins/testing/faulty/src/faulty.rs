@@ -36,6 +36,10 @@ pub enum Mode {
     /// Write into the input frame, which is mapped read-only: the stage must die of it
     /// without changing the frame for anyone else.
     WriteInputAt,
+    /// Hostile code: try to change the input frame through every way to its memory this
+    /// process has (mapping it again writable, making its mapping writable: see
+    /// [`crate::tamper`]), log what each attempt got (`tamper: ...` lines), and go on.
+    TamperInputAt,
     /// End the stream from a stage that has an input, which only a source may do.
     EndStreamAt,
     /// Start a child process, as plugins that run ffmpeg do, and fail naming what it got that
@@ -121,6 +125,11 @@ impl Plugin for Faulty {
                     let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
                 }
                 Mode::WriteInputAt => write_into(&inputs[0]),
+                Mode::TamperInputAt => {
+                    for line in crate::tamper::tamper(&inputs[0]) {
+                        gpuipc_plugin_api::log::warn(&format!("tamper: {line}"));
+                    }
+                }
                 Mode::SpawnChildAt => spawn_child()?,
                 Mode::EndStreamAt => {
                     if let Some(out) = output {

@@ -3,8 +3,9 @@
 //!
 //! Params: `mode` (see [`faulty::Mode`]), `at` (frame index where a per-frame fault happens,
 //! default 0), `sink` (bool, default false: no output).
-#![deny(unsafe_code)] // but for the one write it does on purpose (`faulty::write_into`)
+#![deny(unsafe_code)] // but for the writes it tries on purpose (`faulty::write_into`, `tamper`)
 
 mod faulty;
+mod tamper;
 
 gpuipc_plugin_api::export_plugin!(faulty::Faulty);
