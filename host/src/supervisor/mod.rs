@@ -15,6 +15,7 @@ mod reclaim;
 mod restart;
 pub mod report;
 mod spawn;
+mod standstill;
 mod watch;
 mod watchdog;
 

@@ -1,7 +1,8 @@
 //! Watching a run: one poll loop over every stage's pidfd and control socket and the signal
 //! pipe. It starts the stages together once all are ready, turns Ctrl-C or SIGTERM into a
 //! drain, restarts a failed stage by its policy (or turns the failure into an abort of the
-//! whole run), and kills a stage that stalls.
+//! whole run), kills a stage that stalls, and stops a run in which no frame moves any more,
+//! or a drain that does not finish ([`super::standstill`]).
 
 use std::io::Read;
 use std::os::fd::AsFd;
@@ -16,6 +17,7 @@ use rustix::event::{PollFd, PollFlags};
 use super::report::{Live, RunReport, StageOutcome};
 use super::restart::{self, Budget};
 use super::spawn::{Launch, Stages};
+use super::standstill::{self, Standstill};
 use super::watchdog::StallWatch;
 use std::os::fd::OwnedFd;
 
@@ -235,6 +237,8 @@ struct Watch<'a, 'l> {
     started: Option<Instant>,
     killed_all: bool,
     broker: super::broker::Broker,
+    /// The run's watch over its links, from the start; `None` without links or watchdogs.
+    links: Option<Standstill>,
 }
 
 pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> RunReport {
@@ -263,6 +267,7 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
         started: None,
         killed_all: false,
         broker: super::broker::Broker::default(),
+        links: None,
     };
     let live = Live::new(launch.procs, launch.options.live);
     while !w.slots.iter().all(|s| matches!(s.life, Life::Ended)) {
@@ -274,6 +279,7 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
         w.start_when_ready(stages);
         w.restart_due(stages);
         w.watch_stalls(stages);
+        w.watch_links();
         w.abort_stragglers(stages);
         live.update(launch.stats);
     }
@@ -578,6 +584,7 @@ impl Watch<'_, '_> {
         }
         if self.started.is_none() {
             self.started = Some(now);
+            self.links = Standstill::timeout_of(self.launch.plan).map(|timeout| Standstill::new(timeout, now));
             tracing::info!("all {} stages ready; running", stages.0.len());
         }
     }
@@ -604,6 +611,43 @@ impl Watch<'_, '_> {
                 slot.life = Life::Killed { why: Some(why) };
             }
         }
+    }
+
+    /// Stop the run when no frame moves on any link while every stage waits for one, or a
+    /// drain moves nothing, for the run's stall timeout ([`super::standstill`]): nothing
+    /// else would end either, and no stage's own watchdog fires (their waits pulse). A
+    /// drain given up this way is aborted like a second signal, saying why.
+    fn watch_links(&mut self) {
+        let draining = match self.ending {
+            Ending::Running => None,
+            Ending::Draining { signal } => Some(signal),
+            Ending::Aborting { .. } => return,
+        };
+        let Some(links) = &mut self.links else { return };
+        let launch = self.launch;
+        let processes: Vec<standstill::Process> = self
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(i, slot)| match slot.life {
+                Life::Ended => standstill::Process::Ended,
+                Life::Alive { started: true, .. } => {
+                    let s = launch.stats[i].get();
+                    standstill::Process::Running {
+                        phase: s.phase.load(Ordering::Relaxed),
+                        heartbeat: s.heartbeat.load(Ordering::Relaxed),
+                        watchdog: launch.stage(i).supervision.stall_timeout.is_some(),
+                    }
+                }
+                _ => standstill::Process::Changing,
+            })
+            .collect();
+        let words = standstill::words(launch.rings, launch.stats);
+        let Some(verdict) = links.look(&words, &processes, draining.is_some(), Instant::now()) else { return };
+        let run = standstill::Run { plan: launch.plan, procs: launch.procs, rings: launch.rings, stats: launch.stats, processes: &processes };
+        let why = standstill::explain(verdict, links.timeout(), draining.unwrap_or("a stop signal"), run);
+        tracing::warn!("stopping the run: {why}");
+        self.fail(usize::MAX, why);
     }
 
     /// After an abort: stages still waiting for their start learn of it from a closed socket;
