@@ -282,9 +282,10 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
         Ending::Draining { signal } => Some(signal),
         _ => None,
     };
-    replicas_drops(launch);
+    final_drops(launch);
     let outcomes = w.slots.into_iter().map(|s| s.outcome).collect();
     RunReport::new(plan, launch.procs, launch.stats, outcomes, w.first_failure, interrupted, w.started.map(|s| s.elapsed()))
+        .with_links(plan, launch.procs, launch.rings)
 }
 
 /// What the broker reaches the processes through.
@@ -450,7 +451,7 @@ impl Watch<'_, '_> {
         let replica = self.launch.procs[i].replica.expect("a stage with a queue block runs replicas");
         self.slots[i].outcome = Some(StageOutcome::Gone(cause.clone()));
         let plan = self.launch.plan;
-        super::reclaim::reclaim_replica(plan, stage, replica, self.slots[i].pid, queue, self.launch.rings);
+        super::reclaim::reclaim_replica(plan, stage, replica, self.slots[i].pid, &self.launch.stats[i], queue, self.launch.rings);
         super::reclaim::replica_gone(plan, stage, replica, queue, self.launch.rings);
         self.broker.forget(plan, &reach(self.launch, stages), i, true);
         self.slots[i].life = Life::Ended;
@@ -489,7 +490,7 @@ impl Watch<'_, '_> {
         let lost = match (self.launch.procs[i].replica, self.launch.queues.get(stage).and_then(Option::as_ref)) {
             (Some(replica), Some(queue)) => {
                 // Given up, not lost: counted dropped on the input links by `on_loss = "drop"`.
-                super::reclaim::reclaim_replica(plan, stage, replica, self.slots[i].pid, queue, self.launch.rings);
+                super::reclaim::reclaim_replica(plan, stage, replica, self.slots[i].pid, &self.launch.stats[i], queue, self.launch.rings);
                 0
             }
             _ => super::reclaim::reclaim_stage(plan, stage, &group_stages, &self.launch.stats[i], self.launch.rings, taps),
@@ -630,11 +631,13 @@ impl Watch<'_, '_> {
     }
 }
 
-/// A stage's replicas share its input links' drop counts, which the host adds to too (a dead
-/// replica's frame given up): the first replica's row shows them as they stand at the end.
-fn replicas_drops(launch: &Launch<'_>) {
-    for (stage, s) in launch.plan.stages.iter().enumerate().filter(|(_, s)| s.replicas > 1) {
-        let dropped: u64 = s.inputs.iter().map(|input| launch.rings[input.link].dropped(input.consumer)).sum();
+/// Each stage's drops as its input links' counts stand at the end, which the host adds to
+/// too (a dead replica's frame given up) after the stage's last look: the most any one input
+/// missed (a join's number missed on every input counts once, as the stage counts it), in the
+/// row of its first process (replicas share their inputs' counts).
+fn final_drops(launch: &Launch<'_>) {
+    for (stage, s) in launch.plan.stages.iter().enumerate().filter(|(_, s)| !s.inputs.is_empty()) {
+        let dropped = s.inputs.iter().map(|input| launch.rings[input.link].dropped(input.consumer)).max().unwrap_or(0);
         if let Some(first) = launch.processes_of(stage).next() {
             launch.stats[first].get().dropped.store(dropped, Ordering::Relaxed);
         }
