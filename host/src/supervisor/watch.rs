@@ -315,6 +315,7 @@ impl Watch<'_, '_> {
 
     fn fail(&mut self, i: usize, why: String) {
         if self.first_failure.is_none() {
+            let why = if i < self.slots.len() { self.mps_fault(i, &why).unwrap_or(why) } else { why };
             self.first_failure = Some((i, why));
         }
         self.abort();
@@ -422,19 +423,36 @@ impl Watch<'_, '_> {
     /// and the MPS server's log names the first client that saw it, not the one that caused
     /// it (measured: it named the source when the stage after it faulted). Say so.
     fn explain_mps_fault(&self, i: usize, cause: &str) {
+        if let Some(text) = self.mps_fault(i, cause) {
+            tracing::warn!("stage '{}' {text}", self.launch.name(i));
+        }
+    }
+
+    /// What a GPU fault stage `i` reported (`cause`) means under MPS, where the stage that
+    /// reports a fault first is not the one that caused it: which stages it ended, and that
+    /// any of them may be the culprit. `None` when the run does not use MPS, or `cause` is not
+    /// a GPU fault.
+    fn mps_fault(&self, i: usize, cause: &str) -> Option<String> {
         let plan = self.launch.plan;
         let stage = self.launch.stage(i);
-        if self.launch.mps() && stage.domain == gpuipc_plugin_api::Domain::Cuda && cause.contains("CUDA_ERROR") {
-            let who = match plan.mps {
-                crate::config::MpsScope::Shared => "any stage on that GPU, of this run or of another run of this user sharing its MPS daemon, may have caused it (mps = \"private\" keeps other runs' faults out; with isolation = \"process\" only the faulting stage fails)",
-                crate::config::MpsScope::Private => "any stage on that GPU may have caused it (with isolation = \"process\" only the faulting stage fails)",
-            };
-            tracing::warn!(
-                "a fatal GPU fault under MPS ends every stage on cuda:{}; stage '{}' reported it first, but {who}",
-                stage.device.unwrap_or(0),
-                stage.name
-            );
+        if !(self.launch.mps() && stage.domain == gpuipc_plugin_api::Domain::Cuda && cause.contains("CUDA_ERROR")) {
+            return None;
         }
+        let device = stage.device.unwrap_or(0);
+        let sharing: Vec<String> = plan
+            .stages
+            .iter()
+            .filter(|s| s.domain == gpuipc_plugin_api::Domain::Cuda && s.device.unwrap_or(0) == device)
+            .map(|s| format!("'{}'", s.name))
+            .collect();
+        let others = match plan.mps {
+            crate::config::MpsScope::Shared => ", or a stage of another run of this user sharing its MPS daemon (mps = \"private\" keeps other runs' faults out)",
+            crate::config::MpsScope::Private => "",
+        };
+        Some(format!(
+            "reported a fatal GPU fault on cuda:{device} under MPS ({cause}); a fault there ends every client of the GPU, so the stage that reports it first is not known to have caused it: any of {}{others} may have (with isolation = \"process\" only the stage that faults fails, and is named)",
+            sharing.join(", ")
+        ))
     }
 
     /// Process `i` failed and will not run again: the run stops, unless it is a replica with
