@@ -208,6 +208,18 @@ impl Gpu {
         self.stream.as_ptr()
     }
 
+    /// A fatal fault of this context (under MPS, of any client on its GPU), found without
+    /// waiting: the stream's query answers with the fault's sticky error; done, still
+    /// running, or any other answer is `None`. Callable from any thread.
+    pub fn fault(&self) -> Option<CudaError> {
+        if let Err(e) = self.bind() {
+            return e.is_fatal_fault().then_some(e);
+        }
+        // SAFETY: our live stream; the query only reads its state.
+        let r = unsafe { sys::cuStreamQuery(self.stream.raw) };
+        crate::driver::event_done(Some(self.ordinal), r).err().filter(CudaError::is_fatal_fault)
+    }
+
     /// Block until everything enqueued on the stream has finished.
     pub fn synchronize(&self) -> Result<(), CudaError> {
         self.bind()?;
