@@ -52,6 +52,9 @@ mkdir -p "$here/work"
 # GPU memory in use, MiB, summed over every GPU (nvidia-smi prints a line per GPU).
 gpu_memory_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | awk '{s += $1} END {print s + 0}'; }
 section() { echo; echo "== $*"; }
+# stamp: each line of stdin with the time it arrived (seconds since the epoch).
+stamp() { python3 -u -c 'import sys, time
+for line in sys.stdin: sys.stdout.write(f"{time.time():.3f} {line}")'; }
 # run_into DIR FILE ARGS...: run FILE from a fresh DIR, every stage's output checksums under
 # DIR/sums, its report in DIR/report.json, its output in DIR/run.txt and DIR/err.txt.
 run_into() {
@@ -101,6 +104,14 @@ for s in report["stages"]:
     print(f"    {s['name']:8} frames {s['frames']:7} dropped {s['dropped']:5} lost {s['lost']:3} restarts {s['restarts']:3}  {s['outcome']}")
 ok = len(made) == len(set(got)) + counted and len(got) == len(set(got))
 print(f"    produced {len(made)} = delivered {len(set(got))} + dropped or lost {counted}: {ok}")
+# Each link's books from the report's counters alone: produced = delivered + dropped + lost.
+for l in report.get("links", []):
+    balanced = l["produced"] == l["delivered"] + l["dropped"] + l["lost"]
+    print(f"    link {l['link']} at {l['consumer']}: {l['produced']} = {l['delivered']} + {l['dropped']} + {l['lost']}: {balanced}")
+    ok = ok and balanced
+ok = ok and bool(report.get("links")) and not report.get("warnings")
+for w in report.get("warnings", []):
+    print(f"    warning: {w}")
 sys.exit(0 if ok else 1)
 PY
 }
@@ -316,6 +327,59 @@ for isolation in process mps; do
     compare_taps "$here/work/fault-ref" "$work/sums" || fail "gpu fault under $isolation: output differs from cpu"
     echo "    GPU memory used: before $before MiB, after $after MiB"
     [ "$after" -le $((before + 64)) ] || fail "gpu fault under $isolation: GPU memory not returned"
+    left=$(pgrep -f "gpuipc-host __stage" || true)
+    [ -z "$left" ] || fail "stage processes left: $left"
+done
+fi
+
+if want 6b; then
+section "6b. a GPU fault without a restart policy: the stop, its message, one warning per stage"
+# The pipeline of section 6 unpaced, restart = "never": the run must stop soon after the fault
+# (every stage gone, GPU memory returned), say under MPS that any stage on the GPU may have
+# caused it (the first to report it is not known to be the culprit), name the faulting stage
+# under isolation = "process", and log one warning per stage about failed releases, not one
+# per CUDA object.
+for isolation in process mps; do
+    work=$here/work/fault-stop-$isolation
+    rm -rf "$work" && mkdir -p "$work"
+    fault_pipeline "$isolation" cuda | sed -e 's/^restart = .*/restart = "never"/' -e 's/, fps = 1000.0//' > "$work/p.toml"
+    before=$(gpu_memory_used)
+    # Each log line stamped as it arrives (the log itself carries no times).
+    (cd "$work" && GPUIPC_LOG=debug timeout -k 5 60 "$host" run p.toml --quiet --report report.json > run.txt 2> >(stamp > err.txt))
+    code=$?
+    ended=$(date +%s.%N)
+    sleep 0.2  # the stamping filter's last lines
+    after=$(gpu_memory_used)
+    cp "$work/err.txt" "$results/fault-stop-$isolation-err.txt"
+    python3 - "$work/err.txt" "$ended" "$isolation" <<'PY'
+import re, sys, datetime
+lines = open(sys.argv[1], errors="replace").read().splitlines()
+def at(line):
+    m = re.match(r"(\d+\.\d+) ", line)
+    return float(m.group(1)) if m else None
+fault = next((at(l) for l in lines if "CUDA_ERROR" in l and at(l)), None)
+ended = float(sys.argv[2])
+print(f"    isolation {sys.argv[3]}: {ended - fault:.2f} s from the first line naming the fault to the host's exit" if fault else "    no fault line with a time found")
+for l in lines:
+    if "exited" in l or "killed" in l or "aborting" in l:
+        t = at(l)
+        print(f"      +{t - fault:6.2f} s  {l.split(' ', 1)[1][:160]}" if t and fault else f"      {l[:160]}")
+warns = {}
+for l in lines:
+    if " WARN " in l and ("destroy" in l or "releas" in l or "unregister" in l or "freeing" in l or "current to close" in l):
+        m = re.search(r"stage\{name=([^}]+)\}", l) or re.search(r"\[([\w#-]+)\]", l)
+        warns[m.group(1) if m else "?"] = warns.get(m.group(1) if m else "?", 0) + 1
+print(f"    release warnings per stage: {warns or 'none'}")
+PY
+    tail -1 "$work/run.txt" | sed 's/^/    /'
+    [ "$code" = 1 ] || fail "gpu fault under $isolation without restarts: exit $code, not 1"
+    if [ "$isolation" = mps ]; then
+        grep -q "under MPS" "$work/run.txt" || fail "gpu fault under mps: the message does not say MPS hides the culprit"
+    else
+        tail -1 "$work/run.txt" | grep -q "stage 'fault'" || fail "gpu fault under process: the message does not name the faulting stage"
+    fi
+    echo "    GPU memory used: before $before MiB, after $after MiB"
+    [ "$after" -le $((before + 64)) ] || fail "gpu fault under $isolation without restarts: GPU memory not returned"
     left=$(pgrep -f "gpuipc-host __stage" || true)
     [ -z "$left" ] || fail "stage processes left: $left"
 done

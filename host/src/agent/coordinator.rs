@@ -403,12 +403,17 @@ impl<'p> Coordinator<'p> {
 
 /// The parts' reports as one, each row with its host.
 fn merge(pipeline: &str, outcomes: &BTreeMap<String, Outcome>, failure: Option<&str>, interrupted: bool) -> RunReport {
-    let mut merged = RunReport { pipeline: pipeline.to_owned(), stages: Vec::new(), failure: None, interrupted: None, seconds: 0.0, warnings: Vec::new() };
+    let mut merged =
+        RunReport { pipeline: pipeline.to_owned(), stages: Vec::new(), links: Vec::new(), failure: None, interrupted: None, seconds: 0.0, warnings: Vec::new() };
     for (host, o) in outcomes {
         let Some(report) = o.report.clone().and_then(|r| serde_json::from_value::<RunReport>(r).ok()) else { continue };
         merged.stages.extend(report.stages.into_iter().map(|mut s| {
             s.host = Some(host.clone());
             s
+        }));
+        merged.links.extend(report.links.into_iter().map(|mut l| {
+            l.host = Some(host.clone());
+            l
         }));
         merged.seconds = merged.seconds.max(report.seconds);
         merged.warnings.extend(report.warnings.into_iter().map(|w| format!("host `{host}`: {w}")));

@@ -60,6 +60,12 @@ impl ControlSocket {
         self.fd
     }
 
+    /// Another handle on the same end (close-on-exec): each message is one datagram, so two
+    /// threads may send on it without mixing their messages.
+    pub fn try_clone(&self) -> std::io::Result<ControlSocket> {
+        Ok(ControlSocket { fd: self.fd.try_clone()? })
+    }
+
     /// Send `message` with `fds` attached.
     pub fn send<T: Serialize>(&self, message: &T, fds: &[BorrowedFd<'_>]) -> Result<(), SocketError> {
         let bytes = serde_json::to_vec(message).map_err(|e| SocketError::Malformed(e.to_string()))?;

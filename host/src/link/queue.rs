@@ -354,7 +354,8 @@ impl QueueMap {
 
     /// Replica `replica` (process `pid`) died. Its frame is owed or abandoned by `on_loss`
     /// (`retry`), unless its output was published already (`published_below`: the output
-    /// ring's `seq_end`; `None` for a stage without output). `untracked`: a frame the host found
+    /// ring's `seq_end`; `None` for a stage without output) or it counted the frame done
+    /// (`counted`: the last frame it counted). `untracked`: a frame the host found
     /// claimed under the stage's consumer index that no replica holds: the dead one took it
     /// and died before it could draw its ticket (it held the take lock then).
     pub fn settle_dead(
@@ -363,6 +364,7 @@ impl QueueMap {
         pid: u32,
         retry: bool,
         published_below: Option<u64>,
+        counted: Option<u64>,
         untracked: Option<u64>,
         is_dead: impl Fn(u32) -> bool,
     ) -> Settled {
@@ -392,8 +394,9 @@ impl QueueMap {
                 // It died giving up a frame gone upstream, after the ticket was abandoned.
                 return Settled::Abandoned(held);
             }
-            if published_below.is_some_and(|below| held.seq < below) {
-                // Died between its publish and moving the turn on.
+            if published_below.is_some_and(|below| held.seq < below) || counted == Some(held.seq) {
+                // Died between its publish (a sink: counting the frame done) and moving the
+                // turn on.
                 let _ = h.turn.0.compare_exchange(held.ticket, held.ticket + 1, Ordering::AcqRel, Ordering::Relaxed);
                 Settled::Published(held)
             } else if retry {
@@ -662,7 +665,7 @@ mod tests {
 
     /// The host's part for a thread that "died".
     fn settle(q: &QueueMap, r: u32, pid: u32, retry: bool, abandoned: &Mutex<Vec<u64>>, published_below: Option<u64>) {
-        if let Settled::Abandoned(h) = q.settle_dead(r, pid, retry, published_below, None, |_| false) {
+        if let Settled::Abandoned(h) = q.settle_dead(r, pid, retry, published_below, None, None, |_| false) {
             abandoned.lock().unwrap().push(h.ticket);
         }
     }

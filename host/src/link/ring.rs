@@ -860,6 +860,19 @@ impl Consumer {
         c.next_seq.store(self.expected, Ordering::Release);
     }
 
+    /// The stream ended for this consumer: every frame published on the ring that it never
+    /// took (passed over to align with an input that ended, given up after its producer
+    /// died) is dropped. Counted once however many replicas share the consumer: the shared
+    /// publish ordinal moves past them first.
+    pub fn settle_at_end(&mut self) {
+        let h = self.ring.header();
+        let c = &h.consumers[self.index].0;
+        let published = h.producer.0.published.load(Ordering::Acquire);
+        let before = c.next_ordinal.fetch_max(published, Ordering::AcqRel);
+        self.next_ordinal = self.next_ordinal.max(published);
+        c.dropped.fetch_add(published.saturating_sub(before), Ordering::Relaxed);
+    }
+
     /// Whether the ring published a frame or closed since `seen` was taken.
     pub fn changed_since(&self, seen: &Offer) -> bool {
         let p = &self.ring.header().producer.0;

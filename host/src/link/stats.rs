@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::shm::SharedMemory;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"GPUIPCST");
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 
 /// `stop` values.
 pub const RUN: u32 = 0;
@@ -54,6 +54,11 @@ pub struct StageStats {
     /// Frames made from damaged data (a decoder concealed errors in them): published, and
     /// counted in `frames` too.
     pub damaged: AtomicU64,
+    /// The frame being marked done (its sequence number plus one) and the count `frames` has
+    /// once it is: written before `last_seq_plus_one` and `frames`, so the host can finish a
+    /// count a kill cut in two ([`StatsMap::settle_after_death`]).
+    pub pending_seq_plus_one: AtomicU64,
+    pub pending_frames: AtomicU64,
 }
 
 /// `phase` values.
@@ -137,13 +142,44 @@ impl StatsMap {
         s.busy_ns.fetch_add(ended_ns.saturating_sub(started_ns), Ordering::Relaxed);
     }
 
-    /// Frame `seq` is done (its output published), at `ended_ns`. Release: the host reads
-    /// `last_seq_plus_one` to tell a frame a dead stage finished from one it lost.
+    /// Frame `seq` is done (its output published), at `ended_ns`. The host reads
+    /// `last_seq_plus_one` to tell a frame a dead stage finished from one it lost; `frames`
+    /// must agree with it whenever the process dies, so the pair is announced first (only
+    /// this process writes `frames` while it lives; Release keeps the stores in this order).
     pub fn frame_done(&self, seq: u64, ended_ns: u64) {
         let s = self.get();
+        let frames = s.frames.load(Ordering::Relaxed) + 1;
+        s.pending_seq_plus_one.store(seq + 1, Ordering::Release);
+        s.pending_frames.store(frames, Ordering::Release);
         s.last_seq_plus_one.store(seq + 1, Ordering::Release);
-        s.frames.fetch_add(1, Ordering::Relaxed);
+        s.frames.store(frames, Ordering::Release);
         s.last_ns.store(ended_ns, Ordering::Relaxed);
+    }
+
+    /// The host, after the stage's process died (nothing writes the block now): a process
+    /// killed between marking a frame done and counting it gets the count it was making.
+    pub fn settle_after_death(&self) {
+        let s = self.get();
+        let pending = s.pending_seq_plus_one.load(Ordering::Acquire);
+        // Equal only once `last_seq_plus_one` was stored for the pending frame: the frame is
+        // done, and `frames` holds the count before it or after it.
+        if pending != 0 && pending == s.last_seq_plus_one.load(Ordering::Acquire) {
+            s.frames.fetch_max(s.pending_frames.load(Ordering::Acquire), Ordering::AcqRel);
+        }
+    }
+
+    /// The host, after the stage's process died: frame `seq` was done (its output published,
+    /// or its tap line written) though the process died before it counted it.
+    pub fn count_done_by_host(&self, seq: u64) {
+        let s = self.get();
+        s.frames.fetch_add(1, Ordering::AcqRel);
+        s.last_seq_plus_one.store(seq + 1, Ordering::Release);
+    }
+
+    /// Whether frame `seq` is counted done or lost already.
+    pub fn settled(&self, seq: u64) -> bool {
+        let s = self.get();
+        seq < s.last_seq_plus_one.load(Ordering::Acquire).max(s.lost_below.load(Ordering::Acquire))
     }
 
     /// Whatever moved since the last look: the watchdog compares these.
@@ -277,6 +313,40 @@ mod tests {
             lost: 3,
             cpu_ns: SECOND / 2,
             damaged: 5,
+        }
+    }
+
+    /// `frame_done`'s stores for frame `seq`, cut after the first `stores` of them (a kill).
+    fn frame_done_cut(stats: &StatsMap, seq: u64, stores: usize) {
+        let s = stats.get();
+        let frames = s.frames.load(Ordering::Relaxed) + 1;
+        let steps: [&dyn Fn(); 4] = [
+            &|| s.pending_seq_plus_one.store(seq + 1, Ordering::Release),
+            &|| s.pending_frames.store(frames, Ordering::Release),
+            &|| s.last_seq_plus_one.store(seq + 1, Ordering::Release),
+            &|| s.frames.store(frames, Ordering::Release),
+        ];
+        steps.iter().take(stores).for_each(|step| step());
+    }
+
+    #[test]
+    fn a_count_cut_by_a_kill_at_any_store_is_finished_once_by_the_host() {
+        for stores in 0..=4 {
+            let stats = StatsMap::create("gpuipc-test-stats-cut").unwrap();
+            for seq in 0..5 {
+                stats.frame_done(seq, 1);
+            }
+            // Frame 7 (6 was lost upstream), cut after `stores` stores; the host settles twice.
+            frame_done_cut(&stats, 7, stores);
+            stats.settle_after_death();
+            stats.settle_after_death();
+            let done = stores >= 3;
+            assert_eq!(stats.get().frames.load(Ordering::Relaxed), if done { 6 } else { 5 }, "cut after {stores} stores");
+            assert_eq!(stats.settled(7), done, "cut after {stores} stores");
+            assert!(stats.settled(4));
+            // The next process counts on from there.
+            stats.frame_done(8, 2);
+            assert_eq!(stats.get().frames.load(Ordering::Relaxed), if done { 7 } else { 6 });
         }
     }
 

@@ -122,9 +122,8 @@ pub struct FrameLoop<'a, 'p> {
 
 /// What became of one frame.
 enum Done {
-    /// Made and published under `seq` (a source that relays frames chooses it); when the
-    /// plugin's work ended (ns since the epoch).
-    Made { seq: u64, ended_ns: u64 },
+    /// Made, published and counted under `seq` (a source that relays frames chooses it).
+    Made { seq: u64 },
     /// A source ended its stream instead of making the frame.
     SourceEnded,
     /// A replica gave the frame back for a sibling's owed one to go first.
@@ -143,6 +142,9 @@ impl FrameLoop<'_, '_> {
         self.flush_wakes();
         self.phases.write_trace();
         let end = end?;
+        if end == LoopEnd::EndOfStream {
+            self.settle_inputs_at_end();
+        }
         // Replicas: the last one to end closes the stream, once every sibling has published;
         // each waits for its own GPU slots to be read.
         let end_stream = self.replica.as_ref().is_none_or(|r| self.last_replica_ends(r));
@@ -234,8 +236,8 @@ impl FrameLoop<'_, '_> {
             }
             self.cpu.frame(self.stats);
             // On an error the held frames drop here, released; the host counts the frame lost.
-            let (seq, ended_ns) = match self.process_one(index, seq, source_timestamp, &held, ticket)? {
-                Done::Made { seq, ended_ns } => (seq, ended_ns),
+            let seq = match self.process_one(index, seq, source_timestamp, &held, ticket)? {
+                Done::Made { seq } => seq,
                 Done::SourceEnded => return Ok(LoopEnd::SourceEnded),
                 Done::Yielded => {
                     let (replica, taken) = (self.replica.as_ref().expect("only replicas yield"), ticket.expect("with a ticket"));
@@ -248,15 +250,12 @@ impl FrameLoop<'_, '_> {
                 // A relayed frame may have skipped numbers: the next one follows it.
                 next_source_seq = seq + 1;
             }
-            // Counted done before the inputs are released: see `StageStats::last_seq_plus_one`.
-            self.count(seq, ended_ns);
             drop(held);
             self.phases.frame_done();
         }
     }
 
-    /// Run the plugin on one frame and publish its output. Returns when it ended (ns since the
-    /// epoch), or `None` when a source ended its stream instead of making the frame. Two clock
+    /// Run the plugin on one frame, publish its output and count it done. Two clock
     /// reads a frame: they stamp a source's frames, time the plugin (busy) and mark the
     /// stage's first and last frame, which matters when a frame costs 0.5 µs.
     fn process_one(
@@ -352,6 +351,10 @@ impl FrameLoop<'_, '_> {
         }
         self.phases.publishing();
         self.output.publish(pending, seq, timestamp_ns);
+        // Counted done right after the publish, before a replica moves the turn on and before
+        // the inputs are released: see `StageStats::last_seq_plus_one` and the host's
+        // `supervisor::reclaim`, which finishes the count of a process killed in between.
+        self.count(seq, ended_ns);
         match (&self.replica, ticket) {
             (Some(replica), Some(taken)) if turn.is_some() => replica.finish(taken),
             (Some(replica), Some(_)) => replica.queue.release(replica.index),
@@ -366,7 +369,7 @@ impl FrameLoop<'_, '_> {
             let held = self.held_wakes.as_deref();
             lead.frame_enqueued(index, || held.map_or((), |h| h.flush()))?;
         }
-        Ok(Done::Made { seq, ended_ns })
+        Ok(Done::Made { seq })
     }
 
     /// Send the wake-ups this stage held back.
@@ -378,12 +381,27 @@ impl FrameLoop<'_, '_> {
 
     fn count(&self, seq: u64, ended_ns: u64) {
         self.stats.frame_done(seq, ended_ns);
-        // Replicas share their inputs' counts: the first one reports them, so a sum over the
-        // stage's processes counts each drop once.
+        self.store_dropped();
+    }
+
+    /// The frames this stage missed, from its input links' counts. A frame missed on several
+    /// inputs (a join passing over one number on each) counts once: the stage's count is the
+    /// most any one input missed; each link's own count is in the run's report. Replicas
+    /// share their inputs' counts: the first one reports them, so a sum over the stage's
+    /// processes counts each drop once.
+    fn store_dropped(&self) {
         if self.replica.as_ref().is_none_or(|r| r.index == 0) {
-            let dropped: u64 = self.inputs.iter().map(|c| c.dropped()).sum::<u64>();
+            let dropped = self.inputs.iter().map(|c| c.dropped()).max().unwrap_or(0);
             self.stats.get().dropped.store(dropped, Ordering::Relaxed);
         }
+    }
+
+    /// Every input ended: what was published on them and never taken is dropped.
+    fn settle_inputs_at_end(&mut self) {
+        for input in &mut self.inputs {
+            input.settle_at_end();
+        }
+        self.store_dropped();
     }
 }
 

@@ -177,6 +177,37 @@ fn stream_priority_for(setting: Option<&str>, source: bool, last: bool) -> crate
     }
 }
 
+/// How often a cuda stage looks for a fault of its context while it may make no CUDA call.
+const FAULT_LOOK: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// A fault of the stage's context is seen by its next CUDA call, but a stage waiting in a ring
+/// (for a slot the consumer its fault stalled will never free) makes none: it waited until a
+/// watchdog fired (30 s by default) while its neighbours, stalled on events it will never
+/// record, waited with it. A thread looks every 20 ms; on a fault it tells the host how this
+/// stage failed, as the stage would, and kills the process (what it holds is the host's to
+/// reclaim, as after any kill; the host judges it by the message). It stops once the stage's
+/// GPU is dropped.
+fn watch_for_gpu_fault(gpu: std::sync::Weak<Gpu>, socket: &ControlSocket) -> Result<(), StageError> {
+    let socket = socket.try_clone().map_err(setup_error)?;
+    std::thread::Builder::new()
+        .name("gpu-fault-watch".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(FAULT_LOOK);
+                let Some(gpu) = gpu.upgrade() else { return };
+                if let Some(fault) = gpu.fault() {
+                    let error = StageError::from(fault).to_string();
+                    tracing::debug!("the GPU faulted while this stage made no CUDA call: {error}");
+                    let _ = socket.send(&FromStage::Failed { error }, &[]);
+                    // No destructor, no exit handler: either could wait on the faulted GPU.
+                    let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+                }
+            }
+        })
+        .map(drop)
+        .map_err(setup_error)
+}
+
 fn setup_error(what: impl std::fmt::Display) -> StageError {
     StageError::Setup(what.to_string())
 }
@@ -193,6 +224,9 @@ fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<
     // The end before the producer: see `Output::Ring`.
     let producer = output_end.zip(links.producer);
     let output = output::Output::new(producer, setup.output.as_ref().map(|o| o.format.into()), gpu.as_ref())?;
+    if let Some(gpu) = &gpu {
+        watch_for_gpu_fault(Arc::downgrade(gpu), socket)?;
+    }
     socket.send(&FromStage::Ready, &[]).map_err(setup_error)?;
     match socket.recv::<ToStage>() {
         Ok((ToStage::Start, _)) => {}

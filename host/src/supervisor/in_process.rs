@@ -85,7 +85,7 @@ pub fn run(plan: &Plan, frames: Option<u64>, checksums: Option<&Path>, stop: &At
         }
     })?;
     let interrupted = (interrupted && failure.is_none()).then_some("a stop signal");
-    Ok(RunReport::new(plan, &procs, &stats, outcomes, failure, interrupted, Some(started.elapsed())))
+    Ok(RunReport::new(plan, &procs, &stats, outcomes, failure, interrupted, Some(started.elapsed())).with_links(plan, &procs, &rings))
 }
 
 /// A stage thread's end as an outcome, as the supervisor judges a stage process.

@@ -43,17 +43,24 @@ pub fn reclaim_stage(plan: &Plan, i: usize, group: &[usize], stats: &StatsMap, r
             }
         }
     }
-    let Some(seq) = taken else { return 0 };
-    // Done when the stage said so, when its output reached the ring, or, for a sink, when its
-    // tap line was written (the last thing before "done"); counted once even if the stage
-    // dies again before it takes another frame.
-    let s = stats.get();
-    let done_below = s.last_seq_plus_one.load(Ordering::Acquire).max(s.lost_below.load(Ordering::Acquire));
+    stats.settle_after_death();
+    // A frame published, or a sink's frame whose tap line was written (the last thing before
+    // "done"), is done though the process died before it counted it.
     let published_below = output.map_or(0, |l| rings[l].header().producer.0.seq_end.load(Ordering::Acquire));
+    if let Some(seq) = published_below.checked_sub(1).filter(|&seq| !stats.settled(seq)) {
+        stats.count_done_by_host(seq);
+    }
+    let Some(seq) = taken else { return 0 };
     let tapped = if output.is_none() { taps.and_then(|dir| crate::stage::tap::last_recorded(dir, stage.name.as_str())) } else { None };
-    if seq < done_below || seq < published_below || tapped == Some(seq) {
+    if tapped == Some(seq) && !stats.settled(seq) {
+        stats.count_done_by_host(seq);
+    }
+    // Taken and neither done nor counted lost already (the process may die again before it
+    // takes another frame): lost with the process.
+    if stats.settled(seq) {
         return 0;
     }
+    let s = stats.get();
     s.lost_below.store(seq + 1, Ordering::Release);
     s.lost.fetch_add(1, Ordering::Relaxed);
     1
@@ -64,8 +71,10 @@ pub fn reclaim_stage(plan: &Plan, i: usize, group: &[usize], stats: &StatsMap, r
 /// published), release its claims under the stage's shared consumer indices (siblings' stay),
 /// and empty the output slot it was writing in its own part of the ring. Returns the frames
 /// given up (counted dropped on the stage's input links).
-pub fn reclaim_replica(plan: &Plan, stage: usize, replica: u32, pid: u32, queue: &QueueMap, rings: &[RingMap]) -> u64 {
+pub fn reclaim_replica(plan: &Plan, stage: usize, replica: u32, pid: u32, stats: &StatsMap, queue: &QueueMap, rings: &[RingMap]) -> u64 {
     let s = &plan.stages[stage];
+    stats.settle_after_death();
+    let counted = stats.get().last_seq_plus_one.load(Ordering::Acquire).checked_sub(1);
     let died_taking = queue.lock_held_by(pid);
     let others = queue.held_by_others(replica);
     let claimed_by_others = |seq: &u64| others.iter().any(|&(s, claimed)| s == *seq && claimed);
@@ -82,7 +91,13 @@ pub fn reclaim_replica(plan: &Plan, stage: usize, replica: u32, pid: u32, queue:
     let output = s.output.as_ref().and_then(|o| o.link);
     let published_below = output.map(|l| rings[l].header().producer.0.seq_end.load(Ordering::Acquire));
     let retry = s.on_loss == crate::config::OnLoss::Retry;
-    let settled = queue.settle_dead(replica, pid, retry, published_below, untracked, process_is_dead);
+    let settled = queue.settle_dead(replica, pid, retry, published_below, counted, untracked, process_is_dead);
+    if let Settled::Published(held) = settled
+        && counted != Some(held.seq)
+    {
+        // Published, and the process died before it counted the frame.
+        stats.count_done_by_host(held.seq);
+    }
     let owed = match settled {
         Settled::Owed(held) => Some(held.seq),
         _ => None,

@@ -10,7 +10,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::control::FromStage;
-use crate::link::StatsMap;
+use crate::link::{RingMap, StatsMap};
 use crate::link::stats::{Plausible, StatsSnapshot};
 use crate::plan::{Plan, ProcessPlan};
 
@@ -99,10 +99,39 @@ pub struct StageReport {
     pub outcome: StageOutcome,
 }
 
+/// What became of the frames of one link at one of its consumers. Every frame the producer
+/// made was delivered (the consumer did its work on it), dropped on the way (by the link's
+/// policy, to align a join's inputs, given up with a producer process that died before its
+/// GPU work ran, or left when the stream ended), or lost inside a consumer process that died:
+/// `produced = delivered + dropped + lost`, exactly, however many processes died.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkReport {
+    /// `producer -> consumers`, as the plan names the link.
+    pub link: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    pub producer: String,
+    pub consumer: String,
+    pub produced: u64,
+    pub delivered: u64,
+    pub dropped: u64,
+    pub lost: u64,
+}
+
+impl LinkReport {
+    /// Whether every frame made is accounted for once.
+    pub fn balances(&self) -> bool {
+        self.produced == self.delivered + self.dropped + self.lost
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunReport {
     pub pipeline: String,
     pub stages: Vec<StageReport>,
+    /// Each link's frames at each consumer (a run's links in this process's part).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<LinkReport>,
     /// The stage that failed first and why; `None` when every stage finished.
     pub failure: Option<(String, String)>,
     /// Set when a signal stopped the run and the pipeline drained.
@@ -133,8 +162,17 @@ impl RunReport {
                 let s = &plan.stages[p.stage];
                 let (snap, bad) = plausible.check(st.snapshot());
                 for (field, value) in bad {
+                    // A stage copies its drops from its input links' control blocks, which
+                    // any stage of those links can write.
+                    let whose = match field {
+                        "dropped" if !s.inputs.is_empty() => {
+                            let links: Vec<String> = s.inputs.iter().map(|i| format!("'{}'", plan.link_name(i.link))).collect();
+                            format!("counted from the control block of link {}: something wrote over it", links.join(" or "))
+                        }
+                        _ => "the stage wrote over its own counters".to_owned(),
+                    };
                     warnings.push(format!(
-                        "stage '{}': its statistics block says {field} = {value}, which a run of {:.2} s cannot have; shown as 0 (the stage wrote over its own counters)",
+                        "stage '{}': its statistics block says {field} = {value}, which a run of {:.2} s cannot have; shown as 0 ({whose})",
                         p.name,
                         elapsed.unwrap_or_default().as_secs_f64()
                     ));
@@ -149,11 +187,59 @@ impl RunReport {
         RunReport {
             pipeline: plan.name.clone(),
             stages,
+            links: Vec::new(),
             failure,
             interrupted: interrupted.map(str::to_owned),
             seconds: elapsed.map_or(0.0, |d| d.as_secs_f64()),
             warnings,
         }
+    }
+
+    /// Fill in [`RunReport::links`] from the stage rows and the rings' counters (after the
+    /// run: nothing writes them any more). A ring's counters are shared memory any stage of
+    /// the link can write: one no run could have is named in a warning, with the link, and
+    /// shown as 0.
+    pub fn with_links(mut self, plan: &Plan, procs: &[ProcessPlan], rings: &[RingMap]) -> RunReport {
+        let sum = |stage: usize, field: fn(&StageReport) -> u64| -> u64 {
+            procs.iter().zip(&self.stages).filter(|(p, _)| p.stage == stage).map(|(_, row)| field(row)).sum()
+        };
+        let mut links = Vec::new();
+        for (l, (link, ring)) in plan.links.iter().zip(rings).enumerate() {
+            let published = ring.header().producer.0.published.load(std::sync::atomic::Ordering::Acquire);
+            for (c, &consumer) in link.consumers.iter().enumerate() {
+                let mut dropped = ring.dropped(c);
+                if dropped > published {
+                    self.warnings.push(format!(
+                        "link '{}': its control block says consumer '{}' dropped {dropped} of the {published} frames published on it; shown as 0 (something wrote over the ring's control block)",
+                        plan.link_name(l),
+                        plan.stages[consumer].name
+                    ));
+                    dropped = 0;
+                }
+                links.push(LinkReport {
+                    link: plan.link_name(l),
+                    host: None,
+                    producer: plan.stages[link.producer].name.to_string(),
+                    consumer: plan.stages[consumer].name.to_string(),
+                    produced: sum(link.producer, |r| r.frames),
+                    delivered: sum(consumer, |r| r.frames),
+                    dropped,
+                    lost: sum(consumer, |r| r.lost),
+                });
+            }
+        }
+        // A run that finished or drained left no frame in flight: every link balances, or a
+        // count is wrong (a bug of ours, or a control block written over).
+        if self.succeeded() {
+            for l in links.iter().filter(|l| !l.balances()) {
+                self.warnings.push(format!(
+                    "link '{}' at '{}': {} frames made, but {} delivered + {} dropped + {} lost",
+                    l.link, l.consumer, l.produced, l.delivered, l.dropped, l.lost
+                ));
+            }
+        }
+        self.links = links;
+        self
     }
 
     pub fn succeeded(&self) -> bool {
@@ -204,6 +290,16 @@ impl RunReport {
                 damaged_cell(Some(s.damaged)),
                 s.busy * 100.0,
                 s.cpu * 100.0
+            );
+        }
+        // Where frames went missing, link by link (a join's stage row counts a number missed
+        // on several inputs once).
+        for l in self.links.iter().filter(|l| l.dropped > 0 || l.lost > 0) {
+            let host = l.host.as_ref().map_or(String::new(), |h| format!(" on {h}"));
+            let _ = writeln!(
+                out,
+                "link {} at '{}'{host}: {} made, {} delivered, {} dropped, {} lost",
+                l.link, l.consumer, l.produced, l.delivered, l.dropped, l.lost
             );
         }
         for warning in &self.warnings {

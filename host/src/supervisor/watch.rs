@@ -288,9 +288,10 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
         Ending::Draining { signal } => Some(signal),
         _ => None,
     };
-    replicas_drops(launch);
+    final_drops(launch);
     let outcomes = w.slots.into_iter().map(|s| s.outcome).collect();
     RunReport::new(plan, launch.procs, launch.stats, outcomes, w.first_failure, interrupted, w.started.map(|s| s.elapsed()))
+        .with_links(plan, launch.procs, launch.rings)
 }
 
 /// What the broker reaches the processes through.
@@ -320,6 +321,7 @@ impl Watch<'_, '_> {
 
     fn fail(&mut self, i: usize, why: String) {
         if self.first_failure.is_none() {
+            let why = if i < self.slots.len() { self.mps_fault(i, &why).unwrap_or(why) } else { why };
             self.first_failure = Some((i, why));
         }
         self.abort();
@@ -427,36 +429,71 @@ impl Watch<'_, '_> {
     /// and the MPS server's log names the first client that saw it, not the one that caused
     /// it (measured: it named the source when the stage after it faulted). Say so.
     fn explain_mps_fault(&self, i: usize, cause: &str) {
+        if let Some(text) = self.mps_fault(i, cause) {
+            tracing::warn!("stage '{}' {text}", self.launch.name(i));
+        }
+    }
+
+    /// What a GPU fault stage `i` reported (`cause`) means under MPS, where the stage that
+    /// reports a fault first is not the one that caused it: which stages it ended, and that
+    /// any of them may be the culprit. `None` when the run does not use MPS, or `cause` is not
+    /// a GPU fault.
+    fn mps_fault(&self, i: usize, cause: &str) -> Option<String> {
         let plan = self.launch.plan;
         let stage = self.launch.stage(i);
-        if self.launch.mps() && stage.domain == gpuipc_plugin_api::Domain::Cuda && cause.contains("CUDA_ERROR") {
-            let who = match plan.mps {
-                crate::config::MpsScope::Shared => "any stage on that GPU, of this run or of another run of this user sharing its MPS daemon, may have caused it (mps = \"private\" keeps other runs' faults out; with isolation = \"process\" only the faulting stage fails)",
-                crate::config::MpsScope::Private => "any stage on that GPU may have caused it (with isolation = \"process\" only the faulting stage fails)",
-            };
-            tracing::warn!(
-                "a fatal GPU fault under MPS ends every stage on cuda:{}; stage '{}' reported it first, but {who}",
-                stage.device.unwrap_or(0),
-                stage.name
-            );
+        if !(self.launch.mps() && stage.domain == gpuipc_plugin_api::Domain::Cuda && cause.contains("CUDA_ERROR")) {
+            return None;
+        }
+        let device = stage.device.unwrap_or(0);
+        let sharing: Vec<String> = plan
+            .stages
+            .iter()
+            .filter(|s| s.domain == gpuipc_plugin_api::Domain::Cuda && s.device.unwrap_or(0) == device)
+            .map(|s| format!("'{}'", s.name))
+            .collect();
+        let others = match plan.mps {
+            crate::config::MpsScope::Shared => ", or a stage of another run of this user sharing its MPS daemon (mps = \"private\" keeps other runs' faults out)",
+            crate::config::MpsScope::Private => "",
+        };
+        Some(format!(
+            "reported a fatal GPU fault on cuda:{device} under MPS ({cause}); a fault there ends every client of the GPU, so the stage that reports it first is not known to have caused it: any of {}{others} may have (with isolation = \"process\" only the stage that faults fails, and is named)",
+            sharing.join(", ")
+        ))
+    }
+
+    /// After a GPU fault in process `i`, the stages it shares a GPU ring with (under MPS,
+    /// every cuda stage on its GPU) cannot stop by themselves: their streams wait on events the
+    /// faulted context will never record, or their own context faulted too. Waiting out the
+    /// abort's grace for them made a stop take 6.3-6.8 s; they are killed now, as a restart
+    /// would (their frames are lost with the run anyway).
+    fn kill_stalled_by_fault(&mut self, stages: &mut Stages, i: usize) {
+        for m in self.restart_group(true, i).into_iter().skip(1) {
+            if let Life::Alive { .. } = self.slots[m].life {
+                tracing::debug!("stage '{}' shares a GPU ring (or an MPS server) with '{}', which faulted: killed", self.launch.name(m), self.launch.name(i));
+                let _ = stages.0[m].child.kill();
+                self.slots[m].life = Life::Killed { why: None };
+            }
         }
     }
 
     /// Process `i` failed and will not run again: the run stops, unless it is a replica with
     /// siblings still running, whose stage goes on without it.
-    fn lose(&mut self, stages: &Stages, i: usize, cause: String) {
+    fn lose(&mut self, stages: &mut Stages, i: usize, cause: String) {
         self.slots[i].outcome = Some(StageOutcome::Failed(cause.clone()));
         let stage = self.launch.procs[i].stage;
         let siblings_left = self.launch.processes_of(stage).filter(|&p| p != i && !matches!(self.slots[p].life, Life::Ended)).count();
         let queue = self.launch.queues.get(stage).and_then(Option::as_ref);
         let (Some(queue), true) = (queue, siblings_left > 0 && !matches!(self.ending, Ending::Aborting { .. })) else {
+            if cause.contains("CUDA_ERROR") {
+                self.kill_stalled_by_fault(stages, i);
+            }
             self.fail(i, cause);
             return;
         };
         let replica = self.launch.procs[i].replica.expect("a stage with a queue block runs replicas");
         self.slots[i].outcome = Some(StageOutcome::Gone(cause.clone()));
         let plan = self.launch.plan;
-        super::reclaim::reclaim_replica(plan, stage, replica, self.slots[i].pid, queue, self.launch.rings);
+        super::reclaim::reclaim_replica(plan, stage, replica, self.slots[i].pid, &self.launch.stats[i], queue, self.launch.rings);
         super::reclaim::replica_gone(plan, stage, replica, queue, self.launch.rings);
         self.broker.forget(plan, &reach(self.launch, stages), i, true);
         self.slots[i].life = Life::Ended;
@@ -495,7 +532,7 @@ impl Watch<'_, '_> {
         let lost = match (self.launch.procs[i].replica, self.launch.queues.get(stage).and_then(Option::as_ref)) {
             (Some(replica), Some(queue)) => {
                 // Given up, not lost: counted dropped on the input links by `on_loss = "drop"`.
-                super::reclaim::reclaim_replica(plan, stage, replica, self.slots[i].pid, queue, self.launch.rings);
+                super::reclaim::reclaim_replica(plan, stage, replica, self.slots[i].pid, &self.launch.stats[i], queue, self.launch.rings);
                 0
             }
             _ => super::reclaim::reclaim_stage(plan, stage, &group_stages, &self.launch.stats[i], self.launch.rings, taps),
@@ -674,11 +711,13 @@ impl Watch<'_, '_> {
     }
 }
 
-/// A stage's replicas share its input links' drop counts, which the host adds to too (a dead
-/// replica's frame given up): the first replica's row shows them as they stand at the end.
-fn replicas_drops(launch: &Launch<'_>) {
-    for (stage, s) in launch.plan.stages.iter().enumerate().filter(|(_, s)| s.replicas > 1) {
-        let dropped: u64 = s.inputs.iter().map(|input| launch.rings[input.link].dropped(input.consumer)).sum();
+/// Each stage's drops as its input links' counts stand at the end, which the host adds to
+/// too (a dead replica's frame given up) after the stage's last look: the most any one input
+/// missed (a join's number missed on every input counts once, as the stage counts it), in the
+/// row of its first process (replicas share their inputs' counts).
+fn final_drops(launch: &Launch<'_>) {
+    for (stage, s) in launch.plan.stages.iter().enumerate().filter(|(_, s)| !s.inputs.is_empty()) {
+        let dropped = s.inputs.iter().map(|input| launch.rings[input.link].dropped(input.consumer)).max().unwrap_or(0);
         if let Some(first) = launch.processes_of(stage).next() {
             launch.stats[first].get().dropped.store(dropped, Ordering::Relaxed);
         }

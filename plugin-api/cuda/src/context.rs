@@ -117,7 +117,7 @@ impl Gpu {
             // SAFETY: balances the retain above; nothing was created in the context yet.
             let r = unsafe { sys::cuDevicePrimaryCtxRelease_v2(device) };
             if let Err(r) = check("cuDevicePrimaryCtxRelease", Some(ordinal), r) {
-                log::warn(&r.to_string());
+                log::release_failed(None, &r);
             }
             e
         };
@@ -206,6 +206,18 @@ impl Gpu {
     /// The raw `CUstream` of [`Gpu::stream`], for plugins.
     pub fn stream_ptr(&self) -> *mut c_void {
         self.stream.as_ptr()
+    }
+
+    /// A fatal fault of this context (under MPS, of any client on its GPU), found without
+    /// waiting: the stream's query answers with the fault's sticky error; done, still
+    /// running, or any other answer is `None`. Callable from any thread.
+    pub fn fault(&self) -> Option<CudaError> {
+        if let Err(e) = self.bind() {
+            return e.is_fatal_fault().then_some(e);
+        }
+        // SAFETY: our live stream; the query only reads its state.
+        let r = unsafe { sys::cuStreamQuery(self.stream.raw) };
+        crate::driver::event_done(Some(self.ordinal), r).err().filter(CudaError::is_fatal_fault)
     }
 
     /// Block until everything enqueued on the stream has finished.
@@ -310,18 +322,18 @@ fn non_null<T>(op: &'static str, p: *const T) -> Result<(), CudaError> {
 impl Drop for Gpu {
     fn drop(&mut self) {
         if let Err(e) = self.bind() {
-            log::warn(&format!("cannot make cuda:{}'s context current to close it: {e}", self.ordinal));
+            log::release_failed(Some(&format!("cannot make cuda:{}'s context current to close it", self.ordinal)), &e);
         }
         // SAFETY: our stream; nothing created in the context outlives `self` (they hold an
         // Arc<Gpu>), so nothing uses the stream after this. Work still queued completes first.
         let r = unsafe { sys::cuStreamDestroy_v2(self.stream.raw) };
         if let Err(e) = check("cuStreamDestroy", Some(self.ordinal), r) {
-            log::warn(&e.to_string());
+            log::release_failed(None, &e);
         }
         // SAFETY: balances the retain in `open`.
         let r = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
         if let Err(e) = check("cuDevicePrimaryCtxRelease", Some(self.ordinal), r) {
-            log::warn(&e.to_string());
+            log::release_failed(None, &e);
         }
     }
 }

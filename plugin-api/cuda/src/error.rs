@@ -64,6 +64,29 @@ pub enum CudaError {
     Os { op: &'static str, reason: String },
 }
 
+impl CudaError {
+    /// Whether this is a fatal GPU fault: a kernel's illegal access, instruction or assertion,
+    /// an uncorrectable ECC error, or an MPS client ended by another's fault. The context is
+    /// unusable afterwards (every later call of the process fails the same way) and, under MPS,
+    /// so is every client's on that GPU.
+    pub fn is_fatal_fault(&self) -> bool {
+        const FATAL: [u32; 11] = [
+            214, // CUDA_ERROR_ECC_UNCORRECTABLE
+            700, // CUDA_ERROR_ILLEGAL_ADDRESS
+            702, // CUDA_ERROR_LAUNCH_TIMEOUT
+            710, // CUDA_ERROR_ASSERT
+            714, // CUDA_ERROR_HARDWARE_STACK_ERROR
+            715, // CUDA_ERROR_ILLEGAL_INSTRUCTION
+            716, // CUDA_ERROR_MISALIGNED_ADDRESS
+            717, // CUDA_ERROR_INVALID_ADDRESS_SPACE
+            718, // CUDA_ERROR_INVALID_PC
+            719, // CUDA_ERROR_LAUNCH_FAILED
+            809, // CUDA_ERROR_MPS_CLIENT_TERMINATED
+        ];
+        self.driver_code().is_some_and(|code| FATAL.contains(&code))
+    }
+}
+
 const NO_DRIVER: &str =
     "no CUDA driver found (libcuda.so.1 could not be loaded, nor libcuda.so or cudarc's other names for it)";
 
@@ -142,6 +165,8 @@ mod tests {
         let e = CudaError::Kernel { kernel: "put".into(), source: Box::new(launch) };
         let e = CudaError::Load { file: "kernels/k.cu".into(), source: Box::new(e) };
         assert_eq!(e.driver_code(), Some(700));
+        assert!(e.is_fatal_fault(), "a kernel's illegal address, however wrapped");
+        assert!(!CudaError::Driver { op: "cuMemCreate", device: None, code: 2, name: "CUDA_ERROR_OUT_OF_MEMORY".into(), description: String::new() }.is_fatal_fault());
         assert_eq!(
             e.to_string(),
             "loading kernels kernels/k.cu: kernel `put`: cuLaunchKernel: CUDA_ERROR_ILLEGAL_ADDRESS (700): an illegal \

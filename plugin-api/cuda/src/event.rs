@@ -105,13 +105,13 @@ impl IpcEvent {
 impl Drop for IpcEvent {
     fn drop(&mut self) {
         if let Err(e) = self.gpu.bind() {
-            log::warn(&format!("destroying an event: {e}"));
+            log::release_failed(Some("destroying an event"), &e);
         }
         // SAFETY: our live event; waits already enqueued on it stay valid (the driver defers
         // the release until they complete).
         let r = unsafe { sys::cuEventDestroy_v2(self.raw) };
         if let Err(e) = check("cuEventDestroy", Some(self.gpu.ordinal()), r) {
-            log::warn(&e.to_string());
+            log::release_failed(None, &e);
         }
     }
 }

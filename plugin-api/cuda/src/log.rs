@@ -4,6 +4,9 @@
 //! the host's log callback instead.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::CudaError;
 
 /// How much a message matters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +48,28 @@ pub(crate) fn info(message: &str) {
     emit(Level::Info, message)
 }
 
-pub(crate) fn debug(message: &str) {
+pub fn debug(message: &str) {
     emit(Level::Debug, message)
+}
+
+/// Set once this copy of the crate logged a release that failed after a fatal GPU fault.
+static FAULT_SEEN: AtomicBool = AtomicBool::new(false);
+
+/// Releasing a CUDA object (in a `Drop`) failed while `what` (if given) was being done. After a
+/// fatal GPU fault every release of the process fails the same way, six to eight of them in a
+/// stage: the process's first says so at warning level and the rest at debug level. A plugin's
+/// copy of this crate (one with a [`Sink`]) keeps them all at debug level, since the stage's
+/// own objects (its context, stream and events) fail the same way and say it once.
+pub fn release_failed(what: Option<&str>, e: &CudaError) {
+    let message = match what {
+        Some(what) => format!("{what}: {e}"),
+        None => e.to_string(),
+    };
+    if !e.is_fatal_fault() {
+        return warn(&message);
+    }
+    if SINK.get().is_some() || FAULT_SEEN.swap(true, Ordering::Relaxed) {
+        return debug(&message);
+    }
+    warn(&format!("{message} (after a fatal GPU fault every release of this process fails alike; the others are logged at debug level)"));
 }

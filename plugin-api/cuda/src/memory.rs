@@ -241,7 +241,7 @@ impl Drop for DeviceMemory {
     fn drop(&mut self) {
         let ordinal = Some(self.gpu.ordinal());
         if let Err(e) = self.gpu.bind() {
-            log::warn(&format!("releasing device memory: {e}"));
+            log::release_failed(Some("releasing device memory"), &e);
         }
         let result = match self.release {
             Release::Vmm { handle, size } => {
@@ -254,7 +254,7 @@ impl Drop for DeviceMemory {
             Release::IpcClose => check("cuIpcCloseMemHandle", ordinal, unsafe { sys::cuIpcCloseMemHandle(self.addr) }),
         };
         if let Err(e) = result {
-            log::warn(&e.to_string());
+            log::release_failed(None, &e);
         }
     }
 }
@@ -272,20 +272,20 @@ fn unmap_and_release(
     if mapped {
         // SAFETY: [addr, addr+size) was mapped by cuMemMap and nothing uses it after this.
         if let Err(e) = check("cuMemUnmap", ordinal, unsafe { sys::cuMemUnmap(addr, size) }) {
-            log::warn(&e.to_string());
+            log::release_failed(None, &e);
         }
     }
     if addr != 0 {
         // SAFETY: the same range cuMemAddressReserve returned, now unmapped.
         if let Err(e) = check("cuMemAddressFree", ordinal, unsafe { sys::cuMemAddressFree(addr, size) }) {
-            log::warn(&e.to_string());
+            log::release_failed(None, &e);
         }
     }
     if let Some(handle) = handle {
         // SAFETY: our handle from cuMemCreate/cuMemImportFromShareableHandle, no longer
         // mapped here; the memory itself lives on while other processes hold theirs.
         if let Err(e) = check("cuMemRelease", ordinal, unsafe { sys::cuMemRelease(handle) }) {
-            log::warn(&e.to_string());
+            log::release_failed(None, &e);
         }
     }
 }

@@ -91,7 +91,7 @@ impl Drop for Module {
         // destroys the plugin on the thread that created it, before its context).
         let result = unsafe { sys::cuModuleUnload(self.handle) };
         if let Err(e) = check("cuModuleUnload", None, result) {
-            log::warn(&e.to_string());
+            log::release_failed(None, &e);
         }
     }
 }

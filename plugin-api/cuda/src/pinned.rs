@@ -134,13 +134,13 @@ impl Drop for PinnedHost {
             return;
         }
         if let Err(e) = self.gpu.bind() {
-            log::warn(&format!("unregistering pinned host memory: {e}"));
+            log::release_failed(Some("unregistering pinned host memory"), &e);
         }
         // SAFETY: the base address we registered. Copies still queued from or to it must be
         // waited for by the owner before the mapping itself goes; unregistering is safe.
         let r = unsafe { sys::cuMemHostUnregister(self.ptr as *mut c_void) };
         if let Err(e) = check("cuMemHostUnregister", Some(self.gpu.ordinal()), r) {
-            log::warn(&e.to_string());
+            log::release_failed(None, &e);
         }
     }
 }

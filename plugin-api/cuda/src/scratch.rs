@@ -235,7 +235,7 @@ fn new_event() -> Result<CUevent, CudaError> {
 fn destroy_event(event: CUevent) {
     // SAFETY: a live event of ours, not used after this.
     if let Err(e) = check("cuEventDestroy", None, unsafe { sys::cuEventDestroy_v2(event) }) {
-        log::warn(&format!("destroying a scratch buffer's event: {e}"));
+        log::release_failed(Some("destroying a scratch buffer's event"), &e);
     }
 }
 
@@ -246,7 +246,7 @@ impl Drop for Scratch {
             match check("cuEventSynchronize", None, unsafe { sys::cuEventSynchronize(copied) }) {
                 Ok(()) => drop(bytes),
                 Err(e) => {
-                    log::warn(&format!("waiting for a scratch buffer's upload: {e}"));
+                    log::release_failed(Some("waiting for a scratch buffer's upload"), &e);
                     // Whether the copy may still read the bytes cannot be known.
                     Box::leak(bytes);
                 }
@@ -261,7 +261,7 @@ impl Drop for Scratch {
         // context's pending work, so no kernel or copy still uses the buffer. Needs the
         // buffer's context current, as the runner leaves it when destroying the plugin.
         if let Err(e) = check("cuMemFree", None, unsafe { sys::cuMemFree_v2(self.addr) }) {
-            log::warn(&format!("freeing a {}-byte scratch buffer: {e}", self.len));
+            log::release_failed(Some(&format!("freeing a {}-byte scratch buffer", self.len)), &e);
         }
     }
 }

@@ -80,7 +80,7 @@ impl Drop for DeviceTable {
         // context current, as the runner leaves it when destroying the plugin.
         let result = unsafe { sys::cuMemFree_v2(self.addr) };
         if let Err(e) = check("cuMemFree", None, result) {
-            log::warn(&format!("freeing a {}-byte device table: {e}", self.len));
+            log::release_failed(Some(&format!("freeing a {}-byte device table", self.len)), &e);
         }
     }
 }

@@ -66,12 +66,12 @@ impl LocalEvent {
 impl Drop for LocalEvent {
     fn drop(&mut self) {
         if let Err(e) = self.gpu.bind() {
-            log::warn(&format!("destroying an event: {e}"));
+            log::release_failed(Some("destroying an event"), &e);
         }
         // SAFETY: our live event.
         let r = unsafe { sys::cuEventDestroy_v2(self.raw) };
         if let Err(e) = check("cuEventDestroy", Some(self.gpu.ordinal()), r) {
-            log::warn(&e.to_string());
+            log::release_failed(None, &e);
         }
     }
 }
