@@ -128,6 +128,7 @@ const DRIVER: Symbols = Symbols {
         "cuCtxGetStreamPriorityRange",
         "cuStreamDestroy_v2",
         "cuStreamSynchronize",
+        "cuStreamQuery",
         "cuStreamWaitEvent",
         "cuMemGetAllocationGranularity",
         "cuMemCreate",
