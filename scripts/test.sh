@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Run every test: unit tests, the bad-pipeline corpus, ABI checks and the multi-process
-# pipeline tests. The tests load the plugin cdylibs, so the whole workspace is built first.
+# Check the format, then run every test: unit tests, the bad-pipeline corpus, ABI checks and
+# the multi-process pipeline tests. The tests load the plugin cdylibs, so the whole workspace is built first.
 #
 # A test that needs a GPU, NVRTC or NCCL this machine lacks returns early, and cargo test counts
 # it as passed; each such test appends a line to $GPUIPC_SKIP_LOG (plugin-api/cuda's testing
@@ -30,5 +30,7 @@ say_skips() {
 trap say_skips EXIT
 export GPUIPC_SKIP_LOG="$skips"
 
+# One format (rustfmt.toml): `cargo fmt --all` writes it.
+cargo fmt --all -- --check
 cargo build --workspace --locked
 cargo test --workspace --locked

@@ -164,7 +164,8 @@ fn bench(plan: &Plan, args: &BenchArgs) -> Result<BenchReport, String> {
 
     eprintln!("bench: GPU time per stage ({} frames, waiting for each)", args.frames.min(1000));
     let (_, timed) = in_process(plan, args.frames.min(1000), Probe { gpu_time: true, ..Probe::default() })?;
-    report.copy_gb_per_s = gpu.as_ref().map(|g| copy_bandwidth(g, largest_frame(plan))).transpose().map_err(|e| e.to_string())?;
+    report.copy_gb_per_s =
+        gpu.as_ref().map(|g| copy_bandwidth(g, largest_frame(plan))).transpose().map_err(|e| e.to_string())?;
     report.stages = stage_table(plan, &timed, &inproc, &sep, report.copy_gb_per_s);
 
     latency(plan, args, &scratch, &shutdown, &mut report)?;
@@ -193,7 +194,10 @@ fn measure_rounds(
     let mut sep = Vec::new();
     let mut peak = 0;
     for round in 1..=args.rounds.max(1) {
-        eprintln!("bench: round {round} of {}: in one process, then as separate processes ({} frames each)", args.rounds, args.frames);
+        eprintln!(
+            "bench: round {round} of {}: in one process, then as separate processes ({} frames each)",
+            args.rounds, args.frames
+        );
         let (run, measured) = in_process(plan, args.frames, Probe::default())?;
         one.push((args.frames as f64 / measured.seconds, (run, measured)));
         let sampler = gpu.map(|g| MemorySampler::start(g.clone()));
@@ -203,7 +207,8 @@ fn measure_rounds(
         let slowest = run.stages.iter().map(|s| s.fps).fold(f64::INFINITY, f64::min);
         sep.push((if slowest.is_finite() { slowest } else { 0.0 }, run));
     }
-    report.rounds = one.iter().zip(&sep).map(|(o, s)| Round { in_process_frames_per_s: o.0, separate_frames_per_s: s.0 }).collect();
+    report.rounds =
+        one.iter().zip(&sep).map(|(o, s)| Round { in_process_frames_per_s: o.0, separate_frames_per_s: s.0 }).collect();
     let (fps, (inproc, measured)) = median(one);
     report.in_process = Mode {
         frames_per_s: fps,
@@ -259,7 +264,13 @@ struct Separate<'a> {
     pace_fps: Option<f64>,
 }
 
-fn separate(plan: &Plan, frames: u64, args: &BenchArgs, shutdown: &Shutdown, how: Separate<'_>) -> Result<RunReport, String> {
+fn separate(
+    plan: &Plan,
+    frames: u64,
+    args: &BenchArgs,
+    shutdown: &Shutdown,
+    how: Separate<'_>,
+) -> Result<RunReport, String> {
     let options = RunOptions {
         frames: Some(frames),
         stage_exe: std::env::current_exe().map_err(|e| format!("cannot find the gpuipc-host executable: {e}"))?,
@@ -275,15 +286,17 @@ fn separate(plan: &Plan, frames: u64, args: &BenchArgs, shutdown: &Shutdown, how
 }
 
 fn succeeded(report: &RunReport, how: &str) -> Result<(), String> {
-    if report.succeeded() {
-        Ok(())
-    } else {
-        Err(format!("the run {how} did not finish:\n{}", report.render()))
-    }
+    if report.succeeded() { Ok(()) } else { Err(format!("the run {how} did not finish:\n{}", report.render())) }
 }
 
 /// Both ways, with checksums: every stage's output hashes must be equal.
-fn compare_outputs(plan: &Plan, args: &BenchArgs, scratch: &Scratch, shutdown: &Shutdown, report: &mut BenchReport) -> Result<(), String> {
+fn compare_outputs(
+    plan: &Plan,
+    args: &BenchArgs,
+    scratch: &Scratch,
+    shutdown: &Shutdown,
+    report: &mut BenchReport,
+) -> Result<(), String> {
     let frames = args.check_frames;
     let one = scratch.folder("sums-in-process")?;
     let sep = scratch.folder("sums-separate")?;
@@ -305,11 +318,20 @@ fn compare_outputs(plan: &Plan, args: &BenchArgs, scratch: &Scratch, shutdown: &
 /// Paced sources, both ways, `rounds` times one way then the other (a burst of the
 /// machine's noise reaches one round, not the figure): latency percentiles and the added
 /// latency per hop.
-fn latency(plan: &Plan, args: &BenchArgs, scratch: &Scratch, shutdown: &Shutdown, report: &mut BenchReport) -> Result<(), String> {
+fn latency(
+    plan: &Plan,
+    args: &BenchArgs,
+    scratch: &Scratch,
+    shutdown: &Shutdown,
+    report: &mut BenchReport,
+) -> Result<(), String> {
     let probe = Probe { latency: true, pace_fps: Some(args.fps), ..Probe::default() };
     let rounds = args.rounds.max(1);
     for round in 1..=rounds {
-        eprintln!("bench: latency at {} frames/s, round {round} of {rounds} ({} frames each way)", args.fps, args.latency_frames);
+        eprintln!(
+            "bench: latency at {} frames/s, round {round} of {rounds} ({} frames each way)",
+            args.fps, args.latency_frames
+        );
         let (_, measured) = in_process(plan, args.latency_frames, probe)?;
         let dir = scratch.folder(&format!("latency-{round}"))?;
         let paced = Separate { latency: Some(&dir), pace_fps: Some(args.fps), ..Separate::default() };
@@ -318,7 +340,10 @@ fn latency(plan: &Plan, args: &BenchArgs, scratch: &Scratch, shutdown: &Shutdown
         for stage in plan.stages.iter().filter(|s| s.output.as_ref().is_none_or(|o| o.link.is_none())) {
             samples.extend(read_latencies(&dir, stage.name.as_str()));
         }
-        report.latency_rounds.push(LatencyRound { in_process_us: percentiles(measured.latencies_ns), separate_us: percentiles(samples) });
+        report.latency_rounds.push(LatencyRound {
+            in_process_us: percentiles(measured.latencies_ns),
+            separate_us: percentiles(samples),
+        });
     }
     let one = latency_over_rounds(report.latency_rounds.iter().map(|r| r.in_process_us));
     let sep = latency_over_rounds(report.latency_rounds.iter().map(|r| r.separate_us));
@@ -368,7 +393,13 @@ fn largest_frame(plan: &Plan) -> u64 {
     plan.stages.iter().filter_map(|s| s.output.as_ref()).map(|o| o.layout.total_bytes).max().unwrap_or(0)
 }
 
-fn stage_table(plan: &Plan, timed: &Measured, inproc: &RunReport, sep: &RunReport, copy: Option<f64>) -> Vec<StageBench> {
+fn stage_table(
+    plan: &Plan,
+    timed: &Measured,
+    inproc: &RunReport,
+    sep: &RunReport,
+    copy: Option<f64>,
+) -> Vec<StageBench> {
     plan.stages
         .iter()
         .enumerate()
@@ -438,7 +469,8 @@ struct Scratch(PathBuf);
 impl Scratch {
     fn new() -> Result<Scratch, String> {
         // Private (0700, a fresh random name): checksum and latency files of this user's run.
-        let dir = supervisor::private_dir::create("gpuipc-bench").map_err(|e| format!("cannot create a folder for the bench's files: {e}"))?;
+        let dir = supervisor::private_dir::create("gpuipc-bench")
+            .map_err(|e| format!("cannot create a folder for the bench's files: {e}"))?;
         Ok(Scratch(dir))
     }
 
@@ -469,7 +501,12 @@ fn render(r: &BenchReport) -> String {
         r.warmup
     );
     if r.outputs_differ.is_empty() {
-        let _ = writeln!(out, "outputs: equal both ways ({} frames of {} stages compared)", r.outputs_compared, r.stages.len());
+        let _ = writeln!(
+            out,
+            "outputs: equal both ways ({} frames of {} stages compared)",
+            r.outputs_compared,
+            r.stages.len()
+        );
     } else {
         let _ = writeln!(out, "outputs: DIFFER between the two ways in stage(s) {}", r.outputs_differ.join(", "));
     }
@@ -489,14 +526,23 @@ fn render(r: &BenchReport) -> String {
     if let (Some(a), Some(b)) = (r.in_process.latency_us, r.separate.latency_us) {
         let rounds = r.latency_rounds.len();
         let of = if rounds > 1 { " (median)" } else { "" };
-        for (label, x, y) in [(format!("latency p50 µs{of}"), a.0, b.0), (format!("latency p99 µs{of}"), a.1, b.1), ("latency max µs".into(), a.2, b.2)] {
+        for (label, x, y) in [
+            (format!("latency p50 µs{of}"), a.0, b.0),
+            (format!("latency p99 µs{of}"), a.1, b.1),
+            ("latency max µs".into(), a.2, b.2),
+        ] {
             let _ = writeln!(out, "{label:24} {x:>14.1} {y:>14.1}");
         }
         if rounds > 1 {
             for (k, round) in r.latency_rounds.iter().enumerate() {
                 if let (Some(x), Some(y)) = (round.in_process_us, round.separate_us) {
                     let label = format!("  round {} p50 / p99", k + 1);
-                    let _ = writeln!(out, "{label:24} {:>14} {:>14}", format!("{:.0} / {:.0}", x.0, x.1), format!("{:.0} / {:.0}", y.0, y.1));
+                    let _ = writeln!(
+                        out,
+                        "{label:24} {:>14} {:>14}",
+                        format!("{:.0} / {:.0}", x.0, x.1),
+                        format!("{:.0} / {:.0}", y.0, y.1)
+                    );
                 }
             }
         }

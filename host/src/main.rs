@@ -182,9 +182,12 @@ fn parse_isolation(text: &str) -> Result<config::Isolation, String> {
 fn init_logging() {
     // Zenoh's own messages (its session id, that gossip is off as we want it) only where
     // they are errors, unless GPUIPC_LOG asks for more.
-    let filter = tracing_subscriber::EnvFilter::try_from_env("GPUIPC_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,zenoh=error,zenoh_transport=error,zenoh_link_tcp=error"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr)
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GPUIPC_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,zenoh=error,zenoh_transport=error,zenoh_link_tcp=error")
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .without_time()
         .with_target(false)
@@ -209,7 +212,11 @@ fn load_plan(file: &Path, device: Option<config::DeviceSpec>) -> Result<plan::Pl
 }
 
 /// As [`load_plan`], `isolation` replacing the file's too.
-fn load_plan_with(file: &Path, device: Option<config::DeviceSpec>, isolation: Option<config::Isolation>) -> Result<plan::Plan, ExitCode> {
+fn load_plan_with(
+    file: &Path,
+    device: Option<config::DeviceSpec>,
+    isolation: Option<config::Isolation>,
+) -> Result<plan::Plan, ExitCode> {
     let result = config::load(file).and_then(|(source, mut parsed)| {
         if let Some(device) = device {
             parsed.pipeline.device = Some(toml::Spanned::new(0..0, device));
@@ -279,7 +286,19 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::Bench { file, frames, warmup, rounds, check_frames, fps, latency_frames, json, spin_us, device, isolation } => {
+        Command::Bench {
+            file,
+            frames,
+            warmup,
+            rounds,
+            check_frames,
+            fps,
+            latency_frames,
+            json,
+            spin_us,
+            device,
+            isolation,
+        } => {
             let plan = match load_plan_with(&file, device, isolation) {
                 Ok(p) => p,
                 Err(code) => return code,
@@ -309,7 +328,10 @@ fn main() -> ExitCode {
             agent::part::adopt_parent_death();
             if plan.needs_agents().is_some() {
                 if in_process {
-                    eprintln!("{}: error: --in-process runs one machine's stages; this plan has stages on other hosts", file.display());
+                    eprintln!(
+                        "{}: error: --in-process runs one machine's stages; this plan has stages on other hosts",
+                        file.display()
+                    );
                     return ExitCode::from(2);
                 }
                 return agent::coordinator::run(&plan, &agent::coordinator::RunArgs { frames, report, checksums });
@@ -327,7 +349,11 @@ fn agents_text(plan: &plan::Plan) -> String {
     let answers = agent::control::ask(&plan.hosts, std::time::Duration::from_secs(2));
     for (host, answer) in plan.hosts.iter().zip(answers) {
         let _ = match answer {
-            Ok(a) => writeln!(out, "  {}  up: gpuipc {} on {}, {} CUDA device(s)", host.name, a.version, a.hostname, a.cuda_devices),
+            Ok(a) => writeln!(
+                out,
+                "  {}  up: gpuipc {} on {}, {} CUDA device(s)",
+                host.name, a.version, a.hostname, a.cuda_devices
+            ),
             Err(why) => writeln!(
                 out,
                 "  {}  not reachable at {}: {why} (start it there: gpuipc-host agent --name {} --listen {})",
@@ -384,7 +410,9 @@ fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
     let result = if args.in_process {
         let stop = Arc::new(AtomicBool::new(false));
         let claimed = supervisor::Shutdown::claim(|| {
-            supervisor::STOP_SIGNALS.iter().try_for_each(|&signal| signal_hook::flag::register(signal, stop.clone()).map(drop))
+            supervisor::STOP_SIGNALS
+                .iter()
+                .try_for_each(|&signal| signal_hook::flag::register(signal, stop.clone()).map(drop))
         });
         let _claimed = match claimed {
             Ok(((), claimed)) => claimed,

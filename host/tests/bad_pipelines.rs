@@ -158,9 +158,12 @@ fn check(path: &Path) -> Result<(), String> {
     }
     for (i, want) in expected.iter().enumerate() {
         match reported.get(i) {
-            Some(Some(got)) if got.line == want.line && got.column == want.column && got.message.contains(&want.message) => {}
+            Some(Some(got))
+                if got.line == want.line && got.column == want.column && got.message.contains(&want.message) => {}
             Some(Some(got)) => problems.push(format!("error {}: expected {want}\n    got {got}", i + 1)),
-            Some(None) => problems.push(format!("error {}: expected {want}\n    got an error without a location", i + 1)),
+            Some(None) => {
+                problems.push(format!("error {}: expected {want}\n    got an error without a location", i + 1))
+            }
             None => problems.push(format!("error {}: expected {want}\n    got nothing", i + 1)),
         }
     }
@@ -229,8 +232,13 @@ fn the_shipped_example_validates() {
     let out = validate(file).unwrap();
     assert_eq!(out.code, Some(0), "validate {file} failed:\n{}", out.stderr);
     assert!(reported_errors(&out.stderr, file).is_empty(), "{}", out.stderr);
-    let stage_lines: Vec<&str> =
-        out.stdout.lines().skip_while(|l| !l.starts_with("stages")).skip(1).take_while(|l| l.starts_with("  ")).collect();
+    let stage_lines: Vec<&str> = out
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("stages"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
     let names: Vec<&str> = stage_lines.iter().filter_map(|l| l.split_whitespace().next()).collect();
     assert_eq!(names, ["gen", "grade", "yuv"], "stages in run order:\n{}", out.stdout);
 }
@@ -239,7 +247,8 @@ fn the_shipped_example_validates() {
 fn headers_are_parsed_as_written() {
     let text = "# expect: 3:10: frames must be at least 1\n# expect: 7:1: unknown field `x`\n# a note\n\n[pipeline]\n# expect: 9:9: not a header\n";
     assert!(expectations(text).unwrap_err().contains("after the header"));
-    let text = "# expect: 3:10: frames must be at least 1\n# expect: 7:1: unknown field `x`: y\n# a note\n\n[pipeline]\n";
+    let text =
+        "# expect: 3:10: frames must be at least 1\n# expect: 7:1: unknown field `x`: y\n# a note\n\n[pipeline]\n";
     assert_eq!(
         expectations(text).unwrap(),
         [
@@ -278,6 +287,14 @@ fn error_output_stays_small_for_huge_lines_and_many_errors() {
         assert!(run.stderr.len() < 64 * 1024, "{}: {} bytes of errors", file.display(), run.stderr.len());
     }
     let run = validate(&inputs.to_string_lossy()).unwrap();
-    assert!(run.stderr.contains("stage 'x' has unknown input 'u0'"), "{}", run.stderr.chars().take(2000).collect::<String>());
-    assert!(run.stderr.contains("... and 4950 more errors not shown\n5000 errors"), "{}", &run.stderr[run.stderr.len().saturating_sub(300)..]);
+    assert!(
+        run.stderr.contains("stage 'x' has unknown input 'u0'"),
+        "{}",
+        run.stderr.chars().take(2000).collect::<String>()
+    );
+    assert!(
+        run.stderr.contains("... and 4950 more errors not shown\n5000 errors"),
+        "{}",
+        &run.stderr[run.stderr.len().saturating_sub(300)..]
+    );
 }

@@ -13,14 +13,40 @@ fn bench_runs_both_ways_compares_outputs_and_reports_every_figure() {
     let file = repo_root().join("pipelines/gradient-nv12.toml");
     let json = dir.join("bench.json");
     let args = [
-        "bench", &file.to_string_lossy(), "--device", "cpu", "--frames", "40", "--warmup", "5", "--rounds", "3", "--check-frames", "12",
-        "--latency-frames", "20", "--fps", "500", "--json", &json.to_string_lossy(),
+        "bench",
+        &file.to_string_lossy(),
+        "--device",
+        "cpu",
+        "--frames",
+        "40",
+        "--warmup",
+        "5",
+        "--rounds",
+        "3",
+        "--check-frames",
+        "12",
+        "--latency-frames",
+        "20",
+        "--fps",
+        "500",
+        "--json",
+        &json.to_string_lossy(),
     ]
     .map(|a| a.to_string());
     let run = run(&dir, &args.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(run.status.code(), Some(0), "{}", run.output());
     assert!(run.stdout.contains("outputs: equal both ways (48 frames of 4 stages compared)"), "{}", run.output());
-    for line in ["3 rounds of 40 frames each way", "frames/s (median)", "  round 3", "latency p50 µs (median)", "latency p99 µs (median)", "latency max µs", "  round 3 p50 / p99", "host CPU of the separate stages together", "added latency per hop (3 hops)"] {
+    for line in [
+        "3 rounds of 40 frames each way",
+        "frames/s (median)",
+        "  round 3",
+        "latency p50 µs (median)",
+        "latency p99 µs (median)",
+        "latency max µs",
+        "  round 3 p50 / p99",
+        "host CPU of the separate stages together",
+        "added latency per hop (3 hops)",
+    ] {
         assert!(run.stdout.contains(line), "missing `{line}`:\n{}", run.output());
     }
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
@@ -29,7 +55,8 @@ fn bench_runs_both_ways_compares_outputs_and_reports_every_figure() {
     for mode in ["in_process", "separate"] {
         assert!(report[mode]["frames_per_s"].as_f64().unwrap() > 0.0, "{mode}: {report}");
         let latency = report[mode]["latency_us"].as_array().unwrap_or_else(|| panic!("{mode}: no latency: {report}"));
-        let (p50, p99, max) = (latency[0].as_f64().unwrap(), latency[1].as_f64().unwrap(), latency[2].as_f64().unwrap());
+        let (p50, p99, max) =
+            (latency[0].as_f64().unwrap(), latency[1].as_f64().unwrap(), latency[2].as_f64().unwrap());
         assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{mode}: {latency:?}");
     }
     // Latency: three rounds each way; the p50 and p99 are the medians of theirs, the max the largest.
@@ -50,11 +77,15 @@ fn bench_runs_both_ways_compares_outputs_and_reports_every_figure() {
         each.sort_by(f64::total_cmp);
         assert_eq!(report[mode]["frames_per_s"].as_f64().unwrap(), each[1], "{mode}: {report}");
     }
-    let ratio = report["separate"]["frames_per_s"].as_f64().unwrap() / report["in_process"]["frames_per_s"].as_f64().unwrap();
+    let ratio =
+        report["separate"]["frames_per_s"].as_f64().unwrap() / report["in_process"]["frames_per_s"].as_f64().unwrap();
     // (JSON numbers parse back to within a rounding of what was written.)
     assert!((report["ratio"].as_f64().unwrap() - ratio).abs() < 1e-9 * ratio, "{report}");
     let stages = report["stages"].as_array().unwrap();
-    assert_eq!(stages.iter().map(|s| s["name"].as_str().unwrap()).collect::<Vec<_>>(), ["gen", "grade", "nv12", "hash"]);
+    assert_eq!(
+        stages.iter().map(|s| s["name"].as_str().unwrap()).collect::<Vec<_>>(),
+        ["gen", "grade", "nv12", "hash"]
+    );
     assert!(stages.iter().all(|s| s["cpu_separate"].as_f64().unwrap() > 0.0), "{report}");
     assert_nothing_left(run.pid);
 }
@@ -69,8 +100,13 @@ fn frame_traces_follow_each_frame_through_every_stage_in_order() {
     std::fs::create_dir_all(&traces).unwrap();
     let file = repo_root().join("pipelines/gradient-nv12.toml");
     let env = format!("GPUIPC_TRACE={}", traces.display());
-    let run = start_wrapped(&dir, &["env", &env], &["run", &file.to_string_lossy(), "--device", "cpu", "--frames", "25"], Stdio::null())
-        .finish(RUN_TIMEOUT);
+    let run = start_wrapped(
+        &dir,
+        &["env", &env],
+        &["run", &file.to_string_lossy(), "--device", "cpu", "--frames", "25"],
+        Stdio::null(),
+    )
+    .finish(RUN_TIMEOUT);
     assert_eq!(run.status.code(), Some(0), "{}", run.output());
     let order = ["gen", "grade", "nv12", "hash"];
     let rows: Vec<Vec<Vec<u64>>> = order.iter().map(|stage| trace_rows(&traces, stage)).collect();
@@ -120,7 +156,11 @@ fn trace_rows(dir: &std::path::Path, stage: &str) -> Vec<Vec<u64>> {
     assert_eq!(files.len(), 1, "{stage}: {files:?}");
     let text = std::fs::read_to_string(&files[0]).unwrap();
     let sched = text.lines().find_map(|l| l.strip_prefix("# schedstat (run ns, runqueue wait ns, slices): "));
-    let figures: Vec<u64> = sched.unwrap_or_else(|| panic!("{stage}: no scheduler line: {text}")).split(' ').map(|n| n.parse().unwrap()).collect();
+    let figures: Vec<u64> = sched
+        .unwrap_or_else(|| panic!("{stage}: no scheduler line: {text}"))
+        .split(' ')
+        .map(|n| n.parse().unwrap())
+        .collect();
     assert!(figures.len() == 3 && figures[0] > 0, "{stage}: {figures:?}");
     text.lines().filter(|l| !l.starts_with('#')).map(|l| l.split(' ').map(|c| c.parse().unwrap()).collect()).collect()
 }

@@ -20,7 +20,10 @@ fn encode_pipeline(frames: Option<u64>, size: (u32, u32), format: &str, to_i420:
     let frames = frames.map(|n| format!("frames = {n}")).unwrap_or_default();
     let (width, height) = size;
     let (middle, input) = if to_i420 {
-        ("[[stage]]\nname = \"i420\"\nplugin = \"yuv420\"\ninputs = [\"gen\"]\nparams = { layout = \"i420\" }\n", "i420")
+        (
+            "[[stage]]\nname = \"i420\"\nplugin = \"yuv420\"\ninputs = [\"gen\"]\nparams = { layout = \"i420\" }\n",
+            "i420",
+        )
     } else {
         ("", "gen")
     };
@@ -87,7 +90,11 @@ fn rgb8_frames_become_a_playable_matroska_file_with_pix_fmt() {
     assert_video(&dir.join("clip.mkv"), "h264", (160, 96), "yuv420p", 36, "30000/1001");
     // Without `pix_fmt` ffmpeg keeps all of RGB's chroma, 4:4:4, which players mostly cannot
     // play (the docs say to give yuv420p).
-    run_ok(&dir, &encode_pipeline(Some(12), (160, 96), "rgb8", false, r#"path = "444.mkv", preset = "ultrafast""#), &[]);
+    run_ok(
+        &dir,
+        &encode_pipeline(Some(12), (160, 96), "rgb8", false, r#"path = "444.mkv", preset = "ultrafast""#),
+        &[],
+    );
     assert_video(&dir.join("444.mkv"), "h264", (160, 96), "yuv444p", 12, "30/1");
 }
 
@@ -122,7 +129,8 @@ fn a_drained_run_ends_in_a_complete_file_with_every_frame_made() {
     assert!(run.status.success(), "{}", run.output());
     assert!(run.stdout.contains("run 'encode' stopped by a stop signal and drained"), "{}", run.output());
     assert_nothing_left(run.pid);
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     let made = report["stages"][0]["frames"].as_u64().unwrap();
     assert!(made > 0);
     assert_video(&dir.join("live.mp4"), "h264", (128, 96), "yuv420p", made, "30/1");
@@ -167,7 +175,8 @@ fn ffmpeg_refusing_the_codec_fails_the_run_in_its_own_words() {
 fn validate_names_a_missing_ffmpeg() {
     // No ffmpeg needed: the program is looked for, not run.
     let dir = scratch("encode-no-ffmpeg");
-    let text = encode_pipeline(Some(2), (64, 48), "rgb8", false, r#"path = "x.mp4", ffmpeg = "/nonexistent/bin/ffmpeg""#);
+    let text =
+        encode_pipeline(Some(2), (64, 48), "rgb8", false, r#"path = "x.mp4", ffmpeg = "/nonexistent/bin/ffmpeg""#);
     let file = pipeline(&dir, "p.toml", &text);
     let run = run(&dir, &["validate", file.to_str().unwrap()]);
     assert_eq!(run.status.code(), Some(2), "{}", run.output());

@@ -21,7 +21,10 @@ fn faulty_pipeline_at(mode: &str, at: u64, frames: Option<u64>) -> String {
 fn every_kind_of_stage_failure_ends_the_run_naming_the_stage_and_cause() {
     let cases = [
         ("error_at", "stage 'bad' got an error from the plugin's `process` at frame 3: failing at frame 3, as asked"),
-        ("panic_at", "stage 'bad' got an error from the plugin's `process` at frame 3: plugin panicked: panicking at frame 3, as asked"),
+        (
+            "panic_at",
+            "stage 'bad' got an error from the plugin's `process` at frame 3: plugin panicked: panicking at frame 3, as asked",
+        ),
         ("abort_at", "stage 'bad' killed by SIGABRT"),
         ("exit_at", "stage 'bad' exited with code 7"),
         ("sigkill_at", "stage 'bad' killed by SIGKILL"),
@@ -33,7 +36,10 @@ fn every_kind_of_stage_failure_ends_the_run_naming_the_stage_and_cause() {
             "stage 'bad' got an error from the plugin's `process` at frame 3: ended its stream (OutputFrame::end_stream), which only a source (a stage without inputs) may do",
         ),
         ("error_on_create", "stage 'bad' got an error from the plugin's `create`: refusing to start, as asked"),
-        ("panic_on_create", "stage 'bad' got an error from the plugin's `create`: plugin panicked: panicking in create, as asked"),
+        (
+            "panic_on_create",
+            "stage 'bad' got an error from the plugin's `create`: plugin panicked: panicking in create, as asked",
+        ),
         ("error_in_flush", "stage 'bad' got an error from the plugin's `flush`: failing in flush, as asked"),
     ];
     for (mode, expected) in cases {
@@ -41,7 +47,11 @@ fn every_kind_of_stage_failure_ends_the_run_naming_the_stage_and_cause() {
         let file = pipeline(&dir, "p.toml", &faulty_pipeline(mode, Some(50)));
         let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
         assert_eq!(run.status.code(), Some(1), "{mode}:\n{}", run.output());
-        assert!(run.stdout.contains(&format!("run 'faults' failed: {expected}")), "{mode}: expected `{expected}`:\n{}", run.output());
+        assert!(
+            run.stdout.contains(&format!("run 'faults' failed: {expected}")),
+            "{mode}: expected `{expected}`:\n{}",
+            run.output()
+        );
         // The other stages stopped; they did not fail.
         for line in run.stdout.lines().filter(|l| l.starts_with("gen ") || l.starts_with("sink ")) {
             assert!(line.ends_with("stopped") || line.ends_with("finished"), "{mode}: {line}");
@@ -87,7 +97,11 @@ inputs = ["good"]
     assert_eq!(run.status.code(), Some(0), "{}", run.output());
     let tried: Vec<&str> = run.stderr.lines().filter(|l| l.contains("tamper: ")).collect();
     let saw = |what: &str| tried.iter().any(|l| l.contains(what));
-    assert!(saw("tamper: mprotect(PROT_READ|PROT_WRITE) of the input's page: refused (EACCES)"), "{tried:#?}\n{}", run.output());
+    assert!(
+        saw("tamper: mprotect(PROT_READ|PROT_WRITE) of the input's page: refused (EACCES)"),
+        "{tried:#?}\n{}",
+        run.output()
+    );
     // The consumer keeps no descriptor of its frames: none to map again, none to reopen.
     assert!(saw("tamper: mmap(PROT_WRITE) of the input's memory: no descriptor of /memfd:gpuipc-"), "{tried:#?}");
     assert!(!saw("succeeded") && !saw("opened"), "an attempt got through: {tried:#?}");
@@ -106,7 +120,11 @@ fn a_child_a_plugin_starts_holds_nothing_of_its_stage() {
     let file = pipeline(&dir, "p.toml", &faulty_pipeline("spawn_child_at", Some(10)));
     let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
     assert_eq!(run.status.code(), Some(0), "{}", run.output());
-    assert!(run.stderr.contains("a child of the stage holds descriptors 0, 1 and 2 only"), "the check did not run:\n{}", run.output());
+    assert!(
+        run.stderr.contains("a child of the stage holds descriptors 0, 1 and 2 only"),
+        "the check did not run:\n{}",
+        run.output()
+    );
     assert_nothing_left(run.pid);
 }
 
@@ -136,7 +154,8 @@ fn a_signal_drains_the_pipeline_and_every_frame_made_reaches_the_sink() {
         let run = host.finish(RUN_TIMEOUT);
         assert!(run.status.success(), "{signal:?}:\n{}", run.output());
         assert!(run.stdout.contains("run 'faults' stopped by a stop signal and drained"), "{}", run.output());
-        let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
         let made = report["stages"][0]["frames"].as_u64().unwrap();
         let lines = sum_lines(&dir.join("sink.sum"));
         assert_eq!(lines.len() as u64, made, "{signal:?}: every frame the source made reached the sink");
@@ -171,7 +190,13 @@ fn stages_die_with_a_killed_host() {
     assert_eq!(stages.len(), 3, "{stages:?}");
     let pidfds: Vec<_> = stages
         .iter()
-        .map(|(pid, _)| rustix::process::pidfd_open(rustix::process::Pid::from_raw(*pid as i32).unwrap(), rustix::process::PidfdFlags::empty()).unwrap())
+        .map(|(pid, _)| {
+            rustix::process::pidfd_open(
+                rustix::process::Pid::from_raw(*pid as i32).unwrap(),
+                rustix::process::PidfdFlags::empty(),
+            )
+            .unwrap()
+        })
         .collect();
     host.signal(Signal::KILL);
     let run = host.finish(RUN_TIMEOUT);
@@ -228,13 +253,16 @@ fn a_closed_stdout_is_not_a_failure_and_the_report_is_still_written() {
     // `run ... | true`: the reader is gone before the table is printed.
     drop(child.stdout.take());
     let pid = child.id();
-    let pidfd = rustix::process::pidfd_open(rustix::process::Pid::from_child(&child), rustix::process::PidfdFlags::empty()).unwrap();
+    let pidfd =
+        rustix::process::pidfd_open(rustix::process::Pid::from_child(&child), rustix::process::PidfdFlags::empty())
+            .unwrap();
     let mut fds = [rustix::event::PollFd::new(&pidfd, rustix::event::PollFlags::IN)];
     let limit = rustix::time::Timespec { tv_sec: RUN_TIMEOUT.as_secs() as i64, tv_nsec: 0 };
     rustix::event::poll(&mut fds, Some(&limit)).unwrap();
     let status = child.try_wait().unwrap().expect("the host ended within the time limit");
     assert_eq!(status.code(), Some(0), "{status}");
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["stages"][0]["frames"].as_u64(), Some(20));
     assert_nothing_left(pid);
 }
@@ -245,7 +273,11 @@ fn a_plugin_given_by_a_bare_file_name_is_the_file_beside_the_pipeline() {
     // A name the system's loader would look up in its own folders if it were handed over bare.
     let plugins = std::path::Path::new(host_bin()).parent().unwrap();
     std::fs::copy(plugins.join("libgpuipc_null.so"), dir.join("libz.so")).unwrap();
-    pipeline(&dir, "p.toml", "[[stage]]\nname = \"gen\"\nplugin = \"generator\"\n[[stage]]\nname = \"x\"\nplugin = \"libz.so\"\ninputs = [\"gen\"]\n");
+    pipeline(
+        &dir,
+        "p.toml",
+        "[[stage]]\nname = \"gen\"\nplugin = \"generator\"\n[[stage]]\nname = \"x\"\nplugin = \"libz.so\"\ninputs = [\"gen\"]\n",
+    );
     // The file named without a folder, as `gpuipc-host validate p.toml` from its folder.
     let run = run(&dir, &["validate", "p.toml"]);
     assert_eq!(run.status.code(), Some(0), "{}", run.output());
@@ -256,7 +288,8 @@ fn a_plugin_given_by_a_bare_file_name_is_the_file_beside_the_pipeline() {
 fn a_stage_with_params_larger_than_a_socket_message_starts() {
     let dir = scratch("large-setup");
     let note = "x".repeat(70_000);
-    let text = faulty_chain("large", "frames = 5", "ok", 0, "plugin = \"null\"").replace("at = 0 }", &format!("at = 0, note = \"{note}\" }}"));
+    let text = faulty_chain("large", "frames = 5", "ok", 0, "plugin = \"null\"")
+        .replace("at = 0 }", &format!("at = 0, note = \"{note}\" }}"));
     let file = pipeline(&dir, "p.toml", &text);
     let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
     assert_eq!(run.status.code(), Some(0), "{}", run.output().chars().take(2000).collect::<String>());
@@ -270,15 +303,25 @@ fn a_plan_that_cannot_fit_in_memory_is_refused_before_anything_starts() {
     // Four rings of 64 slots of 4 GiB: 1 TiB, more than any machine that runs these tests.
     let mut text = String::new();
     for i in 0..4 {
-        text += &format!("[[stage]]\nname = \"gen{i}\"\nplugin = \"generator\"\ndepth = 64\nparams = {{ width = 32768, height = 32768, format = \"rgba8\" }}\n");
+        text += &format!(
+            "[[stage]]\nname = \"gen{i}\"\nplugin = \"generator\"\ndepth = 64\nparams = {{ width = 32768, height = 32768, format = \"rgba8\" }}\n"
+        );
         text += &format!("[[stage]]\nname = \"sink{i}\"\nplugin = \"null\"\ninputs = [\"gen{i}\"]\n");
     }
     let file = pipeline(&dir, "p.toml", &text);
     for command in ["validate", "run"] {
         let run = run(&dir, &[command, &file.to_string_lossy()]);
         assert_eq!(run.status.code(), Some(2), "{command}:\n{}", run.output());
-        assert!(run.stderr.contains("error: the pipeline needs 1024.00 GiB of host memory"), "{command}:\n{}", run.output());
-        assert!(run.stderr.contains("lower its `depth` or the frame size, or pass --no-budget-check"), "{}", run.output());
+        assert!(
+            run.stderr.contains("error: the pipeline needs 1024.00 GiB of host memory"),
+            "{command}:\n{}",
+            run.output()
+        );
+        assert!(
+            run.stderr.contains("lower its `depth` or the frame size, or pass --no-budget-check"),
+            "{}",
+            run.output()
+        );
         assert_nothing_left(run.pid);
     }
     let run = run(&dir, &["validate", &file.to_string_lossy(), "--no-budget-check"]);
@@ -292,7 +335,11 @@ fn a_file_that_is_not_utf8_and_a_library_that_will_not_load_are_explained() {
     std::fs::write(dir.join("bad.toml"), b"[pipeline]\nname = \"a\xff\"\n").unwrap();
     let not_utf8 = run(&dir, &["validate", "bad.toml"]);
     assert_eq!(not_utf8.status.code(), Some(2), "{}", not_utf8.output());
-    assert!(not_utf8.stderr.contains("bad.toml:2:10: error: the file is not UTF-8 text: byte 0xff here"), "{}", not_utf8.output());
+    assert!(
+        not_utf8.stderr.contains("bad.toml:2:10: error: the file is not UTF-8 text: byte 0xff here"),
+        "{}",
+        not_utf8.output()
+    );
     std::fs::write(dir.join("notlib.so"), b"plain text").unwrap();
     pipeline(&dir, "p.toml", "[[stage]]\nname = \"x\"\nplugin = \"./notlib.so\"\n");
     let run = run(&dir, &["validate", "p.toml"]);
@@ -306,8 +353,13 @@ fn a_file_that_is_not_utf8_and_a_library_that_will_not_load_are_explained() {
 fn running_out_of_file_descriptors_says_which_limit_to_raise() {
     let dir = scratch("fd-limit");
     let file = repo_root().join("pipelines/noise-y4m.toml");
-    let run = start_wrapped(&dir, &["prlimit", "--nofile=16:16", "--"], &["run", &file.to_string_lossy(), "--quiet", "--frames", "3"], std::process::Stdio::null())
-        .finish(RUN_TIMEOUT);
+    let run = start_wrapped(
+        &dir,
+        &["prlimit", "--nofile=16:16", "--"],
+        &["run", &file.to_string_lossy(), "--quiet", "--frames", "3"],
+        std::process::Stdio::null(),
+    )
+    .finish(RUN_TIMEOUT);
     assert_eq!(run.status.code(), Some(1), "{}", run.output());
     assert!(run.stderr.contains("Too many open files"), "{}", run.output());
     assert!(run.stderr.contains("`ulimit -n` shows it"), "{}", run.output());

@@ -21,7 +21,8 @@ fn made_by(dir: &Path, stage: &str) -> HashMap<u64, String> {
 }
 
 fn stage_report(dir: &Path, name: &str) -> serde_json::Value {
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     report["stages"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap().clone()
 }
 
@@ -59,11 +60,21 @@ fn check_join(dir: &Path, inputs: &[&str]) -> u64 {
     // Each input link published FRAMES: what the join did not get is counted dropped on each
     // link, and once in the join's row (every number was published on every input).
     assert_eq!(join["dropped"].as_u64().unwrap(), FRAMES - got, "join: {join}");
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     for input in inputs {
-        let link = report["links"].as_array().unwrap().iter().find(|l| l["producer"] == *input && l["consumer"] == "join").unwrap();
+        let link = report["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["producer"] == *input && l["consumer"] == "join")
+            .unwrap();
         let count = |field: &str| link[field].as_u64().unwrap();
-        assert_eq!((count("produced"), count("delivered"), count("dropped"), count("lost")), (FRAMES, got, FRAMES - got, 0), "{link}");
+        assert_eq!(
+            (count("produced"), count("delivered"), count("dropped"), count("lost")),
+            (FRAMES, got, FRAMES - got, 0),
+            "{link}"
+        );
     }
     got
 }
@@ -73,7 +84,10 @@ fn check_join(dir: &Path, inputs: &[&str]) -> u64 {
 /// generator's newest frame is always ahead of it.
 #[test]
 fn a_latest_diamond_joins_what_both_branches_deliver() {
-    let dir = run_pipeline("fan-in-latest-diamond", &format!(r#"
+    let dir = run_pipeline(
+        "fan-in-latest-diamond",
+        &format!(
+            r#"
 [pipeline]
 frames = {FRAMES}
 [[stage]]
@@ -90,7 +104,9 @@ plugin = "checksum"
 inputs = ["yuv", "gen"]
 policy = "latest"
 params = {{ path = "join.sum" }}
-"#));
+"#
+        ),
+    );
     let got = check_join(&dir, &["yuv", "gen"]);
     // The join waits for the branch behind instead of chasing the source's newest frame, so it
     // loses frames only where it falls behind itself (a loaded machine); it used to chase the
@@ -106,7 +122,10 @@ params = {{ path = "join.sum" }}
 /// stage::inputs the mechanism.)
 #[test]
 fn a_drop_oldest_diamond_with_a_slow_branch_joins_what_the_branch_makes() {
-    let dir = run_pipeline("fan-in-drop-oldest-diamond", &format!(r#"
+    let dir = run_pipeline(
+        "fan-in-drop-oldest-diamond",
+        &format!(
+            r#"
 [pipeline]
 frames = {FRAMES}
 [[stage]]
@@ -124,7 +143,9 @@ plugin = "checksum"
 inputs = ["slow", "gen"]
 policy = "drop_oldest"
 params = {{ path = "join.sum" }}
-"#));
+"#
+        ),
+    );
     let got = check_join(&dir, &["slow", "gen"]);
     assert!(got > FRAMES / 2, "the join got {got} of {FRAMES} frames");
 }
@@ -134,7 +155,10 @@ params = {{ path = "join.sum" }}
 /// joined is aligned, the last frames meet, and every frame is accounted for on each link.
 #[test]
 fn two_free_running_sources_with_latest_account_for_every_frame() {
-    let dir = run_pipeline("fan-in-two-sources", &format!(r#"
+    let dir = run_pipeline(
+        "fan-in-two-sources",
+        &format!(
+            r#"
 [pipeline]
 frames = {FRAMES}
 [[stage]]
@@ -151,6 +175,8 @@ plugin = "checksum"
 inputs = ["a", "b"]
 policy = "latest"
 params = {{ path = "join.sum" }}
-"#));
+"#
+        ),
+    );
     check_join(&dir, &["a", "b"]);
 }

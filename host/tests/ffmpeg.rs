@@ -109,7 +109,10 @@ fn tool(command: &mut Command) -> Vec<u8> {
         let _ = tx.send(child.wait_with_output());
     });
     let Ok(output) = rx.recv_timeout(TOOL_TIMEOUT) else {
-        let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL);
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid as i32).unwrap(),
+            rustix::process::Signal::KILL,
+        );
         panic!("{what} took more than {TOOL_TIMEOUT:?}");
     };
     let output = output.unwrap();
@@ -119,19 +122,30 @@ fn tool(command: &mut Command) -> Vec<u8> {
 
 /// ffprobe's view of the first video stream of `path`, frames counted.
 fn probe(path: &Path) -> serde_json::Value {
-    let out = tool(Command::new("ffprobe").args(["-v", "error", "-count_frames", "-select_streams", "v:0"]).args([
-        "-show_entries",
-        "stream=codec_name,width,height,pix_fmt,nb_read_frames,r_frame_rate",
-        "-of",
-        "json",
-    ]).arg(path));
+    let out = tool(
+        Command::new("ffprobe")
+            .args(["-v", "error", "-count_frames", "-select_streams", "v:0"])
+            .args([
+                "-show_entries",
+                "stream=codec_name,width,height,pix_fmt,nb_read_frames,r_frame_rate",
+                "-of",
+                "json",
+            ])
+            .arg(path),
+    );
     let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
     json["streams"][0].clone()
 }
 
 /// ffmpeg decoding `input` (with `args` before the output) to raw frames of `pix_fmt`.
 fn decode(input: &Path, args: &[&str], pix_fmt: &str) -> Vec<u8> {
-    tool(Command::new("ffmpeg").args(["-v", "error", "-i"]).arg(input).args(args).args(["-pix_fmt", pix_fmt, "-f", "rawvideo", "-"]))
+    tool(
+        Command::new("ffmpeg")
+            .args(["-v", "error", "-i"])
+            .arg(input)
+            .args(args)
+            .args(["-pix_fmt", pix_fmt, "-f", "rawvideo", "-"]),
+    )
 }
 
 /// Run `gpuipc-host run FILE ARGS` in `dir`; it must finish and leave nothing behind.
@@ -234,7 +248,11 @@ fn ffprobe_reads_our_pngs_and_ffmpeg_decodes_the_generators_pixels() {
         return;
     }
     let dir = scratch("ffmpeg-png");
-    let cases = [("rgb8", "rgb24", PixelFormat::Rgb8), ("rgba8", "rgba", PixelFormat::Rgba8), ("gray8", "gray", PixelFormat::Gray8)];
+    let cases = [
+        ("rgb8", "rgb24", PixelFormat::Rgb8),
+        ("rgba8", "rgba", PixelFormat::Rgba8),
+        ("gray8", "gray", PixelFormat::Gray8),
+    ];
     for (format, pix_fmt, pixel) in cases {
         for compression in ["fast", "none"] {
             let name = format!("{format}-{compression}");
@@ -255,8 +273,10 @@ params = {{ path = "{name}/f-{{seq:03}}.png", every = 2, compression = "{compres
 "#
             );
             run_pipeline(&dir, &format!("{name}.toml"), &text, &["--checksums", &format!("sums-{name}")]);
-            let mut files: Vec<String> =
-                std::fs::read_dir(dir.join(&name)).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            let mut files: Vec<String> = std::fs::read_dir(dir.join(&name))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
             files.sort();
             assert_eq!(files, ["f-000.png", "f-002.png", "f-004.png", "f-006.png"], "{name}");
             let made: std::collections::HashMap<u64, String> =
@@ -265,7 +285,11 @@ params = {{ path = "{name}/f-{{seq:03}}.png", every = 2, compression = "{compres
                 let path = dir.join(&name).join(file);
                 let stream = probe(&path);
                 assert_eq!(stream["codec_name"], "png", "{name} {file}: {stream}");
-                assert_eq!((stream["width"].as_u64(), stream["height"].as_u64()), (Some(61), Some(37)), "{name} {file}");
+                assert_eq!(
+                    (stream["width"].as_u64(), stream["height"].as_u64()),
+                    (Some(61), Some(37)),
+                    "{name} {file}"
+                );
                 assert_eq!(stream["pix_fmt"], pix_fmt, "{name} {file}: {stream}");
                 assert_eq!(stream["nb_read_frames"], "1", "{name} {file}: {stream}");
                 let seq: u64 = file[2..5].parse().unwrap();
@@ -319,13 +343,17 @@ params = {{ path = "ours.y4m" }}
                 let ours = std::fs::read(dir.join("ours.y4m")).unwrap();
                 let ours = y4m_frames(&ours, frame_bytes);
                 assert_eq!(ours.len(), 2);
-                let vf = format!("scale=out_color_matrix={matrix}:out_range={}:flags={RGB_TO_YUV_FLAGS}", ff_range(range));
+                let vf =
+                    format!("scale=out_color_matrix={matrix}:out_range={}:flags={RGB_TO_YUV_FLAGS}", ff_range(range));
                 for (seq, ours) in ours.iter().enumerate() {
                     let theirs = decode(&dir.join(format!("png/f-{seq}.png")), &["-vf", &vf], "yuv420p");
                     let planes = [(0, width * height), (width * height, cw * ch), (width * height + cw * ch, cw * ch)];
                     for ((start, len), plane) in planes.into_iter().zip(["Y", "U", "V"]) {
                         let (max, share) = compare(&ours[start..start + len], &theirs[start..start + len]);
-                        eprintln!("{pattern} {matrix} {range} frame {seq} {plane}: max {max}, {:.2}% differ", share * 100.0);
+                        eprintln!(
+                            "{pattern} {matrix} {range} frame {seq} {plane}: max {max}, {:.2}% differ",
+                            share * 100.0
+                        );
                         // Flat colours differ in whole bars or not at all: only the largest
                         // difference says something there.
                         let share_checked = matches!(pattern, "gradient" | "noise");
@@ -389,8 +417,10 @@ params = {{ path = "png/f-{{seq:03}}.png" }}
             assert_nothing_left(run.pid);
 
             // The source ended with the stream: one PNG per frame, as ffprobe sees them.
-            let mut files: Vec<String> =
-                std::fs::read_dir(dir.join("png")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            let mut files: Vec<String> = std::fs::read_dir(dir.join("png"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
             files.sort();
             let want: Vec<String> = (0..FRAMES).map(|i| format!("f-{i:03}.png")).collect();
             assert_eq!(files, want, "{matrix} {range}");
@@ -399,7 +429,13 @@ params = {{ path = "png/f-{{seq:03}}.png" }}
             assert_eq!(stream["pix_fmt"], "rgb24", "{stream}");
 
             // ffmpeg's own conversion of the same stream, with our matrix and range.
-            tool(Command::new("ffmpeg").args(["-v", "error", "-y"]).args(source).args(["-f", "yuv4mpegpipe"]).arg(dir.join("ts.y4m")));
+            tool(
+                Command::new("ffmpeg")
+                    .args(["-v", "error", "-y"])
+                    .args(source)
+                    .args(["-f", "yuv4mpegpipe"])
+                    .arg(dir.join("ts.y4m")),
+            );
             let vf = format!("scale=in_color_matrix={matrix}:in_range={}:flags={YUV_TO_RGB_FLAGS}", ff_range(range));
             let theirs = decode(&dir.join("ts.y4m"), &["-vf", &vf], "rgb24");
             let ours = decode(&dir.join("png/f-%03d.png"), &[], "rgb24");
@@ -478,7 +514,8 @@ mod link {
             let mut slot = vec![0u8; layout.total_bytes as usize];
             let mut rest = *packed;
             for plane in layout.planes() {
-                let (row_bytes, pitch, offset) = (plane.row_bytes as usize, plane.pitch as usize, plane.offset as usize);
+                let (row_bytes, pitch, offset) =
+                    (plane.row_bytes as usize, plane.pitch as usize, plane.offset as usize);
                 for row in 0..plane.rows as usize {
                     let (pixels, after) = rest.split_at(row_bytes);
                     slot[offset + row * pitch..][..row_bytes].copy_from_slice(pixels);
@@ -510,7 +547,8 @@ fn ffmpegs_p010_through_yuv_to_rgb_into_pngs() {
     // ffmpeg's RGB testsrc in 10-bit limited-range BT.601 4:2:0 (ffmpeg's default matrix and
     // range for it), every sample `value << 6`.
     let source = scratch("ffmpeg-p010-source").join("ts.p010");
-    let lavfi = ["-f", "lavfi", "-i", "testsrc=size=320x240:rate=25", "-frames", "10", "-pix_fmt", "p010le", "-f", "rawvideo"];
+    let lavfi =
+        ["-f", "lavfi", "-i", "testsrc=size=320x240:rate=25", "-frames", "10", "-pix_fmt", "p010le", "-f", "rawvideo"];
     tool(Command::new("ffmpeg").args(["-v", "error", "-y"]).args(lavfi).arg(&source));
     let raw = std::fs::read(&source).unwrap();
     assert_eq!(raw.len(), FRAMES * frame_bytes);

@@ -63,7 +63,11 @@ fn validate_shows_each_link_that_crosses_hosts_and_what_its_network_link_allows(
         assert!(out.stdout.contains(line), "wanted {line:?} in\n{}", out.stdout);
     }
     // A ring read only from another host is in host memory, for the sender to read.
-    assert!(out.stdout.contains("gen -> grade  rgb8 3840x2160, 4 slots x 24.88 MB, host shared memory\n"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("gen -> grade  rgb8 3840x2160, 4 slots x 24.88 MB, host shared memory\n"),
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]
@@ -145,7 +149,8 @@ fn an_agent_with_a_bad_endpoint_says_so() {
 fn three_chains(a: &Agent, b: &Agent, frames: Option<u64>, fps: Option<u32>) -> String {
     let frames = frames.map_or(String::new(), |f| format!("frames = {f}\n"));
     let fps = fps.map_or(String::new(), |f| format!(", fps = {f}.0"));
-    let mut text = format!("[pipeline]\nname = \"three\"\ndevice = \"cpu\"\n{frames}\n{}\n{}\n", a.host_table(), b.host_table());
+    let mut text =
+        format!("[pipeline]\nname = \"three\"\ndevice = \"cpu\"\n{frames}\n{}\n{}\n", a.host_table(), b.host_table());
     for (host, seed) in [("a", 1), ("b", 2), ("local", 3)] {
         text.push_str(&format!(
             "[[stage]]\nname = \"gen_{host}\"\nplugin = \"generator\"\nhost = \"{host}\"\nparams = {{ width = 40, height = 24, pattern = \"noise\", seed = {seed}{fps} }}\n\n\
@@ -189,10 +194,25 @@ fn each_agent_runs_its_part_and_the_coordinator_reports_every_host() {
     let file = pipeline(&dir, "p.toml", &text);
     let sums = dir.join("sums");
     let report = dir.join("report.json");
-    let out = run(&dir, &["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap(), "--report", report.to_str().unwrap()]);
+    let out = run(
+        &dir,
+        &[
+            "run",
+            file.to_str().unwrap(),
+            "--quiet",
+            "--checksums",
+            sums.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", out.output());
     for (host, stage) in [("a", "gen_a"), ("a", "sink_a"), ("b", "grade_b"), ("local", "sink_local")] {
-        let row = out.stdout.lines().find(|l| l.split_whitespace().take(2).eq([host, stage])).unwrap_or_else(|| panic!("no row of {stage} on {host}:\n{}", out.stdout));
+        let row = out
+            .stdout
+            .lines()
+            .find(|l| l.split_whitespace().take(2).eq([host, stage]))
+            .unwrap_or_else(|| panic!("no row of {stage} on {host}:\n{}", out.stdout));
         assert!(row.contains(" 25 ") && row.ends_with("finished"), "{row}");
     }
     assert!(out.stdout.contains("run 'three' finished"), "{}", out.stdout);
@@ -205,7 +225,10 @@ fn each_agent_runs_its_part_and_the_coordinator_reports_every_host() {
     // Every stage's every frame equals the run in one process of the same stages.
     let reference = dir.join("reference");
     let one = pipeline(&dir, "one.toml", &without_hosts(&text));
-    let refrun = run(&dir, &["run", one.to_str().unwrap(), "--in-process", "--quiet", "--checksums", reference.to_str().unwrap()]);
+    let refrun = run(
+        &dir,
+        &["run", one.to_str().unwrap(), "--in-process", "--quiet", "--checksums", reference.to_str().unwrap()],
+    );
     assert_eq!(refrun.status.code(), Some(0), "{}", refrun.output());
     let got = sums_by_host(&sums);
     for (stage, want) in files_under(&reference) {
@@ -219,7 +242,14 @@ fn each_agent_runs_its_part_and_the_coordinator_reports_every_host() {
     // An agent's stderr carries its part's, prefixed with the run and the host.
     let a_log = a.stop();
     assert_eq!(a_log.status.code(), Some(0), "{}", a_log.output());
-    assert!(a_log.stderr.lines().any(|l| l.starts_with("[run ") && l.contains(" host a] ") && l.contains("all 3 stages ready")), "{}", a_log.stderr);
+    assert!(
+        a_log
+            .stderr
+            .lines()
+            .any(|l| l.starts_with("[run ") && l.contains(" host a] ") && l.contains("all 3 stages ready")),
+        "{}",
+        a_log.stderr
+    );
 }
 
 #[test]
@@ -229,14 +259,17 @@ fn ctrl_c_at_the_coordinator_drains_every_host() {
     let text = three_chains(&a, &b, None, Some(200));
     let file = pipeline(&dir, "p.toml", &text);
     let sums = dir.join("sums");
-    let mut coordinator = start(&dir, &["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap()]);
+    let mut coordinator =
+        start(&dir, &["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap()]);
     coordinator.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
     for agent in [&mut a, &mut b] {
         agent.running().wait_for_stderr("stages ready; running", RUN_TIMEOUT);
     }
     // Stopped once every host's sink has taken frames, so the prefixes say something.
     for host in ["a", "b", "local"] {
-        wait_until(RUN_TIMEOUT, &format!("frames in {host}'s sink"), || std::fs::metadata(sums.join(host).join(format!("sink_{host}.sum"))).is_ok_and(|m| m.len() > 0));
+        wait_until(RUN_TIMEOUT, &format!("frames in {host}'s sink"), || {
+            std::fs::metadata(sums.join(host).join(format!("sink_{host}.sum"))).is_ok_and(|m| m.len() > 0)
+        });
     }
     coordinator.signal(rustix::process::Signal::INT);
     let out = coordinator.finish(RUN_TIMEOUT);
@@ -248,7 +281,19 @@ fn ctrl_c_at_the_coordinator_drains_every_host() {
     assert!(most > 0, "no frames at all: {}", out.output());
     let reference = dir.join("reference");
     let one = pipeline(&dir, "one.toml", &without_hosts(&text).replace(", fps = 200.0", ""));
-    let refrun = run(&dir, &["run", one.to_str().unwrap(), "--in-process", "--quiet", "--frames", &most.to_string(), "--checksums", reference.to_str().unwrap()]);
+    let refrun = run(
+        &dir,
+        &[
+            "run",
+            one.to_str().unwrap(),
+            "--in-process",
+            "--quiet",
+            "--frames",
+            &most.to_string(),
+            "--checksums",
+            reference.to_str().unwrap(),
+        ],
+    );
     assert_eq!(refrun.status.code(), Some(0), "{}", refrun.output());
     for (stage, want) in files_under(&reference) {
         let host = stage.split('_').nth(1).unwrap().trim_end_matches(".sum");
@@ -281,7 +326,11 @@ fn an_agent_killed_mid_run_stops_the_run_naming_its_host() {
     b.running.as_ref().unwrap().signal(rustix::process::Signal::KILL);
     let out = coordinator.finish(RUN_TIMEOUT);
     assert_eq!(out.status.code(), Some(1), "{}", out.output());
-    assert!(out.stderr.contains("host `b` was lost: its agent's liveliness token vanished (on_host_loss = \"stop\")"), "{}", out.output());
+    assert!(
+        out.stderr.contains("host `b` was lost: its agent's liveliness token vanished (on_host_loss = \"stop\")"),
+        "{}",
+        out.output()
+    );
     assert!(out.stdout.contains("host `b`: lost"), "{}", out.stdout);
     assert_nothing_left(out.pid);
     // Nothing of the run is left on either host: a's part was ended, b's died with its agent.
@@ -306,10 +355,15 @@ fn split_chain(a: &Agent, b: &Agent, frames: Option<u64>, size: (u32, u32), extr
 }
 
 /// The frames of every stage of `text` run in one process, `--checksums` into `dir/reference`.
-fn reference_sums(dir: &std::path::Path, text: &str, frames: Option<u64>) -> std::collections::BTreeMap<String, Vec<u8>> {
+fn reference_sums(
+    dir: &std::path::Path,
+    text: &str,
+    frames: Option<u64>,
+) -> std::collections::BTreeMap<String, Vec<u8>> {
     let reference = dir.join("reference");
     let one = pipeline(dir, "one.toml", &without_hosts(text));
-    let mut args = vec!["run", one.to_str().unwrap(), "--in-process", "--quiet", "--checksums", reference.to_str().unwrap()];
+    let mut args =
+        vec!["run", one.to_str().unwrap(), "--in-process", "--quiet", "--checksums", reference.to_str().unwrap()];
     let frames = frames.map(|f| f.to_string());
     if let Some(f) = &frames {
         args.extend(["--frames", f]);
@@ -340,12 +394,32 @@ fn a_pipeline_split_over_two_agents_on_loopback_makes_the_in_process_frames() {
     let file = pipeline(&dir, "p.toml", &text);
     let sums = dir.join("sums");
     let report = dir.join("report.json");
-    let out = run(&dir, &["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap(), "--report", report.to_str().unwrap()]);
+    let out = run(
+        &dir,
+        &[
+            "run",
+            file.to_str().unwrap(),
+            "--quiet",
+            "--checksums",
+            sums.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", out.output());
     assert_split_chain_sums(&sums, &reference_sums(&dir, &text, None));
     // The bridge stages are rows of their hosts, every frame through them.
-    for (host, stage, plugin) in [("a", "gen-to-b", "tcp-send"), ("b", "gen", "tcp-receive"), ("b", "grade-to-a", "tcp-send"), ("a", "grade", "tcp-receive")] {
-        let row = out.stdout.lines().find(|l| l.split_whitespace().take(3).eq([host, stage, plugin])).unwrap_or_else(|| panic!("no {stage} row on {host}:\n{}", out.stdout));
+    for (host, stage, plugin) in [
+        ("a", "gen-to-b", "tcp-send"),
+        ("b", "gen", "tcp-receive"),
+        ("b", "grade-to-a", "tcp-send"),
+        ("a", "grade", "tcp-receive"),
+    ] {
+        let row = out
+            .stdout
+            .lines()
+            .find(|l| l.split_whitespace().take(3).eq([host, stage, plugin]))
+            .unwrap_or_else(|| panic!("no {stage} row on {host}:\n{}", out.stdout));
         assert!(row.contains(" 40 ") && row.ends_with("finished"), "{row}");
     }
     // b's receiver took gen's frames from a's sender, on b's data port.
@@ -367,15 +441,31 @@ fn a_pipeline_split_over_two_network_namespaces_sends_its_frames_over_the_veth()
     let file = pipeline(&dir, "p.toml", &text);
     let sums = dir.join("sums");
     let (before_a, before_b) = (net.a.bytes(), net.b.bytes());
-    let out = start_wrapped(&dir, &net.a.exec(), &["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap()], std::process::Stdio::null()).finish(RUN_TIMEOUT);
+    let out = start_wrapped(
+        &dir,
+        &net.a.exec(),
+        &["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap()],
+        std::process::Stdio::null(),
+    )
+    .finish(RUN_TIMEOUT);
     assert_eq!(out.status.code(), Some(0), "{}", out.output());
     assert_split_chain_sums(&sums, &reference_sums(&dir, &text, None));
     // The frames crossed the veth: gen's (RGB8) from a to b, grade's (RGB8) back.
     let (after_a, after_b) = (net.a.bytes(), net.b.bytes());
     let frame_bytes = u64::from(w * h * 3);
     let least = frames * frame_bytes;
-    assert!(after_a.1 - before_a.1 >= least && after_b.0 - before_b.0 >= least, "a sent {} and b took {} bytes; {frames} frames are {least}", after_a.1 - before_a.1, after_b.0 - before_b.0);
-    assert!(after_b.1 - before_b.1 >= least && after_a.0 - before_a.0 >= least, "b sent {} and a took {} bytes; {frames} frames are {least}", after_b.1 - before_b.1, after_a.0 - before_a.0);
+    assert!(
+        after_a.1 - before_a.1 >= least && after_b.0 - before_b.0 >= least,
+        "a sent {} and b took {} bytes; {frames} frames are {least}",
+        after_a.1 - before_a.1,
+        after_b.0 - before_b.0
+    );
+    assert!(
+        after_b.1 - before_b.1 >= least && after_a.0 - before_a.0 >= least,
+        "b sent {} and a took {} bytes; {frames} frames are {least}",
+        after_b.1 - before_b.1,
+        after_a.0 - before_a.0
+    );
     // b's receiver names the peer: a's veth address.
     b.running().wait_for_stderr(&format!("link 'gen->b': connection 1 from {}:", net.a.address), RUN_TIMEOUT);
     assert_nothing_left(out.pid);
@@ -398,7 +488,10 @@ fn over_a_slow_link(a: &Agent, b: &Agent, frames: u64, policy: &str) -> String {
 /// A report row's field: `(host, stage)` → its value of `field`.
 fn report_field(report: &serde_json::Value, host: &str, stage: &str, field: &str) -> u64 {
     let rows = report["stages"].as_array().unwrap();
-    let row = rows.iter().find(|s| s["host"] == host && s["name"] == stage).unwrap_or_else(|| panic!("no {stage} on {host} in {report}"));
+    let row = rows
+        .iter()
+        .find(|s| s["host"] == host && s["name"] == stage)
+        .unwrap_or_else(|| panic!("no {stage} on {host} in {report}"));
     row[field].as_u64().unwrap()
 }
 
@@ -406,7 +499,8 @@ fn report_field(report: &serde_json::Value, host: &str, stage: &str, field: &str
 /// grade or was counted lost.
 fn every_frame_accounted_for(report: &std::path::Path, frames: u64) {
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
-    let (produced, delivered) = (report_field(&json, "a", "gen", "frames"), report_field(&json, "b", "grade", "frames"));
+    let (produced, delivered) =
+        (report_field(&json, "a", "gen", "frames"), report_field(&json, "b", "grade", "frames"));
     let lost: u64 = json["stages"].as_array().unwrap().iter().map(|s| s["lost"].as_u64().unwrap()).sum();
     assert_eq!(produced, frames, "{json}");
     assert_eq!(delivered + lost, produced, "{json}");
@@ -427,17 +521,41 @@ fn a_rate_limited_link_holds_the_producer_back_or_drops_whole_frames_on_the_send
     let dir = scratch("hosts-tbf");
     let (a, b) = (Agent::start_in(&dir, "a", &net.a), Agent::start_in(&dir, "b", &net.b));
     // 50 Mb/s: about 27 frames of 320x240 RGB8 a second, far fewer than the generator makes.
-    net.a.tc(&["qdisc", "add", "dev", &net.a.veth, "root", "tbf", "rate", "50mbit", "burst", "32kbit", "latency", "400ms"]);
+    net.a.tc(&[
+        "qdisc",
+        "add",
+        "dev",
+        &net.a.veth,
+        "root",
+        "tbf",
+        "rate",
+        "50mbit",
+        "burst",
+        "32kbit",
+        "latency",
+        "400ms",
+    ]);
     let reference = |frames: u64, policy: &str| reference_sums(&dir, &over_a_slow_link(&a, &b, frames, policy), None);
     let run_over = |frames: u64, policy: &str| {
         let file = pipeline(&dir, "p.toml", &over_a_slow_link(&a, &b, frames, policy));
         let sums = dir.join(format!("sums-{policy}"));
         let report = dir.join(format!("report-{policy}.json"));
-        let args = ["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap(), "--report", report.to_str().unwrap()];
+        let args = [
+            "run",
+            file.to_str().unwrap(),
+            "--quiet",
+            "--checksums",
+            sums.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ];
         let out = start_wrapped(&dir, &net.a.exec(), &args, std::process::Stdio::null()).finish(RUN_TIMEOUT);
         assert_eq!(out.status.code(), Some(0), "{}", out.output());
         assert_nothing_left(out.pid);
-        (sums_by_host(&sums), serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(&report).unwrap()).unwrap())
+        (
+            sums_by_host(&sums),
+            serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(&report).unwrap()).unwrap(),
+        )
     };
 
     // block: the receiver's ring full holds the sender, and its ring the generator: nothing
@@ -462,7 +580,8 @@ fn a_rate_limited_link_holds_the_producer_back_or_drops_whole_frames_on_the_send
     for (seq, hash) in &got {
         assert_eq!(want.get(seq), Some(hash), "frame {seq} on b");
     }
-    let (sent, dropped) = (report_field(&report, "a", "gen-to-b", "frames"), report_field(&report, "a", "gen-to-b", "dropped"));
+    let (sent, dropped) =
+        (report_field(&report, "a", "gen-to-b", "frames"), report_field(&report, "a", "gen-to-b", "dropped"));
     assert_eq!(report_field(&report, "a", "gen", "frames"), frames, "{report}");
     assert!(dropped > 0, "nothing dropped on a over a 50 Mb/s link: {report}");
     assert_eq!(sent + dropped, frames, "a's sender sent {sent} and dropped {dropped} of {frames}: {report}");
@@ -501,7 +620,15 @@ fn the_link_down_and_up_mid_run_delays_frames_and_loses_none() {
     let file = pipeline(&dir, "p.toml", &text);
     let sums = dir.join("sums");
     let report = dir.join("report.json");
-    let args = ["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap(), "--report", report.to_str().unwrap()];
+    let args = [
+        "run",
+        file.to_str().unwrap(),
+        "--quiet",
+        "--checksums",
+        sums.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+    ];
     let run = start_wrapped(&dir, &net.a.exec(), &args, std::process::Stdio::null());
     let (made, taken) = (sums.join("a").join("gen.sum"), sums.join("b").join("grade.sum"));
     wait_until(RUN_TIMEOUT, "frames on b", || lines_in(&taken) > 0);
@@ -534,7 +661,15 @@ fn with_on_host_loss_wait_a_host_cut_off_past_the_lease_is_waited_for_and_the_ru
     let file = pipeline(&dir, "p.toml", &text);
     let sums = dir.join("sums");
     let report = dir.join("report.json");
-    let args = ["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap(), "--report", report.to_str().unwrap()];
+    let args = [
+        "run",
+        file.to_str().unwrap(),
+        "--quiet",
+        "--checksums",
+        sums.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+    ];
     let mut run = start_wrapped(&dir, &net.a.exec(), &args, std::process::Stdio::null());
     let taken = sums.join("b").join("grade.sum");
     wait_until(RUN_TIMEOUT, "frames on b", || lines_in(&taken) > 0);
@@ -544,7 +679,12 @@ fn with_on_host_loss_wait_a_host_cut_off_past_the_lease_is_waited_for_and_the_ru
     run.wait_for_stderr("host `b` was lost; the others run on until it is back (on_host_loss = \"wait\")", RUN_TIMEOUT);
     net.a.ip(&["link", "set", &net.a.veth, "up"]);
     let back = run.wait_for_either("host `b` is back", "host `b` came back without its part", RUN_TIMEOUT);
-    assert!(back, "b came back without its part:\n{}\nb's agent said:\n{}", run.stderr_so_far(), b.running.as_ref().unwrap().stderr_so_far());
+    assert!(
+        back,
+        "b came back without its part:\n{}\nb's agent said:\n{}",
+        run.stderr_so_far(),
+        b.running.as_ref().unwrap().stderr_so_far()
+    );
     let out = run.finish(RUN_TIMEOUT);
     assert_eq!(out.status.code(), Some(0), "{}", out.output());
     every_frame_accounted_for(&report, frames);

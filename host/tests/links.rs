@@ -34,7 +34,10 @@ fn run_ok(dir: &Path, file: &Path) -> Finished {
 #[test]
 fn fan_out_delivers_every_frame_to_every_consumer() {
     let dir = scratch("fan-out");
-    let file = pipeline(&dir, "p.toml", r#"
+    let file = pipeline(
+        &dir,
+        "p.toml",
+        r#"
 [pipeline]
 frames = 200
 [[stage]]
@@ -56,7 +59,8 @@ params = { path = "b.sum" }
 name = "c"
 plugin = "null"
 inputs = ["gen"]
-"#);
+"#,
+    );
     run_ok(&dir, &file);
     let made = truth(&dir, "gen");
     assert_eq!(made.len(), 200);
@@ -159,7 +163,10 @@ fn drop_oldest_and_latest_never_hold_the_producer_and_account_for_every_frame() 
 #[test]
 fn fan_in_aligns_inputs_by_sequence_number_even_when_one_branch_drops() {
     let dir = scratch("fan-in-drops");
-    let file = pipeline(&dir, "p.toml", r#"
+    let file = pipeline(
+        &dir,
+        "p.toml",
+        r#"
 [pipeline]
 frames = 200
 [[stage]]
@@ -182,7 +189,8 @@ name = "join"
 plugin = "checksum"
 inputs = ["slow", "fast"]
 params = { path = "join.sum" }
-"#);
+"#,
+    );
     run_ok(&dir, &file);
     let made = truth(&dir, "gen");
     let lines = sum_lines(&dir.join("join.sum"));

@@ -97,7 +97,10 @@ inputs = ["gen"]
 "#;
     let file = pipeline(dir, "reference.toml", text);
     let n = frames.to_string();
-    let run = run(dir, &["run", &file.to_string_lossy(), "--in-process", "--quiet", "--frames", &n, "--checksums", "reference"]);
+    let run = run(
+        dir,
+        &["run", &file.to_string_lossy(), "--in-process", "--quiet", "--frames", &n, "--checksums", "reference"],
+    );
     assert_eq!(run.status.code(), Some(0), "{}", run.output());
     tap(&dir.join("reference/gen.sum"))
 }
@@ -108,7 +111,12 @@ fn report(path: &Path) -> serde_json::Value {
 
 /// Frames counted lost or dropped by every stage of a run's report.
 fn counted(report: &serde_json::Value) -> u64 {
-    report["stages"].as_array().unwrap().iter().map(|s| s["lost"].as_u64().unwrap() + s["dropped"].as_u64().unwrap()).sum()
+    report["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["lost"].as_u64().unwrap() + s["dropped"].as_u64().unwrap())
+        .sum()
 }
 
 /// Start the receiver's run, then the sender's, in `dir`/b and `dir`/a.
@@ -118,7 +126,8 @@ fn start_both(dir: &Path, sender_text: &str, receiver_text: &str, sender_args: &
     std::fs::create_dir_all(&b).unwrap();
     let rfile = pipeline(&b, "p.toml", receiver_text);
     let sfile = pipeline(&a, "p.toml", sender_text);
-    let mut receiving = start(&b, &["run", &rfile.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
+    let mut receiving =
+        start(&b, &["run", &rfile.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
     receiving.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
     let mut args = vec!["run", sfile.to_str().unwrap(), "--quiet", "--report", "report.json", "--checksums", "sums"];
     args.extend_from_slice(sender_args);
@@ -130,7 +139,8 @@ fn start_both(dir: &Path, sender_text: &str, receiver_text: &str, sender_args: &
 fn frames_cross_between_two_runs_exactly_as_one_process_makes_them() {
     let dir = scratch("net-plain");
     let port = free_port();
-    let (sending, mut receiving) = start_both(&dir, &sender(port, "frames = 60", (64, 48), ""), &receiver(port, (64, 48), 20.0, ""), &[]);
+    let (sending, mut receiving) =
+        start_both(&dir, &sender(port, "frames = 60", (64, 48), ""), &receiver(port, (64, 48), 20.0, ""), &[]);
     receiving.wait_for_stderr(&format!("link '{LINK}': connection 1 from 127.0.0.1:"), RUN_TIMEOUT);
     let sent = sending.finish(RUN_TIMEOUT);
     let received = receiving.finish(RUN_TIMEOUT);
@@ -159,7 +169,11 @@ fn wait_for_frames(path: &Path, n: usize) -> usize {
         if lines >= n {
             return lines;
         }
-        assert!(std::time::Instant::now() < deadline, "{} has {lines} frames, not {n}, after {RUN_TIMEOUT:?}", path.display());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} has {lines} frames, not {n}, after {RUN_TIMEOUT:?}",
+            path.display()
+        );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
@@ -242,7 +256,11 @@ fn fault_and_check(name: &str, fault: Fault) {
 
     let made = tap(&dir.join("a/sums/gen.sum"));
     let produced = made.len() as u64;
-    assert_eq!(made.keys().copied().collect::<Vec<_>>(), (0..produced).collect::<Vec<_>>(), "the source made every number once");
+    assert_eq!(
+        made.keys().copied().collect::<Vec<_>>(),
+        (0..produced).collect::<Vec<_>>(),
+        "the source made every number once"
+    );
     let delivered = sum_lines(&dir.join("b/sums/sink.sum"));
     let seqs: Vec<u64> = delivered.iter().map(|(s, _)| *s).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "the sink got each frame once, in order: {seqs:?}");
@@ -251,7 +269,8 @@ fn fault_and_check(name: &str, fault: Fault) {
     // last thing before): a sender killed after the frame's last byte went out and before
     // that has it delivered and counted lost both. At most the one frame it was taking, and
     // it shows as a frame the sink got that the sender never tapped.
-    let sender_done: std::collections::BTreeSet<u64> = sum_lines(&dir.join("a/sums/gen-to-b.sum")).iter().map(|(s, _)| *s).collect();
+    let sender_done: std::collections::BTreeSet<u64> =
+        sum_lines(&dir.join("a/sums/gen-to-b.sum")).iter().map(|(s, _)| *s).collect();
     let twice: Vec<u64> = seqs.iter().copied().filter(|s| !sender_done.contains(s)).collect();
     let most = if fault == Fault::KillSender { 1 } else { 0 };
     assert!(twice.len() <= most, "frames delivered that the sender never finished: {twice:?}");
@@ -307,7 +326,11 @@ fn a_format_mismatch_fails_both_ends_naming_both_formats_and_the_link() {
         assert!(run.stdout.contains(&why), "{end}: {}", run.output());
         assert!(run.stdout.contains("the receiver expects rgb8 64x64 ("), "{end}: {}", run.output());
     }
-    assert!(sent.stdout.contains(&format!("the receiver at 127.0.0.1:{port} refused the connection")), "{}", sent.output());
+    assert!(
+        sent.stdout.contains(&format!("the receiver at 127.0.0.1:{port} refused the connection")),
+        "{}",
+        sent.output()
+    );
     assert_nothing_left(sent.pid);
     assert_nothing_left(received.pid);
 }

@@ -118,7 +118,9 @@ fn held_wake_ups_lose_no_frame() {
         let file_arg = file.to_string_lossy().into_owned();
         let frames_arg = frames.to_string();
         let mut sums = Vec::new();
-        for (mode, wrap, extra) in [("held", &["env", "GPUIPC_WAKE_BATCH=3"][..], None), ("inproc", &[][..], Some("--in-process"))] {
+        for (mode, wrap, extra) in
+            [("held", &["env", "GPUIPC_WAKE_BATCH=3"][..], None), ("inproc", &[][..], Some("--in-process"))]
+        {
             let dir = scratch(&format!("held-wakes-{stem}-{mode}"));
             let mut args = vec!["run", &file_arg, "--quiet", "--frames", &frames_arg, "--checksums", "sums"];
             args.extend(extra);

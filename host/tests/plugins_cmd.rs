@@ -180,11 +180,23 @@ fn inspect_shows_a_plugins_formats_and_every_param_with_its_default() {
     assert!(out.stdout.contains("inputs      1 to 8 (aligned by sequence number)\n"), "{}", out.text());
     assert!(out.stdout.contains("produces    nothing (a sink)\n"), "{}", out.text());
     assert!(out.stdout.contains("  path: string, required\n"), "{}", out.text());
-    assert!(out.stdout.contains("replicas    one instance only (it keeps state from one frame to the next)\n"), "{}", out.text());
+    assert!(
+        out.stdout.contains("replicas    one instance only (it keeps state from one frame to the next)\n"),
+        "{}",
+        out.text()
+    );
     let out = host(&dir, &["inspect", "yuv420"], None);
-    assert!(out.stdout.contains("replicas    allowed (replicas = N shares its frames among N processes)\n"), "{}", out.text());
+    assert!(
+        out.stdout.contains("replicas    allowed (replicas = N shares its frames among N processes)\n"),
+        "{}",
+        out.text()
+    );
     let out = host(&dir, &["inspect", "test-abi-1-0"], None);
-    assert!(out.stdout.contains("replicas    one instance only (built for plugin ABI 1.0, which cannot say otherwise)\n"), "{}", out.text());
+    assert!(
+        out.stdout.contains("replicas    one instance only (built for plugin ABI 1.0, which cannot say otherwise)\n"),
+        "{}",
+        out.text()
+    );
 }
 
 #[test]
@@ -194,7 +206,11 @@ fn inspect_takes_a_path_too() {
     let out = host(&dir, &["inspect", "./libgpuipc_null.so"], None);
     assert_eq!(out.code, Some(0), "{}", out.text());
     assert!(out.stdout.starts_with("null 0.1.0\n"), "{}", out.text());
-    assert!(out.stdout.contains(&format!("file        {}\n", dir.join("libgpuipc_null.so").display())), "{}", out.text());
+    assert!(
+        out.stdout.contains(&format!("file        {}\n", dir.join("libgpuipc_null.so").display())),
+        "{}",
+        out.text()
+    );
     assert!(out.stdout.contains("params: none declared\n"), "{}", out.text());
 }
 
@@ -230,7 +246,9 @@ fn a_plugin_built_for_abi_1_0_loads_runs_and_declares_no_params() {
     assert_eq!(out.code, Some(0), "{}", out.text());
     assert!(out.stdout.contains("plugin ABI  1.0\n"), "{}", out.text());
     assert!(
-        out.stdout.contains("params: not declared (built for plugin ABI 1.0, which cannot carry them; see the plugin's docs)"),
+        out.stdout.contains(
+            "params: not declared (built for plugin ABI 1.0, which cannot carry them; see the plugin's docs)"
+        ),
         "{}",
         out.text()
     );

@@ -13,11 +13,17 @@ use common::*;
 fn python_ready() -> bool {
     let exe = std::env::var("GPUIPC_PYTHON").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| "python3".to_owned());
     let ok = std::process::Command::new(&exe)
-        .args(["-c", "import numpy, sysconfig, sys; sys.exit(0 if sysconfig.get_config_var('Py_ENABLE_SHARED') else 1)"])
+        .args([
+            "-c",
+            "import numpy, sysconfig, sys; sys.exit(0 if sysconfig.get_config_var('Py_ENABLE_SHARED') else 1)",
+        ])
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        assert!(std::env::var_os("GPUIPC_REQUIRE_PYTHON").is_none(), "GPUIPC_REQUIRE_PYTHON is set, but `{exe}` has no NumPy or no shared libpython");
+        assert!(
+            std::env::var_os("GPUIPC_REQUIRE_PYTHON").is_none(),
+            "GPUIPC_REQUIRE_PYTHON is set, but `{exe}` has no NumPy or no shared libpython"
+        );
         eprintln!("skipped: `{exe}` has no NumPy or no shared libpython (set GPUIPC_PYTHON)");
     }
     ok
@@ -130,7 +136,10 @@ fn chain(middle: &str, extra: &str) -> String {
 fn grade_params(plugin: &str) -> String {
     let own = "brightness = 0.1, contrast = 1.2, gamma = 1.1, invert = true";
     match plugin {
-        "python" => format!("plugin = \"python\"\nparams = {{ script = \"{}\", class = \"Grade\", {own} }}", repo_root().join("pipelines/python/grade.py").display()),
+        "python" => format!(
+            "plugin = \"python\"\nparams = {{ script = \"{}\", class = \"Grade\", {own} }}",
+            repo_root().join("pipelines/python/grade.py").display()
+        ),
         _ => format!("plugin = \"rgb-process\"\nparams = {{ {own} }}"),
     }
 }
@@ -165,7 +174,11 @@ fn a_python_sink_gets_every_frame_in_order_read_only_and_is_flushed() {
     let dir = scratch("python-sink");
     let script = classes(&dir);
     let out_file = dir.join("seen.txt");
-    let sink = format!("plugin = \"python\"\nparams = {{ script = \"{}\", class = \"Sink\", path = \"{}\" }}", script.display(), out_file.display());
+    let sink = format!(
+        "plugin = \"python\"\nparams = {{ script = \"{}\", class = \"Sink\", path = \"{}\" }}",
+        script.display(),
+        out_file.display()
+    );
     let text = format!(
         "[pipeline]\ndevice = \"cpu\"\nframes = 30\n\n[[stage]]\nname = \"gen\"\nplugin = \"generator\"\nparams = {{ width = 64, height = 48, pattern = \"gradient\" }}\n\n[[stage]]\nname = \"py\"\ninputs = [\"gen\"]\n{sink}\n"
     );
@@ -213,7 +226,8 @@ fn an_exception_fails_the_stage_with_its_traceback_and_a_restart_loses_only_that
     }
     let dir = scratch("python-exception");
     let script = classes(&dir);
-    let middle = format!("plugin = \"python\"\nparams = {{ script = \"{}\", class = \"Boom\", at = 5 }}", script.display());
+    let middle =
+        format!("plugin = \"python\"\nparams = {{ script = \"{}\", class = \"Boom\", at = 5 }}", script.display());
     let file = pipeline(&dir, "p.toml", &chain(&middle, ""));
     let out = run(&dir, &["run", file.to_str().unwrap(), "--quiet"]);
     assert_eq!(out.status.code(), Some(1), "{}", out.output());
@@ -238,11 +252,18 @@ fn sys_exit_fails_the_stage_saying_so() {
     }
     let dir = scratch("python-exit");
     let script = classes(&dir);
-    let middle = format!("plugin = \"python\"\nparams = {{ script = \"{}\", class = \"Exit\", at = 4 }}", script.display());
+    let middle =
+        format!("plugin = \"python\"\nparams = {{ script = \"{}\", class = \"Exit\", at = 4 }}", script.display());
     let file = pipeline(&dir, "p.toml", &chain(&middle, ""));
     let out = run(&dir, &["run", file.to_str().unwrap(), "--quiet"]);
     assert_eq!(out.status.code(), Some(1), "{}", out.output());
-    assert!(out.stdout.contains("stage 'py' got an error from the plugin's `process` at frame 4: the Python code called sys.exit(3)"), "{}", out.output());
+    assert!(
+        out.stdout.contains(
+            "stage 'py' got an error from the plugin's `process` at frame 4: the Python code called sys.exit(3)"
+        ),
+        "{}",
+        out.output()
+    );
     assert_nothing_left(out.pid);
 }
 
@@ -253,11 +274,18 @@ fn a_hang_in_python_is_ended_by_the_watchdog() {
     }
     let dir = scratch("python-hang");
     let script = classes(&dir);
-    let middle = format!("plugin = \"python\"\nparams = {{ script = \"{}\", class = \"Hang\", at = 3 }}", script.display());
+    let middle =
+        format!("plugin = \"python\"\nparams = {{ script = \"{}\", class = \"Hang\", at = 3 }}", script.display());
     let file = pipeline(&dir, "p.toml", &chain(&middle, "stall_timeout = \"500ms\""));
     let out = run(&dir, &["run", file.to_str().unwrap(), "--quiet"]);
     assert_eq!(out.status.code(), Some(1), "{}", out.output());
-    assert!(out.stdout.contains("stage 'py' stalled: no progress for 500 ms (in the plugin's process at frame 3); killed by the watchdog"), "{}", out.output());
+    assert!(
+        out.stdout.contains(
+            "stage 'py' stalled: no progress for 500 ms (in the plugin's process at frame 3); killed by the watchdog"
+        ),
+        "{}",
+        out.output()
+    );
     assert_nothing_left(out.pid);
 }
 
@@ -269,14 +297,32 @@ fn validate_reports_python_errors_with_file_and_line() {
     let dir = scratch("python-validate");
     let script = classes(&dir);
     let cases = [
-        (format!("script = \"{}\", class = \"Nope\"", script.display()), vec![format!("script `{}` defines no `Nope`; its classes: BadNegotiate, Boom, Counter, Exit, Hang, Second, Sink, SourceWithoutNegotiate", script.display())]),
+        (
+            format!("script = \"{}\", class = \"Nope\"", script.display()),
+            vec![format!(
+                "script `{}` defines no `Nope`; its classes: BadNegotiate, Boom, Counter, Exit, Hang, Second, Sink, SourceWithoutNegotiate",
+                script.display()
+            )],
+        ),
         (
             format!("script = \"{}\", class = \"BadNegotiate\"", script.display()),
-            vec![format!("File \"{}\", line 63, in negotiate", script.display()), "AttributeError: 'gpuipc.Format' object has no attribute 'nope'".to_owned()],
+            vec![
+                format!("File \"{}\", line 63, in negotiate", script.display()),
+                "AttributeError: 'gpuipc.Format' object has no attribute 'nope'".to_owned(),
+            ],
         ),
-        ("script = \"missing.py\", class = \"X\"".to_owned(), vec!["script `missing.py`: No such file or directory".to_owned()]),
-        ("class = \"X\"".to_owned(), vec!["param `script` (a Python file) or `module` (an importable module) is required".to_owned()]),
-        ("module = \"no_such_module_here\", class = \"X\"".to_owned(), vec!["ModuleNotFoundError: No module named 'no_such_module_here'".to_owned()]),
+        (
+            "script = \"missing.py\", class = \"X\"".to_owned(),
+            vec!["script `missing.py`: No such file or directory".to_owned()],
+        ),
+        (
+            "class = \"X\"".to_owned(),
+            vec!["param `script` (a Python file) or `module` (an importable module) is required".to_owned()],
+        ),
+        (
+            "module = \"no_such_module_here\", class = \"X\"".to_owned(),
+            vec!["ModuleNotFoundError: No module named 'no_such_module_here'".to_owned()],
+        ),
     ];
     for (params, wanted) in cases {
         let file = pipeline(&dir, "p.toml", &chain(&format!("plugin = \"python\"\nparams = {{ {params} }}"), ""));
@@ -325,15 +371,25 @@ fn a_python_source_makes_frames_until_it_ends_its_stream() {
     }
     assert_nothing_left(out.pid);
 
-    let text = format!("[[stage]]\nname = \"src\"\nplugin = \"python\"\nparams = {{ script = \"{}\", class = \"SourceWithoutNegotiate\" }}\n", script.display());
+    let text = format!(
+        "[[stage]]\nname = \"src\"\nplugin = \"python\"\nparams = {{ script = \"{}\", class = \"SourceWithoutNegotiate\" }}\n",
+        script.display()
+    );
     let file = pipeline(&dir, "bad.toml", &text);
     let out = run(&dir, &["validate", file.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", out.output());
     assert!(out.stderr.contains("class `SourceWithoutNegotiate` is a source (no inputs), so it needs a static `negotiate(params, input_formats)` that returns its output format"), "{}", out.output());
 
-    let text = format!("[[stage]]\nname = \"src\"\nplugin = \"python\"\nreplicas = 2\nparams = {{ script = \"{}\", class = \"Counter\", count = 3 }}\n", script.display());
+    let text = format!(
+        "[[stage]]\nname = \"src\"\nplugin = \"python\"\nreplicas = 2\nparams = {{ script = \"{}\", class = \"Counter\", count = 3 }}\n",
+        script.display()
+    );
     let file = pipeline(&dir, "replicas.toml", &text);
     let out = run(&dir, &["validate", file.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", out.output());
-    assert!(out.stderr.contains("stage 'src' is a source (no inputs): each replica would make the whole stream"), "{}", out.output());
+    assert!(
+        out.stderr.contains("stage 'src' is a source (no inputs): each replica would make the whole stream"),
+        "{}",
+        out.output()
+    );
 }

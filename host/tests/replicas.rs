@@ -50,7 +50,10 @@ fn seqs(dir: &Path, file: &str) -> Vec<u64> {
 fn reference(dir: &Path, file: &Path, frames: u64) -> std::path::PathBuf {
     let out = dir.join("reference");
     let frames = frames.to_string();
-    let run = run(dir, &["run", &file.to_string_lossy(), "--in-process", "--quiet", "--frames", &frames, "--checksums", "reference"]);
+    let run = run(
+        dir,
+        &["run", &file.to_string_lossy(), "--in-process", "--quiet", "--frames", &frames, "--checksums", "reference"],
+    );
     assert!(run.status.success(), "{}", run.output());
     out
 }
@@ -58,7 +61,8 @@ fn reference(dir: &Path, file: &Path, frames: u64) -> std::path::PathBuf {
 /// Every frame a stage's tap (or its replicas' taps) holds equals the reference's.
 fn assert_like_reference(sums: &Path, reference: &Path, stage: &str, replicas: u32) {
     let want: BTreeMap<u64, String> = tap(reference, stage).into_iter().collect();
-    let files: Vec<String> = if replicas == 1 { vec![stage.to_owned()] } else { (0..replicas).map(|r| format!("{stage}#{r}")).collect() };
+    let files: Vec<String> =
+        if replicas == 1 { vec![stage.to_owned()] } else { (0..replicas).map(|r| format!("{stage}#{r}")).collect() };
     let mut compared = 0;
     for file in files {
         if !sums.join(format!("{file}.sum")).exists() {
@@ -105,11 +109,28 @@ fn replicas_deliver_the_stream_one_process_would_in_order() {
     for replicas in [1, 2, 4] {
         let dir = scratch(&format!("replicas-order-{replicas}"));
         let file = pipeline(&dir, "p.toml", &CHAIN.replace("REPLICAS", &replicas.to_string()));
-        let out = run(&dir, &["run", &file.to_string_lossy(), "--quiet", "--frames", "500", "--report", "report.json", "--checksums", "sums"]);
+        let out = run(
+            &dir,
+            &[
+                "run",
+                &file.to_string_lossy(),
+                "--quiet",
+                "--frames",
+                "500",
+                "--report",
+                "report.json",
+                "--checksums",
+                "sums",
+            ],
+        );
         assert_eq!(out.status.code(), Some(0), "{}", out.output());
         let sums = dir.join("sums");
         let sink = seqs(&sums, "sink");
-        assert_eq!(sink, (0..500).collect::<Vec<u64>>(), "{replicas} replicas: the sink got every frame once, in order");
+        assert_eq!(
+            sink,
+            (0..500).collect::<Vec<u64>>(),
+            "{replicas} replicas: the sink got every frame once, in order"
+        );
         let report = report(&dir);
         assert_eq!(total(&report, "grade", "frames"), 500, "each frame went to one replica of 'grade'");
         assert_eq!(total(&report, "yuv", "frames"), 500);
@@ -151,11 +172,25 @@ plugin = "null"
 inputs = ["join"]
 "#,
     );
-    let out = run(&dir, &["run", &file.to_string_lossy(), "--quiet", "--frames", "400", "--report", "report.json", "--checksums", "sums"]);
+    let out = run(
+        &dir,
+        &[
+            "run",
+            &file.to_string_lossy(),
+            "--quiet",
+            "--frames",
+            "400",
+            "--report",
+            "report.json",
+            "--checksums",
+            "sums",
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", out.output());
     let sums = dir.join("sums");
     // Every number went to one replica (a tap holds the numbers a replica took and made).
-    let mut taken: Vec<u64> = (0..3).flat_map(|r| tap(&sums, &format!("join#{r}")).into_iter().map(|(seq, _)| seq)).collect();
+    let mut taken: Vec<u64> =
+        (0..3).flat_map(|r| tap(&sums, &format!("join#{r}")).into_iter().map(|(seq, _)| seq)).collect();
     taken.sort_unstable();
     assert_eq!(taken, (0..400).collect::<Vec<u64>>(), "every aligned set taken by exactly one replica");
     let sink = seqs(&sums, "sink");
@@ -206,7 +241,20 @@ policy = "latest"
 params = { sink = true, delay_us = 500 }
 "#,
     );
-    let out = run(&dir, &["run", &file.to_string_lossy(), "--quiet", "--frames", "600", "--report", "report.json", "--checksums", "sums"]);
+    let out = run(
+        &dir,
+        &[
+            "run",
+            &file.to_string_lossy(),
+            "--quiet",
+            "--frames",
+            "600",
+            "--report",
+            "report.json",
+            "--checksums",
+            "sums",
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", out.output());
     let sums = dir.join("sums");
     let report = report(&dir);
@@ -257,7 +305,8 @@ fn kill_replicas_twenty_times(on_loss: &str) {
     let mut dice = Dice(seed);
     let dir = scratch(&format!("replicas-kills-{on_loss}"));
     let file = pipeline(&dir, "p.toml", &KILLED.replace("ON_LOSS", on_loss));
-    let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
+    let mut host =
+        start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
     host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
     let mut restarts: BTreeMap<String, u64> = BTreeMap::new();
     for _ in 0..20 {
@@ -280,8 +329,14 @@ fn kill_replicas_twenty_times(on_loss: &str) {
     let produced = tap(&sums, "gen").len() as u64;
     let delivered = seqs(&sums, "sink");
     assert!(delivered.windows(2).all(|w| w[0] < w[1]), "the sink got each frame once, in order");
-    let counted: u64 = ["gen", "grade", "sink"].iter().map(|s| total(&report, s, "dropped") + total(&report, s, "lost")).sum();
-    assert_eq!(produced, delivered.len() as u64 + counted, "produced = delivered + dropped + lost\n{}", finished.stdout);
+    let counted: u64 =
+        ["gen", "grade", "sink"].iter().map(|s| total(&report, s, "dropped") + total(&report, s, "lost")).sum();
+    assert_eq!(
+        produced,
+        delivered.len() as u64 + counted,
+        "produced = delivered + dropped + lost\n{}",
+        finished.stdout
+    );
     if on_loss == "retry" {
         assert_eq!(counted, 0, "with retry a killed replica's frame is made by a sibling\n{}", finished.stdout);
     }
@@ -304,9 +359,13 @@ fn twenty_random_kills_of_replicas_with_drop_lose_only_counted_frames() {
 #[test]
 fn without_a_restart_policy_the_stage_goes_on_with_the_replicas_left() {
     let dir = scratch("replicas-gone");
-    let text = KILLED.replace("ON_LOSS", "retry").replace("restart = \"on-failure\"", "restart = \"never\"").replace("fps = 2000.0", "fps = 500.0");
+    let text = KILLED
+        .replace("ON_LOSS", "retry")
+        .replace("restart = \"on-failure\"", "restart = \"never\"")
+        .replace("fps = 2000.0", "fps = 500.0");
     let file = pipeline(&dir, "p.toml", &text.replace("name = \"killed\"", "name = \"killed\"\nframes = 600"));
-    let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
+    let mut host =
+        start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
     host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
     for victim in ["grade#1", "grade#3", "grade#0"] {
         rustix::process::kill_process(pid_of(host.pid(), victim), Signal::KILL).unwrap();

@@ -29,8 +29,10 @@ fn stage<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value
 fn a_stage_that_dies_once_is_restarted_and_the_run_finishes_counting_the_lost_frame() {
     for mode in ["sigkill_at", "panic_at", "error_at", "abort_at", "exit_at"] {
         let dir = scratch(&format!("restart-once-{mode}"));
-        let file = pipeline(&dir, "p.toml", &faulty_run(mode, 5, "restart = \"on-failure\"\nrestart_backoff = \"1ms\""));
-        let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
+        let file =
+            pipeline(&dir, "p.toml", &faulty_run(mode, 5, "restart = \"on-failure\"\nrestart_backoff = \"1ms\""));
+        let run =
+            run(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
         assert_eq!(run.status.code(), Some(0), "{mode}:\n{}", run.output());
         assert!(run.stderr.contains("stage 'bad' restarted (restart 1)"), "{mode}:\n{}", run.output());
         let report = report(&dir);
@@ -176,7 +178,8 @@ fn twenty_random_kills_and_a_stop_lose_only_counted_frames_and_deliver_only_righ
     let mut dice = Dice(seed);
     let dir = scratch("fault-injection");
     let file = pipeline(&dir, "p.toml", CHAIN);
-    let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
+    let mut host =
+        start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
     host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
     let mut restarts: BTreeMap<&str, u64> = BTreeMap::new();
     for kill in 0..21 {
@@ -197,7 +200,8 @@ fn twenty_random_kills_and_a_stop_lose_only_counted_frames_and_deliver_only_righ
     let finished = host.finish(RUN_TIMEOUT);
     assert_eq!(finished.status.code(), Some(0), "{}", finished.output());
     assert!(finished.stdout.contains("run 'chain' stopped by a stop signal and drained"), "{}", finished.output());
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     for (&name, &n) in &restarts {
         assert_eq!(stage(&report, name)["restarts"].as_u64(), Some(n), "restarts of '{name}'");
     }
@@ -205,11 +209,18 @@ fn twenty_random_kills_and_a_stop_lose_only_counted_frames_and_deliver_only_righ
     let sums = dir.join("sums");
     let made = tap(&sums, "gen");
     let produced = made.len() as u64;
-    assert_eq!(made.keys().copied().collect::<Vec<_>>(), (0..produced).collect::<Vec<_>>(), "the source made every number once");
+    assert_eq!(
+        made.keys().copied().collect::<Vec<_>>(),
+        (0..produced).collect::<Vec<_>>(),
+        "the source made every number once"
+    );
     let delivered = sum_lines(&sums.join("sink.sum"));
     let seqs: Vec<u64> = delivered.iter().map(|(s, _)| *s).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "the sink got each frame once, in order: {seqs:?}");
-    let counted: u64 = STAGES.iter().map(|s| stage(&report, s)["dropped"].as_u64().unwrap() + stage(&report, s)["lost"].as_u64().unwrap()).sum();
+    let counted: u64 = STAGES
+        .iter()
+        .map(|s| stage(&report, s)["dropped"].as_u64().unwrap() + stage(&report, s)["lost"].as_u64().unwrap())
+        .sum();
     assert_eq!(produced, seqs.len() as u64 + counted, "produced = delivered + dropped + lost\n{}", finished.stdout);
     assert_links_balance(&report, &finished.output());
 
@@ -217,7 +228,10 @@ fn twenty_random_kills_and_a_stop_lose_only_counted_frames_and_deliver_only_righ
     let reference = dir.join("reference");
     std::fs::create_dir_all(&reference).unwrap();
     let frames = produced.to_string();
-    let refrun = run(&dir, &["run", &file.to_string_lossy(), "--in-process", "--quiet", "--frames", &frames, "--checksums", "reference"]);
+    let refrun = run(
+        &dir,
+        &["run", &file.to_string_lossy(), "--in-process", "--quiet", "--frames", &frames, "--checksums", "reference"],
+    );
     assert!(refrun.status.success(), "{}", refrun.output());
     for name in STAGES {
         let want = tap(&reference, name);
@@ -264,13 +278,16 @@ params = { path = "out/video.y4m" }
 fn restarted_file_sinks_keep_every_frame_delivered_to_them_once() {
     let dir = scratch("file-sinks");
     let file = pipeline(&dir, "p.toml", FILE_SINKS);
-    let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
+    let mut host =
+        start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
     host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
     for round in 1..=3 {
         for sink in ["hashes", "file"] {
             let tap = dir.join("sums").join(format!("{sink}.sum"));
             let want = 100 * round;
-            wait_until(RUN_TIMEOUT, "frames at the sink", || std::fs::read_to_string(&tap).is_ok_and(|t| t.lines().count() >= want));
+            wait_until(RUN_TIMEOUT, "frames at the sink", || {
+                std::fs::read_to_string(&tap).is_ok_and(|t| t.lines().count() >= want)
+            });
             rustix::process::kill_process(pid_of(host.pid(), sink), Signal::KILL).unwrap();
             host.wait_for_stderr(&format!("stage '{sink}' restarted (restart {round})"), RUN_TIMEOUT);
         }
@@ -286,7 +303,12 @@ fn restarted_file_sinks_keep_every_frame_delivered_to_them_once() {
     assert!(written.windows(2).all(|w| w[0] < w[1]), "each frame once, in order: {written:?}");
     assert!(delivered.iter().all(|s| written.contains(s)), "every delivered frame is in the file");
     let lost = stage(&report, "hashes")["lost"].as_u64().unwrap();
-    assert!(written.len() as u64 <= delivered.len() as u64 + lost, "{} written, {} delivered, {lost} lost", written.len(), delivered.len());
+    assert!(
+        written.len() as u64 <= delivered.len() as u64 + lost,
+        "{} written, {} delivered, {lost} lost",
+        written.len(),
+        delivered.len()
+    );
 
     // The y4m stream: its header once, then whole frames, as many as were delivered (and at
     // most the lost ones besides).
@@ -298,7 +320,10 @@ fn restarted_file_sinks_keep_every_frame_delivered_to_them_once() {
     let frames = ((bytes.len() - header.len()) / frame) as u64;
     let delivered = sum_lines(&dir.join("sums/file.sum")).len() as u64;
     let lost = stage(&report, "file")["lost"].as_u64().unwrap();
-    assert!((delivered..=delivered + lost).contains(&frames), "{frames} frames in the file, {delivered} delivered, {lost} lost");
+    assert!(
+        (delivered..=delivered + lost).contains(&frames),
+        "{frames} frames in the file, {delivered} delivered, {lost} lost"
+    );
     assert_eq!(bytes.windows(header.len()).filter(|w| *w == header).count(), 1, "one header");
     assert_nothing_left(finished.pid);
 }
@@ -316,7 +341,13 @@ fn assert_links_balance(report: &serde_json::Value, output: &str) {
             "produced = delivered + dropped + lost on {link}\n{output}"
         );
         let producer = link["producer"].as_str().unwrap();
-        let made: u64 = report["stages"].as_array().unwrap().iter().filter(|s| s["name"].as_str().unwrap().split('#').next() == Some(producer)).map(|s| s["frames"].as_u64().unwrap()).sum();
+        let made: u64 = report["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["name"].as_str().unwrap().split('#').next() == Some(producer))
+            .map(|s| s["frames"].as_u64().unwrap())
+            .sum();
         assert_eq!(made, count("produced"), "{link}");
     }
     assert_eq!(report["warnings"].as_array().map_or(0, Vec::len), 0, "{output}");

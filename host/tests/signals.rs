@@ -38,7 +38,11 @@ struct Traced {
 impl Traced {
     /// Start `strace STRACE_ARGS gpuipc-host ARGS` in `dir` and find the host's pid.
     fn start(dir: &Path, strace_args: &[&str], args: &[&str]) -> Traced {
-        let wrap: Vec<&str> = ["strace", "-qq", "-e", "trace=rt_sigaction", "-e", "signal=none"].iter().chain(strace_args).copied().collect();
+        let wrap: Vec<&str> = ["strace", "-qq", "-e", "trace=rt_sigaction", "-e", "signal=none"]
+            .iter()
+            .chain(strace_args)
+            .copied()
+            .collect();
         let strace = start_wrapped(dir, &wrap, args, Stdio::null());
         let children = format!("/proc/{0}/task/{0}/children", strace.pid());
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -138,7 +142,11 @@ fn installs_of_stop_handlers(dir: &Path, args: &[&str], stop: impl FnOnce(&mut T
         .collect();
     let names: Vec<&str> = installs.iter().map(|(_, s)| s.as_str()).collect();
     for signal in ["SIGINT", "SIGTERM", "SIGHUP"] {
-        assert!(names.contains(&signal), "no handler of {signal} installed by `gpuipc-host {}`:\n{text}", args.join(" "));
+        assert!(
+            names.contains(&signal),
+            "no handler of {signal} installed by `gpuipc-host {}`:\n{text}",
+            args.join(" ")
+        );
     }
     installs
 }
@@ -150,7 +158,10 @@ fn every_install_hit(dir: &Path, args: &[&str], find_args: &[&str], stop: impl F
     for (call, signal) in installs_of_stop_handlers(dir, find_args, stop) {
         let inject = format!("inject=rt_sigaction:signal={signal}:when={call}");
         let traced = Traced::start(dir, &["-e", &inject, "-o", "/dev/null"], args);
-        let why = format!("{signal} at rt_sigaction call {call} (its handler's install) of `gpuipc-host {}` was lost", args.join(" "));
+        let why = format!(
+            "{signal} at rt_sigaction call {call} (its handler's install) of `gpuipc-host {}` was lost",
+            args.join(" ")
+        );
         let finished = traced.finish(RUN_TIMEOUT, &why);
         assert!(!finished.stderr.contains("panicked"), "{why}:\n{}", finished.output());
     }
@@ -178,7 +189,12 @@ fn a_stop_signal_as_its_handler_is_installed_ends_an_in_process_run() {
         return;
     }
     let (dir, file) = endless("signals-in-process");
-    every_install_hit(&dir, &["run", &file, "-q", "--in-process"], &["run", &file, "-q", "--in-process", "--frames", "3"], |_| {});
+    every_install_hit(
+        &dir,
+        &["run", &file, "-q", "--in-process"],
+        &["run", &file, "-q", "--in-process", "--frames", "3"],
+        |_| {},
+    );
 }
 
 #[test]

@@ -154,7 +154,11 @@ fn standard_input_feeds_a_source_stage() {
     let file = reader(&dir, r#"path = "-", loop = true"#);
     let v = run_stdin_null(&dir, &["validate", file.to_str().unwrap()]);
     assert_eq!(v.status.code(), Some(2), "{}", v.output());
-    assert!(v.stderr.contains("param `loop` needs a file: standard input (path = \"-\") cannot be read again"), "{}", v.output());
+    assert!(
+        v.stderr.contains("param `loop` needs a file: standard input (path = \"-\") cannot be read again"),
+        "{}",
+        v.output()
+    );
 }
 
 fn run_stdin_null(dir: &Path, args: &[&str]) -> Finished {

@@ -76,7 +76,10 @@ fn open_ring(host: u32, holder: Pid) -> File {
         .unwrap()
         .flatten()
         // Not its frames' memfd beside it (`…-ring-gen-data`).
-        .find(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| [name.clone(), format!("{name} (deleted)")].contains(&t.to_string_lossy().into_owned())))
+        .find(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|t| [name.clone(), format!("{name} (deleted)")].contains(&t.to_string_lossy().into_owned()))
+        })
         .unwrap_or_else(|| panic!("no {name} among {fds}"));
     OpenOptions::new().read(true).write(true).open(fd.path()).unwrap()
 }
@@ -157,7 +160,11 @@ fn a_run_where_no_frame_moves_fails_naming_the_links_that_stopped() {
                 its control block holds words no end writes (";
     assert!(run.stdout.contains(said), "{}", run.output());
     assert!(run.stdout.contains("): it was written over; link 'grade -> sink' ("), "{}", run.output());
-    assert!(run.stdout.contains("producer 'grade' waits for a frame on its input, consumer 'sink' waits for a frame"), "{}", run.output());
+    assert!(
+        run.stdout.contains("producer 'grade' waits for a frame on its input, consumer 'sink' waits for a frame"),
+        "{}",
+        run.output()
+    );
     assert_nothing_left(run.pid);
 }
 

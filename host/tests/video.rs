@@ -35,10 +35,34 @@ fn corpus() -> Vec<Clip> {
         clip("h264-baseline.mp4", (320, 240), 20, "-c:v libx264 -profile:v baseline -pix_fmt yuv420p", "nv12"),
         clip("h264-main.mov", (352, 288), 16, "-c:v libx264 -profile:v main -bf 2 -pix_fmt yuv420p", "nv12"),
         clip("h264-annexb.h264", (642, 362), 20, "-c:v libx264 -bf 2 -pix_fmt yuv420p -f h264", "nv12"),
-        clip("hevc-8bit.mp4", (1918, 1078), 6, "-c:v libx265 -preset ultrafast -x265-params log-level=error -pix_fmt yuv420p", "nv12"),
-        clip("hevc-10bit.mp4", (642, 362), 16, "-c:v libx265 -preset ultrafast -x265-params log-level=error -pix_fmt yuv420p10le", "p010"),
-        clip("hevc-annexb.hevc", (320, 240), 16, "-c:v libx265 -preset ultrafast -x265-params log-level=error:bframes=3 -pix_fmt yuv420p -f hevc", "nv12"),
-        clip("av1.mp4", (642, 362), 10, "-c:v libsvtav1 -preset 12 -svtav1-params verbosity=0 -pix_fmt yuv420p", "nv12"),
+        clip(
+            "hevc-8bit.mp4",
+            (1918, 1078),
+            6,
+            "-c:v libx265 -preset ultrafast -x265-params log-level=error -pix_fmt yuv420p",
+            "nv12",
+        ),
+        clip(
+            "hevc-10bit.mp4",
+            (642, 362),
+            16,
+            "-c:v libx265 -preset ultrafast -x265-params log-level=error -pix_fmt yuv420p10le",
+            "p010",
+        ),
+        clip(
+            "hevc-annexb.hevc",
+            (320, 240),
+            16,
+            "-c:v libx265 -preset ultrafast -x265-params log-level=error:bframes=3 -pix_fmt yuv420p -f hevc",
+            "nv12",
+        ),
+        clip(
+            "av1.mp4",
+            (642, 362),
+            10,
+            "-c:v libsvtav1 -preset 12 -svtav1-params verbosity=0 -pix_fmt yuv420p",
+            "nv12",
+        ),
         clip("av1-10bit.mp4", (320, 240), 8, "-c:v libaom-av1 -cpu-used 8 -pix_fmt yuv420p10le", "p010"),
         clip("vp9.mp4", (642, 362), 12, "-c:v libvpx-vp9 -deadline realtime -cpu-used 8 -pix_fmt yuv420p", "nv12"),
         clip("one-frame.mp4", (64, 48), 1, "-c:v libx264 -pix_fmt yuv420p", "nv12"),
@@ -73,13 +97,34 @@ fn make(dir: &Path, clip: &Clip) -> PathBuf {
 fn ffmpeg_hashes(dir: &Path, file: &Path, pixel: &str, size: (u32, u32)) -> Vec<String> {
     let raw = dir.join("ffmpeg.raw");
     let pix_fmt = if pixel == "p010" { "p010le" } else { "nv12" };
-    ffmpeg(dir, &["-i", &file.to_string_lossy(), "-map", "0:v:0", "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", pix_fmt, &raw.to_string_lossy()]);
+    ffmpeg(
+        dir,
+        &[
+            "-i",
+            &file.to_string_lossy(),
+            "-map",
+            "0:v:0",
+            "-fps_mode",
+            "passthrough",
+            "-f",
+            "rawvideo",
+            "-pix_fmt",
+            pix_fmt,
+            &raw.to_string_lossy(),
+        ],
+    );
     let bytes = std::fs::read(&raw).unwrap();
     std::fs::remove_file(&raw).unwrap();
     let sample = if pixel == "p010" { 2 } else { 1 };
     let (w, h) = (size.0 as usize, size.1 as usize);
     let frame = (w * h + 2 * w.div_ceil(2) * h.div_ceil(2)) * sample;
-    assert_eq!(bytes.len() % frame, 0, "{}: ffmpeg wrote {} bytes, not whole {frame}-byte frames", file.display(), bytes.len());
+    assert_eq!(
+        bytes.len() % frame,
+        0,
+        "{}: ffmpeg wrote {} bytes, not whole {frame}-byte frames",
+        file.display(),
+        bytes.len()
+    );
     bytes.chunks(frame).map(|f| format!("{:016x}", xxhash_rust::xxh3::xxh3_64(f))).collect()
 }
 
@@ -140,7 +185,12 @@ fn every_clip_decodes_to_the_bytes_ffmpeg_decodes_it_to() {
         let said = format!("{}x{}", clip.size.0, clip.size.1);
         let frames = format!("{} frames", clip.frames);
         for needle in [said.as_str(), frames.as_str(), clip.pixel] {
-            assert!(validate.stderr.contains(needle) || validate.stdout.contains(needle), "{}: validate does not say {needle}:\n{}", clip.name, validate.output());
+            assert!(
+                validate.stderr.contains(needle) || validate.stdout.contains(needle),
+                "{}: validate does not say {needle}:\n{}",
+                clip.name,
+                validate.output()
+            );
         }
 
         let sums = format!("sums-{}", clip.name);
@@ -161,7 +211,14 @@ fn a_looping_source_plays_the_file_again_and_frames_caps_it() {
         return;
     }
     let dir = scratch("video-loop");
-    let clip = Clip { name: "five.mp4", size: (64, 48), rate: 30, frames: 5, encode: "-c:v libx264 -bf 2 -pix_fmt yuv420p", pixel: "nv12" };
+    let clip = Clip {
+        name: "five.mp4",
+        size: (64, 48),
+        rate: 30,
+        frames: 5,
+        encode: "-c:v libx264 -bf 2 -pix_fmt yuv420p",
+        pixel: "nv12",
+    };
     let file = make(&dir, &clip);
     let want = ffmpeg_hashes(&dir, &file, clip.pixel, clip.size);
     let p = pipeline(&dir, "loop.toml", &decode_pipeline("loop", &file, ", loop = true", ""));
@@ -188,8 +245,22 @@ fn a_decoder_killed_mid_file_goes_on_from_the_next_frame() {
     // Key frames every 30 frames: the restarted decoder starts at the one before the frame
     // it owes, in an MP4 file (its sync samples) and in an elementary stream (its IDR units).
     let clips = [
-        Clip { name: "long.mp4", size: (160, 120), rate: 30, frames: 90, encode: "-c:v libx264 -bf 2 -g 30 -pix_fmt yuv420p", pixel: "nv12" },
-        Clip { name: "long.h264", size: (160, 120), rate: 30, frames: 90, encode: "-c:v libx264 -bf 2 -g 30 -pix_fmt yuv420p -f h264", pixel: "nv12" },
+        Clip {
+            name: "long.mp4",
+            size: (160, 120),
+            rate: 30,
+            frames: 90,
+            encode: "-c:v libx264 -bf 2 -g 30 -pix_fmt yuv420p",
+            pixel: "nv12",
+        },
+        Clip {
+            name: "long.h264",
+            size: (160, 120),
+            rate: 30,
+            frames: 90,
+            encode: "-c:v libx264 -bf 2 -g 30 -pix_fmt yuv420p -f h264",
+            pixel: "nv12",
+        },
     ];
     for clip in clips {
         let dir = scratch(&format!("video-restart-{}", clip.name));
@@ -198,10 +269,13 @@ fn a_decoder_killed_mid_file_goes_on_from_the_next_frame() {
         // Paced at the file's 30 frames/s, so the kill lands mid-file, past the second key frame.
         let text = decode_pipeline("restart", &file, ", realtime = true", "restart = \"on-failure\"");
         let p = pipeline(&dir, "restart.toml", &text);
-        let mut host = start(&dir, &["run", &p.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
+        let mut host =
+            start(&dir, &["run", &p.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
         host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
         let tap = dir.join("sums").join("decode.sum");
-        wait_until(RUN_TIMEOUT, "40 decoded frames", || std::fs::read_to_string(&tap).is_ok_and(|t| t.lines().count() >= 40));
+        wait_until(RUN_TIMEOUT, "40 decoded frames", || {
+            std::fs::read_to_string(&tap).is_ok_and(|t| t.lines().count() >= 40)
+        });
         rustix::process::kill_process(pid_of(host.pid(), "decode"), rustix::process::Signal::KILL).unwrap();
         host.wait_for_stderr("stage 'decode' restarted (restart 1)", RUN_TIMEOUT);
         let finished = host.finish(RUN_TIMEOUT);
@@ -229,7 +303,14 @@ fn damaged_data_is_decoded_counted_and_the_run_finishes() {
         return;
     }
     let dir = scratch("video-damaged");
-    let clip = Clip { name: "clip.h264", size: (320, 240), rate: 30, frames: 30, encode: "-c:v libx264 -bf 0 -g 300 -pix_fmt yuv420p -f h264", pixel: "nv12" };
+    let clip = Clip {
+        name: "clip.h264",
+        size: (320, 240),
+        rate: 30,
+        frames: 30,
+        encode: "-c:v libx264 -bf 0 -g 300 -pix_fmt yuv420p -f h264",
+        pixel: "nv12",
+    };
     let file = make(&dir, &clip);
     // Overwrite bytes in the middle of the stream's slice data, away from its parameter sets.
     let mut bytes = std::fs::read(&file).unwrap();
@@ -279,19 +360,59 @@ fn bad_files_are_refused_at_validate_naming_the_file_and_why() {
     ffmpeg(&dir, &["-f", "lavfi", "-i", "testsrc2=size=64x48", "-frames:v", "3", "-c:v", "mpeg4", "mpeg4.mp4"]);
     refused(&dir, &dir.join("mpeg4.mp4"), "is not supported; the video source decodes H.264, HEVC, VP9 and AV1");
 
-    ffmpeg(&dir, &["-f", "lavfi", "-i", "testsrc2=size=64x48", "-frames:v", "3", "-c:v", "libx264", "-pix_fmt", "yuv444p", "h264-444.mp4"]);
-    refused(&dir, &dir.join("h264-444.mp4"), "has 4:4:4 chroma; the video source makes nv12 and p010 frames (4:2:0) only");
+    ffmpeg(
+        &dir,
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc2=size=64x48",
+            "-frames:v",
+            "3",
+            "-c:v",
+            "libx264",
+            "-pix_fmt",
+            "yuv444p",
+            "h264-444.mp4",
+        ],
+    );
+    refused(
+        &dir,
+        &dir.join("h264-444.mp4"),
+        "has 4:4:4 chroma; the video source makes nv12 and p010 frames (4:2:0) only",
+    );
 
     let x265 = X265.split(' ').collect::<Vec<_>>();
     let mut args = vec!["-f", "lavfi", "-i", "testsrc2=size=64x48", "-frames:v", "3"];
     args.extend(&x265);
     args.extend(["-pix_fmt", "yuv420p12le", "hevc-12bit.mp4"]);
     ffmpeg(&dir, &args);
-    refused(&dir, &dir.join("hevc-12bit.mp4"), "is 12-bit; the video source decodes 8-bit (nv12) and 10-bit (p010) video only");
+    refused(
+        &dir,
+        &dir.join("hevc-12bit.mp4"),
+        "is 12-bit; the video source decodes 8-bit (nv12) and 10-bit (p010) video only",
+    );
 
     // Parameter sets and no picture.
     let head: Vec<u8> = {
-        ffmpeg(&dir, &["-f", "lavfi", "-i", "testsrc2=size=64x48", "-frames:v", "1", "-c:v", "libx264", "-bsf:v", "filter_units=remove_types=1|5", "-f", "h264", "noslice.h264"]);
+        ffmpeg(
+            &dir,
+            &[
+                "-f",
+                "lavfi",
+                "-i",
+                "testsrc2=size=64x48",
+                "-frames:v",
+                "1",
+                "-c:v",
+                "libx264",
+                "-bsf:v",
+                "filter_units=remove_types=1|5",
+                "-f",
+                "h264",
+                "noslice.h264",
+            ],
+        );
         std::fs::read(dir.join("noslice.h264")).unwrap()
     };
     assert!(!head.is_empty());
@@ -301,13 +422,36 @@ fn bad_files_are_refused_at_validate_naming_the_file_and_why() {
     ffmpeg(&dir, &["-f", "lavfi", "-i", "testsrc2=size=64x48", "-frames:v", "30", "-c:v", "libx264", "whole.mp4"]);
     let whole = std::fs::read(dir.join("whole.mp4")).unwrap();
     std::fs::write(dir.join("cut.mp4"), &whole[..whole.len() / 2]).unwrap();
-    refused(&dir, &dir.join("cut.mp4"), &format!("{} is truncated: it ends at byte {}", name("cut.mp4"), whole.len() / 2));
+    refused(
+        &dir,
+        &dir.join("cut.mp4"),
+        &format!("{} is truncated: it ends at byte {}", name("cut.mp4"), whole.len() / 2),
+    );
     refused(&dir, &dir.join("cut.mp4"), "its index (the `moov` box) is missing too");
     // moov first (faststart) and the data cut short: samples past the end.
-    ffmpeg(&dir, &["-f", "lavfi", "-i", "testsrc2=size=64x48", "-frames:v", "30", "-c:v", "libx264", "-movflags", "+faststart", "fast.mp4"]);
+    ffmpeg(
+        &dir,
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc2=size=64x48",
+            "-frames:v",
+            "30",
+            "-c:v",
+            "libx264",
+            "-movflags",
+            "+faststart",
+            "fast.mp4",
+        ],
+    );
     let fast = std::fs::read(dir.join("fast.mp4")).unwrap();
     std::fs::write(dir.join("fastcut.mp4"), &fast[..fast.len() * 2 / 3]).unwrap();
-    refused(&dir, &dir.join("fastcut.mp4"), &format!("{} is truncated: it ends at byte {}", name("fastcut.mp4"), fast.len() * 2 / 3));
+    refused(
+        &dir,
+        &dir.join("fastcut.mp4"),
+        &format!("{} is truncated: it ends at byte {}", name("fastcut.mp4"), fast.len() * 2 / 3),
+    );
 }
 
 #[test]
@@ -316,7 +460,14 @@ fn a_missing_ffmpeg_fails_the_stage_naming_it() {
         return;
     }
     let dir = scratch("video-no-ffmpeg");
-    let clip = Clip { name: "clip.mp4", size: (64, 48), rate: 30, frames: 3, encode: "-c:v libx264 -pix_fmt yuv420p", pixel: "nv12" };
+    let clip = Clip {
+        name: "clip.mp4",
+        size: (64, 48),
+        rate: 30,
+        frames: 3,
+        encode: "-c:v libx264 -pix_fmt yuv420p",
+        pixel: "nv12",
+    };
     let file = make(&dir, &clip);
     let p = pipeline(&dir, "p.toml", &decode_pipeline("noffmpeg", &file, ", ffmpeg = \"gpuipc-no-such-ffmpeg\"", ""));
     let out = run(&dir, &["run", &p.to_string_lossy(), "--quiet"]);

@@ -69,10 +69,7 @@ pub struct RawStr {
 
 impl RawStr {
     pub const fn from_str(s: &str) -> RawStr {
-        RawStr {
-            ptr: s.as_ptr(),
-            len: s.len(),
-        }
+        RawStr { ptr: s.as_ptr(), len: s.len() }
     }
 
     /// # Safety

@@ -28,9 +28,7 @@ pub const fn threads_param(description: &'static str) -> crate::ParamInfo {
 /// The check of a `threads` param, as the stages' `validate` words it.
 pub fn check_threads_param(threads: u32, problems: &mut Vec<String>) {
     if threads > MAX_THREADS {
-        problems.push(format!(
-            "param `threads` must be 0 (a share of the cores) or 1..={MAX_THREADS}, got {threads}"
-        ));
+        problems.push(format!("param `threads` must be 0 (a share of the cores) or 1..={MAX_THREADS}, got {threads}"));
     }
 }
 
@@ -141,16 +139,10 @@ pub fn planes_mut<'a>(output: &'a mut OutputFrame<'_>) -> Option<Result<Vec<Rows
     let mut consumed = 0usize;
     let mut planes = Vec::new();
     for (i, plane) in layout.planes().iter().enumerate() {
-        let (offset, pitch, row_bytes, rows) = (
-            plane.offset as usize,
-            plane.pitch as usize,
-            plane.row_bytes as usize,
-            plane.rows as usize,
-        );
+        let (offset, pitch, row_bytes, rows) =
+            (plane.offset as usize, plane.pitch as usize, plane.row_bytes as usize, plane.rows as usize);
         let span = if rows == 0 { 0 } else { pitch * (rows - 1) + row_bytes };
-        let fits = offset >= consumed
-            && pitch >= row_bytes.max(1)
-            && offset - consumed + span <= rest.len();
+        let fits = offset >= consumed && pitch >= row_bytes.max(1) && offset - consumed + span <= rest.len();
         if !fits {
             return Some(Err(Error::new(format!(
                 "plane {i} of the output frame's layout (offset {offset}, pitch {pitch}, \
@@ -179,11 +171,7 @@ pub fn band_count(threads: usize, units: usize) -> usize {
 /// done before this returns. Each thread takes the next band not yet taken until there are
 /// none, so a thread slow to start does less, and one that cannot be started none. The first
 /// error is returned (a thread stops at its own); a panic in a thread is resumed here.
-pub fn run<T: Send>(
-    bands: Vec<T>,
-    threads: usize,
-    work: impl Fn(T) -> Result<()> + Sync,
-) -> Result<()> {
+pub fn run<T: Send>(bands: Vec<T>, threads: usize, work: impl Fn(T) -> Result<()> + Sync) -> Result<()> {
     let helpers = threads.min(bands.len()).saturating_sub(1);
     if helpers == 0 {
         return bands.into_iter().try_for_each(work);
@@ -202,17 +190,13 @@ pub fn run<T: Send>(
     thread::scope(|scope| {
         let handles: Vec<_> = (1..=helpers)
             .filter_map(|i| {
-                let spawned = thread::Builder::new()
-                    .name(format!("band worker {i}"))
-                    .spawn_scoped(scope, worker);
+                let spawned = thread::Builder::new().name(format!("band worker {i}")).spawn_scoped(scope, worker);
                 spawned.ok()
             })
             .collect();
         let mine = worker();
-        let theirs: Vec<Result<()>> = handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| panic::resume_unwind(p)))
-            .collect();
+        let theirs: Vec<Result<()>> =
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|p| panic::resume_unwind(p))).collect();
         mine.and(theirs.into_iter().collect())
     })
 }

@@ -63,7 +63,9 @@ impl ChildProcess {
         }
         let program = command.get_program().to_string_lossy().into_owned();
         let mut child = command.spawn().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Error::new(format!("cannot start {what}: `{program}` is not installed (not found on PATH)")),
+            std::io::ErrorKind::NotFound => {
+                Error::new(format!("cannot start {what}: `{program}` is not installed (not found on PATH)"))
+            }
             _ => Error::new(format!("cannot start {what} (`{program}`): {e}")),
         })?;
         let stderr = Arc::new(Mutex::new(StderrLines::default()));
@@ -231,7 +233,10 @@ mod tests {
     #[test]
     fn a_missing_program_names_itself() {
         let e = ChildProcess::spawn("ffmpeg (test)", Command::new("gpuipc-no-such-program")).unwrap_err();
-        assert_eq!(e.message(), "cannot start ffmpeg (test): `gpuipc-no-such-program` is not installed (not found on PATH)");
+        assert_eq!(
+            e.message(),
+            "cannot start ffmpeg (test): `gpuipc-no-such-program` is not installed (not found on PATH)"
+        );
     }
 
     #[test]

@@ -12,8 +12,7 @@ use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::abi::{
-    self, PluginDescriptor, RawCreateContext, RawFormats, RawFrame, RawParamInfo, RawProcessContext,
-    RawStr,
+    self, PluginDescriptor, RawCreateContext, RawFormats, RawFrame, RawParamInfo, RawProcessContext, RawStr,
 };
 use crate::error::{Error, Result};
 use crate::format::FrameFormat;
@@ -53,7 +52,9 @@ pub fn parse_params<P: Plugin>(text: &str) -> Result<P::Params> {
     // No params at all is also what `type Params = ()` reads (an empty table is not a unit
     // to serde, so `()` alone would refuse every stage).
     if text.trim().is_empty()
-        && let Ok(params) = <P::Params as serde::Deserialize>::deserialize(serde::de::value::UnitDeserializer::<serde::de::value::Error>::new())
+        && let Ok(params) = <P::Params as serde::Deserialize>::deserialize(serde::de::value::UnitDeserializer::<
+            serde::de::value::Error,
+        >::new())
     {
         return Ok(params);
     }
@@ -76,9 +77,7 @@ fn params_error(text: &str, e: &toml::de::Error) -> Error {
         return Error::new(format!("missing param {rest}"));
     }
     let key = e.span().and_then(|span| {
-        let line_start = text[..span.start.min(text.len())]
-            .rfind('\n')
-            .map_or(0, |i| i + 1);
+        let line_start = text[..span.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
         let line = text[line_start..].lines().next()?;
         let key = line.split_once('=')?.0.trim();
         (!key.is_empty()).then(|| key.trim_matches('"').to_owned())
@@ -138,14 +137,8 @@ pub const fn descriptor<P: Plugin>() -> PluginDescriptor {
         min_inputs: info.min_inputs,
         max_inputs: info.max_inputs,
         // PixelFormat is repr(u32), so a slice of it is a slice of codes.
-        accepts: RawFormats {
-            ptr: info.accepts.as_ptr() as *const u32,
-            len: info.accepts.len(),
-        },
-        produces: RawFormats {
-            ptr: info.produces.as_ptr() as *const u32,
-            len: info.produces.len(),
-        },
+        accepts: RawFormats { ptr: info.accepts.as_ptr() as *const u32, len: info.accepts.len() },
+        produces: RawFormats { ptr: info.produces.as_ptr() as *const u32, len: info.produces.len() },
         negotiate: negotiate::<P>,
         create: create::<P>,
         process: process::<P>,
@@ -209,30 +202,15 @@ unsafe extern "C" fn create<P: Plugin>(
 ) -> i32 {
     guarded(|| {
         // SAFETY: host contract: every pointer is valid for the call; `output` may be null.
-        let (text, inputs, output, ctx) = unsafe {
-            (
-                params_text(params),
-                formats(inputs, n_inputs),
-                output.as_ref().copied(),
-                &*ctx,
-            )
-        };
+        let (text, inputs, output, ctx) =
+            unsafe { (params_text(params), formats(inputs, n_inputs), output.as_ref().copied(), &*ctx) };
         crate::log::install(ctx.log);
         // SAFETY: the stage name and cache dir are valid strings for the call.
-        let (stage, cache_dir) = unsafe {
-            (
-                ctx.stage.to_string_lossy(),
-                ctx.kernel_cache_dir.to_string_lossy(),
-            )
-        };
+        let (stage, cache_dir) = unsafe { (ctx.stage.to_string_lossy(), ctx.kernel_cache_dir.to_string_lossy()) };
         let cache_dir = std::path::PathBuf::from(cache_dir);
         let context = CreateContext {
             stage: &stage,
-            domain: if ctx.domain == abi::DOMAIN_CUDA {
-                Domain::Cuda
-            } else {
-                Domain::Cpu
-            },
+            domain: if ctx.domain == abi::DOMAIN_CUDA { Domain::Cuda } else { Domain::Cpu },
             device_ordinal: u32::try_from(ctx.device_ordinal).ok(),
             cuda_context: ctx.cuda_context as usize,
             cuda_stream: ctx.cuda_stream as usize,
@@ -248,12 +226,7 @@ unsafe extern "C" fn create<P: Plugin>(
 }
 
 fn frame_info(raw: &RawFrame) -> FrameInfo {
-    FrameInfo {
-        format: raw.format,
-        layout: raw.layout,
-        seq: raw.seq,
-        timestamp_ns: raw.timestamp_ns,
-    }
+    FrameInfo { format: raw.format, layout: raw.layout, seq: raw.seq, timestamp_ns: raw.timestamp_ns }
 }
 
 /// # Safety
@@ -262,13 +235,7 @@ fn frame_info(raw: &RawFrame) -> FrameInfo {
 unsafe fn input_frame<'a>(raw: &RawFrame) -> Result<InputFrame<'a>> {
     let info = frame_info(raw);
     if raw.domain == abi::DOMAIN_CUDA {
-        return Ok(InputFrame::device(
-            info,
-            DeviceBuffer {
-                addr: raw.addr,
-                len: raw.len,
-            },
-        ));
+        return Ok(InputFrame::device(info, DeviceBuffer { addr: raw.addr, len: raw.len }));
     }
     // SAFETY: forwarded from the caller.
     let bytes = unsafe { std::slice::from_raw_parts(raw.addr as *const u8, raw.len as usize) };
@@ -281,13 +248,7 @@ unsafe fn input_frame<'a>(raw: &RawFrame) -> Result<InputFrame<'a>> {
 unsafe fn output_frame<'a>(raw: &RawFrame) -> Result<OutputFrame<'a>> {
     let info = frame_info(raw);
     if raw.domain == abi::DOMAIN_CUDA {
-        return Ok(OutputFrame::device(
-            info,
-            DeviceBuffer {
-                addr: raw.addr,
-                len: raw.len,
-            },
-        ));
+        return Ok(OutputFrame::device(info, DeviceBuffer { addr: raw.addr, len: raw.len }));
     }
     // SAFETY: forwarded from the caller.
     let bytes = unsafe { std::slice::from_raw_parts_mut(raw.addr as *mut u8, raw.len as usize) };
@@ -307,17 +268,9 @@ unsafe extern "C" fn process<P: Plugin>(
         // time; `inputs` holds `n_inputs` frames whose memory the host keeps valid and
         // unwritten for the call, `output` (or null) is a frame only this call writes.
         let (plugin, raw_inputs, raw_output, ctx) = unsafe {
-            let raw_inputs: &[RawFrame] = if n_inputs == 0 {
-                &[]
-            } else {
-                std::slice::from_raw_parts(inputs, n_inputs)
-            };
-            (
-                &mut *(instance as *mut P),
-                raw_inputs,
-                output.as_mut(),
-                &*ctx,
-            )
+            let raw_inputs: &[RawFrame] =
+                if n_inputs == 0 { &[] } else { std::slice::from_raw_parts(inputs, n_inputs) };
+            (&mut *(instance as *mut P), raw_inputs, output.as_mut(), &*ctx)
         };
         let mut frames = Vec::with_capacity(raw_inputs.len());
         for raw in raw_inputs {
@@ -329,10 +282,7 @@ unsafe extern "C" fn process<P: Plugin>(
             Some(raw) => Some(unsafe { output_frame(raw)? }),
             None => None,
         };
-        let context = ProcessContext {
-            frame_index: ctx.frame_index,
-            cuda_stream: ctx.cuda_stream as usize,
-        };
+        let context = ProcessContext { frame_index: ctx.frame_index, cuda_stream: ctx.cuda_stream as usize };
         plugin.process(&frames, out.as_mut(), &context)?;
         ended = out.as_ref().is_some_and(OutputFrame::ends_stream);
         damaged = out.as_ref().is_some_and(OutputFrame::is_damaged);
@@ -487,13 +437,10 @@ mod tests {
         for (text, status) in [("level = 0", abi::STATUS_ERROR), ("level = 3", abi::STATUS_OK)] {
             let params = RawStr::from_str(text);
             // SAFETY: every pointer is valid for the call, as the host passes them.
-            let negotiated =
-                unsafe { (d.negotiate)(params, std::ptr::null(), 0, &mut output, &mut has_output) };
+            let negotiated = unsafe { (d.negotiate)(params, std::ptr::null(), 0, &mut output, &mut has_output) };
             assert_eq!(negotiated, status, "negotiate {text}: {}", last_error_text(&d));
             // SAFETY: as above.
-            let created = unsafe {
-                (d.create)(params, std::ptr::null(), 0, std::ptr::null(), &ctx, &mut instance)
-            };
+            let created = unsafe { (d.create)(params, std::ptr::null(), 0, std::ptr::null(), &ctx, &mut instance) };
             assert_eq!(created, status, "create {text}: {}", last_error_text(&d));
             if status == abi::STATUS_ERROR {
                 assert_eq!(last_error_text(&d), "param `level` must be 1..=255, got 0");
@@ -544,7 +491,12 @@ mod tests {
         fn create(_: (), _: &[FrameFormat], _: Option<FrameFormat>, _: &CreateContext<'_>) -> Result<Ends> {
             Ok(Ends)
         }
-        fn process(&mut self, _: &[InputFrame<'_>], out: Option<&mut OutputFrame<'_>>, _: &ProcessContext) -> Result<()> {
+        fn process(
+            &mut self,
+            _: &[InputFrame<'_>],
+            out: Option<&mut OutputFrame<'_>>,
+            _: &ProcessContext,
+        ) -> Result<()> {
             let out = out.expect("a source has an output");
             match out.info().seq {
                 2 => out.end_stream(),
@@ -617,7 +569,12 @@ mod tests {
         fn create(_: (), _: &[FrameFormat], _: Option<FrameFormat>, _: &CreateContext<'_>) -> Result<Relays> {
             Ok(Relays)
         }
-        fn process(&mut self, _: &[InputFrame<'_>], out: Option<&mut OutputFrame<'_>>, _: &ProcessContext) -> Result<()> {
+        fn process(
+            &mut self,
+            _: &[InputFrame<'_>],
+            out: Option<&mut OutputFrame<'_>>,
+            _: &ProcessContext,
+        ) -> Result<()> {
             let out = out.expect("a source has an output");
             let seq = out.info().seq;
             if seq % 2 == 1 {

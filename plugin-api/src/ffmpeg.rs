@@ -62,7 +62,8 @@ impl Program {
             Origin::Param => "param `ffmpeg`".to_owned(),
             Origin::Env => format!("{PROGRAM_ENV}={shown} (param `ffmpeg` is not given, so the environment decides)"),
             Origin::Default => {
-                "param `ffmpeg` is not given and neither is GPUIPC_FFMPEG, so the program is `ffmpeg` on PATH".to_owned()
+                "param `ffmpeg` is not given and neither is GPUIPC_FFMPEG, so the program is `ffmpeg` on PATH"
+                    .to_owned()
             }
         };
         if self.name.is_empty() {
@@ -107,7 +108,10 @@ mod tests {
     fn the_program_is_the_param_else_the_environment_else_ffmpeg() {
         let chosen = Program::choose(Some("/opt/ff/bin/ffmpeg"), Some("other".into()));
         assert_eq!(chosen, Program { name: "/opt/ff/bin/ffmpeg".into(), origin: Origin::Param });
-        assert_eq!(Program::choose(None, Some("ffmpeg7".into())), Program { name: "ffmpeg7".into(), origin: Origin::Env });
+        assert_eq!(
+            Program::choose(None, Some("ffmpeg7".into())),
+            Program { name: "ffmpeg7".into(), origin: Origin::Env }
+        );
         assert_eq!(Program::choose(None, Some("".into())), Program { name: "ffmpeg".into(), origin: Origin::Default });
         assert_eq!(Program::choose(None, None), Program { name: "ffmpeg".into(), origin: Origin::Default });
     }

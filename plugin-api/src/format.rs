@@ -155,11 +155,7 @@ pub struct FrameFormat {
 
 impl FrameFormat {
     pub fn new(pixel: PixelFormat, width: u32, height: u32) -> FrameFormat {
-        FrameFormat {
-            pixel: pixel as u32,
-            width,
-            height,
-        }
+        FrameFormat { pixel: pixel as u32, width, height }
     }
 
     /// The pixel format, or `None` for a code this build does not know.
@@ -212,19 +208,10 @@ impl FrameLayout {
         let mut offset = 0u64;
         for (plane, &(row_bytes, rows)) in planes.iter_mut().zip(&extents[..n]) {
             let pitch = row_bytes.next_multiple_of(PITCH_ALIGN);
-            *plane = PlaneLayout {
-                offset,
-                pitch,
-                row_bytes,
-                rows,
-            };
+            *plane = PlaneLayout { offset, pitch, row_bytes, rows };
             offset = (offset + pitch * rows).next_multiple_of(PLANE_ALIGN);
         }
-        Some(FrameLayout {
-            planes,
-            n_planes: n as u32,
-            total_bytes: offset,
-        })
+        Some(FrameLayout { planes, n_planes: n as u32, total_bytes: offset })
     }
 
     pub fn planes(&self) -> &[PlaneLayout] {
@@ -299,14 +286,7 @@ mod tests {
     #[test]
     fn empty_or_unknown_formats_have_no_layout() {
         assert!(FrameLayout::for_format(FrameFormat::new(PixelFormat::Rgb8, 0, 2)).is_none());
-        assert!(
-            FrameLayout::for_format(FrameFormat {
-                pixel: 99,
-                width: 2,
-                height: 2
-            })
-            .is_none()
-        );
+        assert!(FrameLayout::for_format(FrameFormat { pixel: 99, width: 2, height: 2 }).is_none());
     }
 
     #[test]

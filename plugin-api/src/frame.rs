@@ -39,18 +39,11 @@ pub struct FrameInfo {
 
 impl FrameInfo {
     pub fn new(format: FrameFormat, seq: u64, timestamp_ns: u64) -> Option<FrameInfo> {
-        Some(FrameInfo {
-            format,
-            layout: FrameLayout::for_format(format)?,
-            seq,
-            timestamp_ns,
-        })
+        Some(FrameInfo { format, layout: FrameLayout::for_format(format)?, seq, timestamp_ns })
     }
 
     pub fn pixel(&self) -> PixelFormat {
-        self.format
-            .pixel_format()
-            .expect("frames only carry pixel formats the host validated")
+        self.format.pixel_format().expect("frames only carry pixel formats the host validated")
     }
 
     pub fn width(&self) -> u32 {
@@ -103,18 +96,12 @@ pub struct InputFrame<'a> {
 impl<'a> InputFrame<'a> {
     /// A frame in host memory. `None` if `bytes` is too short for `info.layout`.
     pub fn host(info: FrameInfo, bytes: &'a [u8]) -> Option<InputFrame<'a>> {
-        (bytes.len() as u64 >= bytes_needed(&info.layout)).then_some(InputFrame {
-            info,
-            data: FrameData::Host(bytes),
-        })
+        (bytes.len() as u64 >= bytes_needed(&info.layout)).then_some(InputFrame { info, data: FrameData::Host(bytes) })
     }
 
     /// A frame in device memory.
     pub fn device(info: FrameInfo, buffer: DeviceBuffer) -> InputFrame<'a> {
-        InputFrame {
-            info,
-            data: FrameData::Device(buffer),
-        }
+        InputFrame { info, data: FrameData::Device(buffer) }
     }
 
     pub fn data(&self) -> &FrameData<'a> {
@@ -178,13 +165,7 @@ impl<'a> OutputFrame<'a> {
     }
 
     pub fn device(info: FrameInfo, buffer: DeviceBuffer) -> OutputFrame<'a> {
-        OutputFrame {
-            info,
-            data: FrameDataMut::Device(buffer),
-            end_of_stream: false,
-            relayed: false,
-            damaged: false,
-        }
+        OutputFrame { info, data: FrameDataMut::Device(buffer), end_of_stream: false, relayed: false, damaged: false }
     }
 
     /// A source has no frame to give any more (its file ran out): call this instead of
@@ -265,14 +246,9 @@ impl<'a> OutputFrame<'a> {
         let mut planes = Vec::with_capacity(self.info.layout.n_planes as usize);
         for layout in self.info.layout.planes() {
             let range = plane_range(layout);
-            let tail = std::mem::take(&mut rest)
-                .split_at_mut(range.start - consumed)
-                .1;
+            let tail = std::mem::take(&mut rest).split_at_mut(range.start - consumed).1;
             let (bytes, after) = tail.split_at_mut(range.len());
-            planes.push(PlaneMut {
-                bytes,
-                layout: *layout,
-            });
+            planes.push(PlaneMut { bytes, layout: *layout });
             rest = after;
             consumed = range.end;
         }
@@ -285,10 +261,7 @@ impl<'a> OutputFrame<'a> {
         let FrameDataMut::Host(bytes) = &mut self.data else {
             return None;
         };
-        Some(PlaneMut {
-            bytes: &mut bytes[plane_range(&layout)],
-            layout,
-        })
+        Some(PlaneMut { bytes: &mut bytes[plane_range(&layout)], layout })
     }
 }
 

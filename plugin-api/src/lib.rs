@@ -222,8 +222,7 @@ fn unwritable(folder: &std::path::Path) -> Option<String> {
 pub use export::parse_params;
 pub use format::{FrameFormat, FrameLayout, PixelFormat, PlaneLayout};
 pub use frame::{
-    DeviceBuffer, FrameData, FrameDataMut, FrameInfo, InputFrame, OutputFrame, Plane, PlaneMut,
-    pixel_hash,
+    DeviceBuffer, FrameData, FrameDataMut, FrameInfo, InputFrame, OutputFrame, Plane, PlaneMut, pixel_hash,
 };
 pub use plugin::{CreateContext, Domain, ParamInfo, Plugin, PluginInfo, ProcessContext};
 
@@ -241,7 +240,10 @@ mod tests {
             "param `path`: /proc/nope/x.txt cannot be created: /proc is on the kernel's proc file system, where no file can be created"
         );
         let e = check_output_path("path", Path::new("/sys/x.sum")).unwrap_err();
-        assert!(e.message().ends_with("/sys is on the kernel's sysfs file system, where no file can be created"), "{e}");
+        assert!(
+            e.message().ends_with("/sys is on the kernel's sysfs file system, where no file can be created"),
+            "{e}"
+        );
         // Folders still to be made, under a writable one; a bare name in the current folder.
         let dir = std::env::temp_dir().join(format!("gpuipc-output-{}", std::process::id()));
         check_output_path("path", &dir.join("a/b/c.y4m")).unwrap();

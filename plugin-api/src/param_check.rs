@@ -84,7 +84,9 @@ where
                 "param `{}`: its declared default {} is not the default ({params:?} is not {baseline:?})",
                 p.name, p.default
             )),
-            Err(e) => problems.push(format!("param `{}`: its declared default {} does not parse: {e}", p.name, p.default)),
+            Err(e) => {
+                problems.push(format!("param `{}`: its declared default {} does not parse: {e}", p.name, p.default))
+            }
         }
     }
     if problems.is_empty() && parse_params::<P>(&all_defaults).ok().as_ref() != Some(&baseline) {
@@ -272,7 +274,13 @@ mod tests {
         assert_eq!(problems[0], "`Params` reads `invert`, which PARAMS does not declare");
         assert_eq!(problems[1], "PARAMS declares `gain`, which `Params` does not read");
         assert!(problems[2].starts_with("param `level`: its declared default 2 is not the default"), "{}", problems[2]);
-        assert!(problems[3].starts_with("param `gain`: its declared default 1.0 does not parse: param `gain`: unknown field `gain`"), "{}", problems[3]);
+        assert!(
+            problems[3].starts_with(
+                "param `gain`: its declared default 1.0 does not parse: param `gain`: unknown field `gain`"
+            ),
+            "{}",
+            problems[3]
+        );
     }
 
     #[test]
@@ -287,7 +295,10 @@ mod tests {
                 "param `gain`: meaning is `the gain` in PARAMS but `gain` in the docs",
             ]
         );
-        assert_eq!(doc_table_problems::<Wrong>("//! No params.\n"), ["the docs' params table has 0 rows, PARAMS 2 entries"]);
+        assert_eq!(
+            doc_table_problems::<Wrong>("//! No params.\n"),
+            ["the docs' params table has 0 rows, PARAMS 2 entries"]
+        );
     }
 
     #[test]

@@ -256,11 +256,8 @@ pub fn temp_path(plugin: &str, name: &str) -> PathBuf {
 /// `lib_rs` (a crate's `lib.rs`, whose `//!` docs hold them), after checking that the stage's
 /// plugin is `plugin`. Panics if there is no example.
 pub fn check_doc_examples(lib_rs: &str, plugin: &str, mut check: impl FnMut(&str)) {
-    let docs: Vec<&str> = lib_rs
-        .lines()
-        .filter_map(|l| l.strip_prefix("//!"))
-        .map(|l| l.strip_prefix(' ').unwrap_or(l))
-        .collect();
+    let docs: Vec<&str> =
+        lib_rs.lines().filter_map(|l| l.strip_prefix("//!")).map(|l| l.strip_prefix(' ').unwrap_or(l)).collect();
     let docs = docs.join("\n");
     let mut checked = 0;
     for block in docs.split("```toml").skip(1) {

@@ -23,7 +23,9 @@ impl AgentInfo {
             name: name.to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             cuda_devices: crate::gpu::count_devices().unwrap_or(0),
-            hostname: std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default(),
+            hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_default(),
         }
     }
 }
@@ -182,7 +184,8 @@ impl Outcome {
 
     /// Why the part failed, naming its stage where its report does.
     pub fn failure(&self) -> String {
-        let report: Option<crate::supervisor::RunReport> = self.report.clone().and_then(|r| serde_json::from_value(r).ok());
+        let report: Option<crate::supervisor::RunReport> =
+            self.report.clone().and_then(|r| serde_json::from_value(r).ok());
         let how = match (&self.code, &self.signal) {
             (Some(code), _) => format!("its run exited with code {code}"),
             (None, Some(signal)) => format!("its run was ended by {signal}"),
@@ -193,7 +196,11 @@ impl Outcome {
             Some((stage, why)) => format!("host `{}`: stage '{stage}' {why} ({how})", self.host),
             None => {
                 let last: Vec<&str> = self.stderr_tail.iter().rev().take(3).rev().map(String::as_str).collect();
-                format!("host `{}`: {how}; its last lines: {}", self.host, if last.is_empty() { "none".to_owned() } else { last.join(" | ") })
+                format!(
+                    "host `{}`: {how}; its last lines: {}",
+                    self.host,
+                    if last.is_empty() { "none".to_owned() } else { last.join(" | ") }
+                )
             }
         }
     }

@@ -14,8 +14,8 @@ use zenoh::Wait;
 use super::control::{self, Outcome, StartReply, StartRequest};
 use super::part::{COORDINATOR_GRACE, PartRun, PartSpec};
 use crate::config::OnHostLoss;
-use crate::plan::split::{LOCAL, Part};
 use crate::plan::Plan;
+use crate::plan::split::{LOCAL, Part};
 use crate::supervisor::RunReport;
 
 /// How long an agent is given to answer that it is up, and to check and start its part.
@@ -60,7 +60,10 @@ enum Event {
 /// Run `plan` over its hosts. Plan errors exit 2, a failed run 1.
 pub fn run(plan: &Plan, args: &RunArgs) -> ExitCode {
     let file = plan.file.display().to_string();
-    let parts = match std::fs::read_to_string(&plan.file).map_err(|e| e.to_string()).and_then(|text| crate::plan::split::split(plan, &text).map_err(|e| e.to_string())) {
+    let parts = match std::fs::read_to_string(&plan.file)
+        .map_err(|e| e.to_string())
+        .and_then(|text| crate::plan::split::split(plan, &text).map_err(|e| e.to_string()))
+    {
         Ok(p) => p,
         Err(e) => {
             eprintln!("{file}: error: {e}");
@@ -68,7 +71,9 @@ pub fn run(plan: &Plan, args: &RunArgs) -> ExitCode {
         }
     };
     let (tx, events) = mpsc::channel();
-    let (signals, claimed) = match crate::supervisor::Shutdown::claim(|| signal_hook::iterator::Signals::new(crate::supervisor::STOP_SIGNALS)) {
+    let (signals, claimed) = match crate::supervisor::Shutdown::claim(|| {
+        signal_hook::iterator::Signals::new(crate::supervisor::STOP_SIGNALS)
+    }) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: cannot install signal handlers: {e}");
@@ -114,13 +119,25 @@ struct Coordinator<'p> {
 }
 
 impl<'p> Coordinator<'p> {
-    fn start(plan: &'p Plan, parts: &[Part], args: &RunArgs, tx: mpsc::Sender<Event>) -> Result<Coordinator<'p>, CoordinatorError> {
+    fn start(
+        plan: &'p Plan,
+        parts: &[Part],
+        args: &RunArgs,
+        tx: mpsc::Sender<Event>,
+    ) -> Result<Coordinator<'p>, CoordinatorError> {
         let run = run_id();
         let remote: Vec<&Part> = parts.iter().filter(|p| p.host.is_some()).collect();
-        let endpoints: Vec<&str> = remote.iter().map(|p| plan.hosts[p.host.expect("remote")].control.as_str()).collect();
+        let endpoints: Vec<&str> =
+            remote.iter().map(|p| plan.hosts[p.host.expect("remote")].control.as_str()).collect();
         let zenoh_err = |what: &str, e: zenoh::Error| CoordinatorError::Zenoh(format!("{what}: {e}"));
-        let session = zenoh::open(control::config(None, &endpoints).map_err(CoordinatorError::Zenoh)?).wait().map_err(|e| zenoh_err("cannot open a Zenoh session", e))?;
-        let token = session.liveliness().declare_token(control::coordinator_key(&run)).wait().map_err(|e| zenoh_err("cannot declare the run's token", e))?;
+        let session = zenoh::open(control::config(None, &endpoints).map_err(CoordinatorError::Zenoh)?)
+            .wait()
+            .map_err(|e| zenoh_err("cannot open a Zenoh session", e))?;
+        let token = session
+            .liveliness()
+            .declare_token(control::coordinator_key(&run))
+            .wait()
+            .map_err(|e| zenoh_err("cannot declare the run's token", e))?;
         let out_tx = tx.clone();
         let outcomes = session
             .declare_subscriber(format!("gpuipc/run/{run}/outcome/*"))
@@ -144,7 +161,17 @@ impl<'p> Coordinator<'p> {
             })
             .wait()
             .map_err(|e| zenoh_err("cannot watch the agents", e))?;
-        let mut me = Coordinator { plan, run, session, local: None, outcomes: BTreeMap::new(), pending: Vec::new(), _token: token, _outcomes: outcomes, _agents: agents };
+        let mut me = Coordinator {
+            plan,
+            run,
+            session,
+            local: None,
+            outcomes: BTreeMap::new(),
+            pending: Vec::new(),
+            _token: token,
+            _outcomes: outcomes,
+            _agents: agents,
+        };
         for part in &remote {
             me.check_agent(part)?;
         }
@@ -158,7 +185,13 @@ impl<'p> Coordinator<'p> {
             }
         }
         if let Some(local) = parts.iter().find(|p| p.host.is_none()) {
-            let spec = PartSpec { run: me.run.clone(), host: LOCAL.to_owned(), pipeline: local.toml.clone(), frames: args.frames, checksums: checksums_of(args, LOCAL) };
+            let spec = PartSpec {
+                run: me.run.clone(),
+                host: LOCAL.to_owned(),
+                pipeline: local.toml.clone(),
+                frames: args.frames,
+                checksums: checksums_of(args, LOCAL),
+            };
             let out = me.outcome_sender();
             match PartRun::start(spec, out) {
                 Ok(p) => {
@@ -198,9 +231,16 @@ impl<'p> Coordinator<'p> {
                 && let Ok(sample) = reply.result()
             {
                 let text = sample.payload().try_to_string().map(|t| t.into_owned()).unwrap_or_default();
-                let info: control::AgentInfo = serde_json::from_str(&text).map_err(|e| CoordinatorError::Start { host: host.name.clone(), why: format!("an answer that is not an agent's: {e}") })?;
+                let info: control::AgentInfo = serde_json::from_str(&text).map_err(|e| CoordinatorError::Start {
+                    host: host.name.clone(),
+                    why: format!("an answer that is not an agent's: {e}"),
+                })?;
                 if info.version != env!("CARGO_PKG_VERSION") {
-                    return Err(CoordinatorError::Version { host: host.name.clone(), theirs: info.version, ours: env!("CARGO_PKG_VERSION").to_owned() });
+                    return Err(CoordinatorError::Version {
+                        host: host.name.clone(),
+                        theirs: info.version,
+                        ours: env!("CARGO_PKG_VERSION").to_owned(),
+                    });
                 }
                 return Ok(());
             }
@@ -229,9 +269,12 @@ impl<'p> Coordinator<'p> {
             .wait()
             .map_err(|e| failed(e.to_string()))?;
         let reply = replies.recv().map_err(|_| failed(format!("no answer within {} s", START_TIMEOUT.as_secs())))?;
-        let sample = reply.result().map_err(|e| failed(format!("it answered an error: {:?}", e.payload().try_to_string())))?;
+        let sample =
+            reply.result().map_err(|e| failed(format!("it answered an error: {:?}", e.payload().try_to_string())))?;
         let text = sample.payload().try_to_string().map(|t| t.into_owned()).unwrap_or_default();
-        match serde_json::from_str::<StartReply>(&text).map_err(|e| failed(format!("an answer that is not a start reply: {e}")))? {
+        match serde_json::from_str::<StartReply>(&text)
+            .map_err(|e| failed(format!("an answer that is not a start reply: {e}")))?
+        {
             StartReply::Started { pid } => {
                 eprintln!("run {}: host `{host}` started its part (pid {pid} there)", self.run);
                 self.pending.push(host);
@@ -281,10 +324,16 @@ impl<'p> Coordinator<'p> {
                 give_up_at = Some(now + COORDINATOR_GRACE);
             }
             if give_up_at.is_some_and(|at| now >= at) {
-                failure.get_or_insert_with(|| format!("hosts {} did not say how their parts ended", self.pending.join(", ")));
+                failure.get_or_insert_with(|| {
+                    format!("hosts {} did not say how their parts ended", self.pending.join(", "))
+                });
                 break;
             }
-            let next = [kill_at, give_up_at].into_iter().flatten().min().map_or(Duration::from_secs(1), |at| at.saturating_duration_since(now));
+            let next = [kill_at, give_up_at]
+                .into_iter()
+                .flatten()
+                .min()
+                .map_or(Duration::from_secs(1), |at| at.saturating_duration_since(now));
             let event = match events.recv_timeout(next) {
                 Ok(e) => e,
                 Err(mpsc::RecvTimeoutError::Timeout) => continue,
@@ -306,7 +355,10 @@ impl<'p> Coordinator<'p> {
                 Event::Outcome(o) => self.on_outcome(o, &mut failure, &mut kill_at, signals),
                 Event::Agent { host, alive } if self.pending.contains(&host) => match (alive, self.plan.on_host_loss) {
                     (false, OnHostLoss::Stop) => {
-                        let why = format!("host `{host}` was lost: its agent's liveliness token vanished (on_host_loss = \"{}\")", OnHostLoss::Stop.name());
+                        let why = format!(
+                            "host `{host}` was lost: its agent's liveliness token vanished (on_host_loss = \"{}\")",
+                            OnHostLoss::Stop.name()
+                        );
                         eprintln!("run {}: {why}; ending the other hosts' parts", self.run);
                         failure.get_or_insert(why);
                         self.pending.retain(|h| h != &host);
@@ -315,7 +367,11 @@ impl<'p> Coordinator<'p> {
                         give_up_at.get_or_insert(Instant::now() + COORDINATOR_GRACE);
                     }
                     (false, OnHostLoss::Wait) => {
-                        eprintln!("run {}: host `{host}` was lost; the others run on until it is back (on_host_loss = \"{}\")", self.run, OnHostLoss::Wait.name());
+                        eprintln!(
+                            "run {}: host `{host}` was lost; the others run on until it is back (on_host_loss = \"{}\")",
+                            self.run,
+                            OnHostLoss::Wait.name()
+                        );
                     }
                     (true, _) => {
                         let status = self.part_status(&host);
@@ -325,7 +381,9 @@ impl<'p> Coordinator<'p> {
                         } else if let PartStatus::Running = status {
                             eprintln!("run {}: host `{host}` is back", self.run);
                         } else {
-                            let why = format!("host `{host}` came back without its part of the run (its agent was restarted)");
+                            let why = format!(
+                                "host `{host}` came back without its part of the run (its agent was restarted)"
+                            );
                             eprintln!("run {}: {why}", self.run);
                             failure.get_or_insert(why);
                             self.pending.retain(|h| h != &host);
@@ -376,7 +434,9 @@ impl<'p> Coordinator<'p> {
                 Some("running") => return PartStatus::Running,
                 // It ended while this coordinator was cut off: its outcome was published then.
                 Some(text) => return serde_json::from_str(text).map_or(PartStatus::Unknown, PartStatus::Ended),
-                None => std::thread::sleep(Duration::from_millis(100).min(deadline.saturating_duration_since(Instant::now()))),
+                None => std::thread::sleep(
+                    Duration::from_millis(100).min(deadline.saturating_duration_since(Instant::now())),
+                ),
             }
         }
         PartStatus::Unknown
@@ -397,14 +457,25 @@ impl<'p> Coordinator<'p> {
                 return ExitCode::from(1);
             }
         }
-        if failure.is_none() && report.succeeded() && self.outcomes.values().all(Outcome::succeeded) { ExitCode::SUCCESS } else { ExitCode::from(1) }
+        if failure.is_none() && report.succeeded() && self.outcomes.values().all(Outcome::succeeded) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        }
     }
 }
 
 /// The parts' reports as one, each row with its host.
 fn merge(pipeline: &str, outcomes: &BTreeMap<String, Outcome>, failure: Option<&str>, interrupted: bool) -> RunReport {
-    let mut merged =
-        RunReport { pipeline: pipeline.to_owned(), stages: Vec::new(), links: Vec::new(), failure: None, interrupted: None, seconds: 0.0, warnings: Vec::new() };
+    let mut merged = RunReport {
+        pipeline: pipeline.to_owned(),
+        stages: Vec::new(),
+        links: Vec::new(),
+        failure: None,
+        interrupted: None,
+        seconds: 0.0,
+        warnings: Vec::new(),
+    };
     for (host, o) in outcomes {
         let Some(report) = o.report.clone().and_then(|r| serde_json::from_value::<RunReport>(r).ok()) else { continue };
         merged.stages.extend(report.stages.into_iter().map(|mut s| {

@@ -53,13 +53,18 @@ const KEPT_OUTCOMES: usize = 64;
 type Ended = Arc<Mutex<std::collections::VecDeque<(String, String)>>>;
 
 fn serve(name: &str, listen: &str) -> Result<(), String> {
-    crate::config::StageName::parse(name).map_err(|_| format!("name `{name}`: use letters, digits, `-` and `_`, starting with a letter"))?;
+    crate::config::StageName::parse(name)
+        .map_err(|_| format!("name `{name}`: use letters, digits, `-` and `_`, starting with a letter"))?;
     let stop = Arc::new(AtomicBool::new(false));
     let ((), _claimed) = crate::supervisor::Shutdown::claim(|| {
-        crate::supervisor::STOP_SIGNALS.iter().try_for_each(|&signal| signal_hook::flag::register(signal, stop.clone()).map(drop))
+        crate::supervisor::STOP_SIGNALS
+            .iter()
+            .try_for_each(|&signal| signal_hook::flag::register(signal, stop.clone()).map(drop))
     })
     .map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    let session = zenoh::open(control::config(Some(listen), &[])?).wait().map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let session = zenoh::open(control::config(Some(listen), &[])?)
+        .wait()
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let info = serde_json::to_string(&control::AgentInfo::of_this_machine(name)).map_err(|e| e.to_string())?;
     let key = control::info_key(name);
     let _info = session
@@ -83,7 +88,8 @@ fn serve(name: &str, listen: &str) -> Result<(), String> {
             // Checking a part takes a while (it loads plugins): not on Zenoh's own threads.
             let (s, r, e, agent) = (s.clone(), r.clone(), e.clone(), agent.clone());
             std::thread::spawn(move || {
-                let payload = query.payload().and_then(|p| p.try_to_string().ok()).map(|t| t.into_owned()).unwrap_or_default();
+                let payload =
+                    query.payload().and_then(|p| p.try_to_string().ok()).map(|t| t.into_owned()).unwrap_or_default();
                 let reply = match serde_json::from_str::<StartRequest>(&payload) {
                     Ok(request) => start(&s, &r, &e, &agent, request),
                     Err(e) => StartReply::Refused { error: format!("not a start request: {e}") },
@@ -136,7 +142,12 @@ fn serve(name: &str, listen: &str) -> Result<(), String> {
             // `running`, the outcome of a part that ended, or `unknown`.
             let answer = match control::run_of_key(&key) {
                 Some(run) if r.lock().expect("runs lock").contains_key(run) => "running".to_owned(),
-                Some(run) => e.lock().expect("ended lock").iter().find(|(id, _)| id == run).map_or_else(|| "unknown".to_owned(), |(_, o)| o.clone()),
+                Some(run) => e
+                    .lock()
+                    .expect("ended lock")
+                    .iter()
+                    .find(|(id, _)| id == run)
+                    .map_or_else(|| "unknown".to_owned(), |(_, o)| o.clone()),
                 None => "unknown".to_owned(),
             };
             let _ = query.reply(query.key_expr().clone(), answer).wait();
@@ -176,12 +187,22 @@ fn start(session: &zenoh::Session, runs: &Runs, ended: &Ended, agent: &str, requ
         return refuse(format!("this agent is `{agent}`, not `{}`", request.host));
     }
     if request.version != env!("CARGO_PKG_VERSION") {
-        return refuse(format!("the coordinator runs gpuipc {}, this agent {}: run the same version on every host", request.version, env!("CARGO_PKG_VERSION")));
+        return refuse(format!(
+            "the coordinator runs gpuipc {}, this agent {}: run the same version on every host",
+            request.version,
+            env!("CARGO_PKG_VERSION")
+        ));
     }
     if runs.lock().expect("runs lock").contains_key(&request.run) {
         return refuse(format!("run {} already has a part here", request.run));
     }
-    let spec = PartSpec { run: request.run.clone(), host: request.host.clone(), pipeline: request.pipeline, frames: request.frames, checksums: request.checksums };
+    let spec = PartSpec {
+        run: request.run.clone(),
+        host: request.host.clone(),
+        pipeline: request.pipeline,
+        frames: request.frames,
+        checksums: request.checksums,
+    };
     let (s, r, e, run) = (session.clone(), runs.clone(), ended.clone(), request.run.clone());
     // Set, under the runs' lock, once the part has ended: a part that ends at once is not
     // entered after its outcome took it out.
@@ -227,7 +248,10 @@ fn start(session: &zenoh::Session, runs: &Runs, ended: &Ended, agent: &str, requ
 fn coordinator_lost(runs: &Runs, key: &str, running: &Running) {
     let Some(run) = control::run_of_key(key).map(str::to_owned) else { return };
     let (runs, up, wait) = (runs.clone(), running.coordinator_up.clone(), running.on_host_loss == OnHostLoss::Wait);
-    eprintln!("run {run}: its coordinator is gone; {}", if wait { "waiting for it to come back" } else { "draining its part" });
+    eprintln!(
+        "run {run}: its coordinator is gone; {}",
+        if wait { "waiting for it to come back" } else { "draining its part" }
+    );
     std::thread::spawn(move || {
         if wait {
             let deadline = Instant::now() + part::COORDINATOR_GRACE;

@@ -58,7 +58,8 @@ impl PartRun {
     /// which also outlives the child, as its parent-death signal needs).
     pub fn start(spec: PartSpec, on_exit: impl FnOnce(Outcome) + Send + 'static) -> Result<PartRun, PartError> {
         let prepare = |why: String| PartError::Prepare { host: spec.host.clone(), why };
-        let exe = std::env::current_exe().map_err(|e| prepare(format!("cannot find the gpuipc-host executable: {e}")))?;
+        let exe =
+            std::env::current_exe().map_err(|e| prepare(format!("cannot find the gpuipc-host executable: {e}")))?;
         let dir = crate::supervisor::private_dir::create("gpuipc-part").map_err(|e| prepare(e.to_string()))?;
         let file = dir.join("part.toml");
         std::fs::write(&file, &spec.pipeline).map_err(|e| prepare(format!("cannot write {}: {e}", file.display())))?;
@@ -123,7 +124,8 @@ fn validate(exe: &Path, file: &Path) -> Result<(), String> {
 /// Wait for `child` at most `timeout`; kill it past that.
 pub fn wait_bounded(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + timeout;
-    let pidfd = rustix::process::pidfd_open(rustix::process::Pid::from_child(child), rustix::process::PidfdFlags::empty()).ok();
+    let pidfd =
+        rustix::process::pidfd_open(rustix::process::Pid::from_child(child), rustix::process::PidfdFlags::empty()).ok();
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Some(status);
@@ -147,7 +149,13 @@ pub fn wait_bounded(child: &mut Child, timeout: Duration) -> Option<ExitStatus> 
 }
 
 /// The part's thread: start the run, pass on its stderr, wait, and say how it ended.
-fn supervise(exe: &Path, dir: &Path, spec: &PartSpec, started: mpsc::Sender<Result<(u32, OwnedFd), String>>, on_exit: impl FnOnce(Outcome)) {
+fn supervise(
+    exe: &Path,
+    dir: &Path,
+    spec: &PartSpec,
+    started: mpsc::Sender<Result<(u32, OwnedFd), String>>,
+    on_exit: impl FnOnce(Outcome),
+) {
     let report = dir.join("part-report.json");
     let mut command = Command::new(exe);
     command.arg("run").arg(dir.join("part.toml")).arg("--quiet").arg("--report").arg(&report);
@@ -160,7 +168,11 @@ fn supervise(exe: &Path, dir: &Path, spec: &PartSpec, started: mpsc::Sender<Resu
     // Its own process group: a Ctrl-C at the terminal reaches the coordinator alone, which
     // drains every host's part the same way.
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    command.env(PARENT_ENV, std::process::id().to_string()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    command
+        .env(PARENT_ENV, std::process::id().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     let mut child = match command.spawn() {
         Ok(c) => c,
         Err(e) => {

@@ -48,8 +48,7 @@ impl SourceFile {
         let whole_line = self.text.lines().nth(line - 1).unwrap_or("");
         let start = span.start.min(self.text.len());
         let end = span.end.clamp(start, self.text.len());
-        let span_len =
-            self.text.get(start..end).and_then(|s| s.lines().next()).map_or(1, |s| s.chars().count().max(1));
+        let span_len = self.text.get(start..end).and_then(|s| s.lines().next()).map_or(1, |s| s.chars().count().max(1));
         let (line_text, caret_column) = excerpt(whole_line, column);
         let span_len = span_len.min(EXCERPT_SIDE);
         Diagnostic {

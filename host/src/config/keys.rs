@@ -113,11 +113,7 @@ mod tests {
         let doc = include_str!("../../../docs/pipeline-file.md");
         let section = doc.split(heading).nth(1).unwrap_or_else(|| panic!("no {heading} in the docs"));
         let section = section.split("\n## ").next().unwrap().split("\n### ").next().unwrap();
-        section
-            .lines()
-            .filter_map(|l| l.strip_prefix("| `"))
-            .map(|l| l.split('`').next().unwrap().to_owned())
-            .collect()
+        section.lines().filter_map(|l| l.strip_prefix("| `")).map(|l| l.split('`').next().unwrap().to_owned()).collect()
     }
 
     #[test]

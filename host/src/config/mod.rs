@@ -12,7 +12,8 @@ pub use diagnostic::{Diagnostic, Diagnostics, SourceFile};
 pub use names::StageName;
 pub use supervision::format_duration;
 pub use types::{
-    DeviceSpec, DurationSpec, HostSection, InputTransport, StageDevice, Isolation, MpsScope, OnHostLoss, OnLoss, PipelineFile, Policy, RestartPolicy, StageSection, Transport,
+    DeviceSpec, DurationSpec, HostSection, InputTransport, Isolation, MpsScope, OnHostLoss, OnLoss, PipelineFile,
+    Policy, RestartPolicy, StageDevice, StageSection, Transport,
 };
 
 use std::path::Path;
@@ -20,9 +21,8 @@ use std::path::Path;
 /// Read and parse a pipeline file. Syntax errors, unknown keys and wrong types come back as
 /// one diagnostic with its location.
 pub fn load(path: &Path) -> Result<(SourceFile, PipelineFile), Diagnostics> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        Diagnostics::from(Diagnostic::plain(format!("cannot read {}: {e}", path.display())))
-    })?;
+    let bytes = std::fs::read(path)
+        .map_err(|e| Diagnostics::from(Diagnostic::plain(format!("cannot read {}: {e}", path.display()))))?;
     let text = match String::from_utf8(bytes) {
         Ok(text) => text,
         Err(e) => {
@@ -31,10 +31,10 @@ pub fn load(path: &Path) -> Result<(SourceFile, PipelineFile), Diagnostics> {
             let bad = e.as_bytes()[at];
             let valid = String::from_utf8_lossy(&e.as_bytes()[..at]).into_owned();
             let source = SourceFile::new(path, valid);
-            return Err(Diagnostics::from(source.error_at(
-                at..at,
-                format!("the file is not UTF-8 text: byte 0x{bad:02x} here (save it as UTF-8)"),
-            )));
+            return Err(Diagnostics::from(
+                source
+                    .error_at(at..at, format!("the file is not UTF-8 text: byte 0x{bad:02x} here (save it as UTF-8)")),
+            ));
         }
     };
     let source = SourceFile::new(path, text);
@@ -74,7 +74,10 @@ fn toml_error(source: &SourceFile, e: &toml::de::Error) -> Diagnostic {
     let message = e.message().trim_end().to_owned();
     if message == "recursion limit" {
         let at = too_deep_at(source.text());
-        return source.error_at(at..at, "this dotted key has too many parts: the TOML parser reads at most 79 (a pipeline file needs 3)");
+        return source.error_at(
+            at..at,
+            "this dotted key has too many parts: the TOML parser reads at most 79 (a pipeline file needs 3)",
+        );
     }
     let Some(span) = e.span() else {
         return Diagnostic::plain(format!("{}: {message}", source.path().display()));

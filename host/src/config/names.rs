@@ -22,9 +22,7 @@ impl StageName {
             return Err(format!("stage name `{text}` must start with an ASCII letter (a-z, A-Z)"));
         }
         if let Some(bad) = text.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
-            return Err(format!(
-                "stage name `{text}` contains `{bad}`; use ASCII letters, digits, `_` and `-`"
-            ));
+            return Err(format!("stage name `{text}` contains `{bad}`; use ASCII letters, digits, `_` and `-`"));
         }
         Ok(StageName(text.to_owned()))
     }

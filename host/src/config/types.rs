@@ -153,8 +153,9 @@ impl<'de> Deserialize<'de> for StageDevice {
             One(String),
             List(Vec<String>),
         }
-        let raw = Raw::deserialize(d)
-            .map_err(|_| serde::de::Error::custom("expected a device (\"cuda:0\") or a list of GPUs ([\"cuda:0\", \"cuda:1\"])"))?;
+        let raw = Raw::deserialize(d).map_err(|_| {
+            serde::de::Error::custom("expected a device (\"cuda:0\") or a list of GPUs ([\"cuda:0\", \"cuda:1\"])")
+        })?;
         match raw {
             Raw::One(text) => DeviceSpec::parse(&text).map(StageDevice::One).ok_or_else(|| {
                 serde::de::Error::custom(format!("invalid device `{text}`, expected \"cpu\", \"cuda\", \"cuda:N\" or \"auto\""))

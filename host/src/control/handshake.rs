@@ -23,10 +23,18 @@ pub enum HandshakeError {
 
 /// A GPU link end exported, waiting for the host to bring the other ends' objects.
 pub enum Half {
-    Input { link: usize, released: Vec<IpcEvent> },
+    Input {
+        link: usize,
+        released: Vec<IpcEvent>,
+    },
     /// `first_slot`: where the producer's part of the ring starts (replicas each write their
     /// own part; a lone producer writes all of it, from 0).
-    Output { link: usize, first_slot: usize, memory: Vec<DeviceMemory>, ready: Vec<IpcEvent> },
+    Output {
+        link: usize,
+        first_slot: usize,
+        memory: Vec<DeviceMemory>,
+        ready: Vec<IpcEvent>,
+    },
 }
 
 fn create_events(gpu: &Arc<Gpu>, n: usize) -> Result<Vec<(IpcEvent, Handle64)>, GpuError> {
@@ -49,7 +57,13 @@ fn send_export(socket: &ControlSocket, export: Export, fds: &[BorrowedFd<'_>]) -
 }
 
 /// Export consumer `consumer`'s `released` events for `link`, one per slot.
-pub fn export_input(gpu: &Arc<Gpu>, socket: &ControlSocket, link: usize, consumer: usize, depth: usize) -> Result<Half, HandshakeError> {
+pub fn export_input(
+    gpu: &Arc<Gpu>,
+    socket: &ControlSocket,
+    link: usize,
+    consumer: usize,
+    depth: usize,
+) -> Result<Half, HandshakeError> {
     let events = create_events(gpu, depth)?;
     let export = Export {
         link,
@@ -97,15 +111,21 @@ pub fn export_output(
         }
     }
     let slot_bytes = bytes as u64;
-    let shared = if use_vmm { SlotMemory::Vmm { slot_bytes } } else { SlotMemory::Legacy { slot_bytes, handles: legacy } };
+    let shared =
+        if use_vmm { SlotMemory::Vmm { slot_bytes } } else { SlotMemory::Legacy { slot_bytes, handles: legacy } };
     tracing::info!(
         "output ring: {depth} slots ({slots:?} of {}) of {bytes} bytes in GPU memory, shared by {}",
         ring.depth(),
         if use_vmm { "VMM POSIX file descriptors" } else { "legacy CUDA IPC handles" }
     );
     let events = create_events(gpu, depth)?;
-    let export =
-        Export { link, end: LinkEnd::Producer, events: events.iter().map(|(_, h)| *h).collect(), memory: Some(shared), generation };
+    let export = Export {
+        link,
+        end: LinkEnd::Producer,
+        events: events.iter().map(|(_, h)| *h).collect(),
+        memory: Some(shared),
+        generation,
+    };
     let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
     send_export(socket, export, &borrowed)?;
     Ok(Half::Output { link, first_slot, memory, ready: events.into_iter().map(|(e, _)| e).collect() })
@@ -116,29 +136,39 @@ pub type Completed = (Vec<(usize, DeviceRead)>, Option<DeviceWrite>);
 
 /// Wait for the host to bring the other ends' objects for every exported half, and finish the
 /// ends: (link, read end) pairs for the inputs, and the write end of the output.
-pub fn complete(
-    gpu: &Arc<Gpu>,
-    socket: &ControlSocket,
-    halves: Vec<Half>,
-) -> Result<Completed, HandshakeError> {
+pub fn complete(gpu: &Arc<Gpu>, socket: &ControlSocket, halves: Vec<Half>) -> Result<Completed, HandshakeError> {
     let mut halves: Vec<Option<Half>> = halves.into_iter().map(Some).collect();
     let mut inputs = Vec::new();
     let mut output = None;
     while halves.iter().any(Option::is_some) {
         let (import, fds) = match socket.recv::<ToStage>() {
             Ok((ToStage::Import(import), fds)) => (*import, fds),
-            Ok((other, _)) => return Err(HandshakeError::Protocol(format!("expected GPU link objects, got {other:?}"))),
+            Ok((other, _)) => {
+                return Err(HandshakeError::Protocol(format!("expected GPU link objects, got {other:?}")));
+            }
             Err(e) => return Err(HandshakeError::Protocol(format!("waiting for GPU link objects: {e}"))),
         };
         let position = halves
             .iter()
-            .position(|h| matches!(h, Some(Half::Input { link, .. } | Half::Output { link, .. }) if *link == import.link))
-            .ok_or_else(|| HandshakeError::Protocol(format!("received objects of link {} it does not use", import.link)))?;
+            .position(
+                |h| matches!(h, Some(Half::Input { link, .. } | Half::Output { link, .. }) if *link == import.link),
+            )
+            .ok_or_else(|| {
+                HandshakeError::Protocol(format!("received objects of link {} it does not use", import.link))
+            })?;
         match halves[position].take().expect("found above") {
             Half::Input { link, released } => inputs.push((link, import_input(gpu, import, fds, released)?)),
             Half::Output { first_slot, memory, ready, .. } => {
-                let released = import.consumers.iter().map(|c| open_events(gpu, &c.events)).collect::<Result<_, _>>()?;
-                output = Some(DeviceWrite { gpu: gpu.clone(), first_slot, memory, ready, released, current_for: import.epoch });
+                let released =
+                    import.consumers.iter().map(|c| open_events(gpu, &c.events)).collect::<Result<_, _>>()?;
+                output = Some(DeviceWrite {
+                    gpu: gpu.clone(),
+                    first_slot,
+                    memory,
+                    ready,
+                    released,
+                    current_for: import.epoch,
+                });
             }
         }
     }
@@ -158,7 +188,10 @@ pub(crate) fn import_input(
         return Err(HandshakeError::Protocol("no producer objects for an input".into()));
     };
     let part_slots = first.events.len();
-    if part_slots == 0 || parts.iter().any(|p| p.events.len() != part_slots) || part_slots * parts.len() != released.len() {
+    if part_slots == 0
+        || parts.iter().any(|p| p.events.len() != part_slots)
+        || part_slots * parts.len() != released.len()
+    {
         let shared: Vec<usize> = parts.iter().map(|p| p.events.len()).collect();
         return Err(HandshakeError::Protocol(format!(
             "the producers shared {shared:?} slots for a ring of {}",
@@ -187,7 +220,8 @@ pub(crate) fn import_part(
     let memory = match &part.memory {
         Some(SlotMemory::Vmm { slot_bytes }) => (0..slots)
             .map(|_| {
-                let fd = fds.next().ok_or_else(|| HandshakeError::Protocol("fewer memory descriptors than slots".into()))?;
+                let fd =
+                    fds.next().ok_or_else(|| HandshakeError::Protocol("fewer memory descriptors than slots".into()))?;
                 Ok(DeviceMemory::import_vmm(gpu, fd, *slot_bytes as usize)?)
             })
             .collect::<Result<Vec<_>, HandshakeError>>()?,

@@ -63,9 +63,12 @@ impl Serialize for Handle64 {
 impl<'de> Deserialize<'de> for Handle64 {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        let bytes: Option<Vec<u8>> =
-            (0..text.len()).step_by(2).map(|i| text.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect();
-        let bytes = bytes.filter(|b| b.len() == 64).ok_or_else(|| serde::de::Error::custom("expected 128 hex digits"))?;
+        let bytes: Option<Vec<u8>> = (0..text.len())
+            .step_by(2)
+            .map(|i| text.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .collect();
+        let bytes =
+            bytes.filter(|b| b.len() == 64).ok_or_else(|| serde::de::Error::custom("expected 128 hex digits"))?;
         Ok(Handle64(bytes.try_into().expect("length checked")))
     }
 }

@@ -7,8 +7,8 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::net::{
-    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage,
+    SendFlags, SocketFlags, SocketType,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -133,7 +133,8 @@ impl ControlSocket {
         let mut datagram = &bytes[..msg.bytes];
         let in_memfd;
         if datagram == IN_MEMFD {
-            let memfd = fds.pop().ok_or_else(|| SocketError::Malformed("a message in a memfd without the memfd".into()))?;
+            let memfd =
+                fds.pop().ok_or_else(|| SocketError::Malformed("a message in a memfd without the memfd".into()))?;
             let file = std::fs::File::from(memfd);
             let len = file.metadata()?.len() as usize;
             if len > MAX_IN_MEMFD {

@@ -174,7 +174,11 @@ fn cross_device_tests(out: &mut dyn Write, exe: &Path, devices: &[DeviceInfo]) -
     for (from, to) in pairs {
         writeln!(out, "  cuda:{from} -> cuda:{to}")?;
         if !matches!(gpu::can_access_peer(to, from), Ok(true)) {
-            line(out, "  (not run)", format!("cuda:{to} has no peer access to cuda:{from}; links copy through the host"))?;
+            line(
+                out,
+                "  (not run)",
+                format!("cuda:{to} has no peer access to cuda:{from}; links copy through the host"),
+            )?;
             continue;
         }
         let t = selftest::run(exe, from, to, SELF_TEST_TIMEOUT);

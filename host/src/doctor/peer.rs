@@ -309,11 +309,15 @@ fn importer(device: u32, socket: &ControlSocket) -> Result<(), String> {
         other => other,
     };
     let vmm = match check(vmm, SEED_VMM, 0..n, "through a VMM POSIX fd") {
-        Outcome::Pass(text) => match imported.iter().find(|m| m.kind() == MemoryKind::VmmImported).map(|m| read_rate(&gpu, m, n)) {
-            Some(Ok(gb_per_s)) => Outcome::Pass(format!("{text}; copies out of it into cuda:{device}'s own memory: {gb_per_s:.0} GB/s")),
-            Some(Err(e)) => Outcome::Fail(format!("timing copies out of the imported memory: {e}")),
-            None => Outcome::Pass(text),
-        },
+        Outcome::Pass(text) => {
+            match imported.iter().find(|m| m.kind() == MemoryKind::VmmImported).map(|m| read_rate(&gpu, m, n)) {
+                Some(Ok(gb_per_s)) => Outcome::Pass(format!(
+                    "{text}; copies out of it into cuda:{device}'s own memory: {gb_per_s:.0} GB/s"
+                )),
+                Some(Err(e)) => Outcome::Fail(format!("timing copies out of the imported memory: {e}")),
+                None => Outcome::Pass(text),
+            }
+        }
         other => other,
     };
     let legacy = check(legacy, SEED_LEGACY, n..2 * n, "through a legacy IPC handle");

@@ -102,7 +102,9 @@ impl RingGeometry {
         let problem = |problem: String| Err(LinkError::Data { link: link.to_owned(), problem });
         match (self.slot_bytes, len) {
             (0, None) => Ok(()),
-            (0, Some(len)) => problem(format!("its frames live on a GPU, but a data memfd of {len} bytes came with the ring")),
+            (0, Some(len)) => {
+                problem(format!("its frames live on a GPU, but a data memfd of {len} bytes came with the ring"))
+            }
             (_, None) => problem("its frames live in host memory, but no data memfd came with the ring".into()),
             (_, Some(len)) if self.data_bytes > len => Err(mismatch(
                 link,
@@ -264,7 +266,11 @@ impl Fields {
             return err("slot_bytes", &self.slot_bytes, expected);
         }
         let Some(data_bytes) = self.slot_bytes.checked_mul(self.depth as u64) else {
-            return err("slot_bytes", &self.slot_bytes, format!("expected slot_bytes * depth {} to fit 64 bits", self.depth));
+            return err(
+                "slot_bytes",
+                &self.slot_bytes,
+                format!("expected slot_bytes * depth {} to fit 64 bits", self.depth),
+            );
         };
         Ok(RingGeometry {
             depth: self.depth,
@@ -415,7 +421,9 @@ mod tests {
     /// Opens `ring` again against `params()`; asserts it is refused naming `LINK` and `field`,
     /// and returns the message.
     fn refused(ring: &RingMap, field: &str) -> String {
-        let err = RingMap::open_checked(fds(ring, FrameAccess::Read), &params(), LINK, FrameAccess::Read).err().expect("refused");
+        let err = RingMap::open_checked(fds(ring, FrameAccess::Read), &params(), LINK, FrameAccess::Read)
+            .err()
+            .expect("refused");
         let message = err.to_string();
         match err {
             LinkError::Mismatch { link, field: f, .. } => {
@@ -473,7 +481,10 @@ mod tests {
                     let mut fields = line.split_whitespace();
                     let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { continue };
                     let Some((start, end)) = range.split_once('-') else { continue };
-                    let (Ok(start), Ok(end)) = (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16)) else { continue };
+                    let (Ok(start), Ok(end)) = (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16))
+                    else {
+                        continue;
+                    };
                     if (start..end).contains(&addr) {
                         found = Some(perms.to_owned());
                     }
@@ -487,7 +498,8 @@ mod tests {
     fn a_consumer_maps_frames_read_only_for_good_and_the_control_block_writable() {
         let ring = RingMap::create("gpuipc-test-check", &params()).unwrap();
         let reader = RingMap::open_checked(fds(&ring, FrameAccess::Read), &params(), LINK, FrameAccess::Read).unwrap();
-        let writer = RingMap::open_checked(fds(&ring, FrameAccess::Write), &params(), LINK, FrameAccess::Write).unwrap();
+        let writer =
+            RingMap::open_checked(fds(&ring, FrameAccess::Write), &params(), LINK, FrameAccess::Write).unwrap();
         let header = |map: &RingMap| mapping_at(map.control_block().as_ptr() as usize);
         let slot = |map: &RingMap, i| mapping_at(map.slot_data(i).unwrap().0 as usize);
         let last_byte = |map: &RingMap| {
@@ -505,7 +517,8 @@ mod tests {
     #[test]
     fn a_consumer_refuses_a_writable_data_descriptor() {
         let ring = RingMap::create("gpuipc-test-check", &params()).unwrap();
-        let err = RingMap::open_checked(fds(&ring, FrameAccess::Write), &params(), LINK, FrameAccess::Read).err().unwrap();
+        let err =
+            RingMap::open_checked(fds(&ring, FrameAccess::Write), &params(), LINK, FrameAccess::Read).err().unwrap();
         assert!(matches!(err, LinkError::Map { what: "data memfd for reading", .. }), "{err}");
         assert_eq!(
             err.to_string(),
@@ -517,7 +530,8 @@ mod tests {
     fn a_missing_or_unexpected_data_memfd_is_refused() {
         let ring = RingMap::create("gpuipc-test-check", &params()).unwrap();
         let control_only = RingFds { control: fd(ring.control_block()), data: None };
-        let message = RingMap::open_checked(control_only, &params(), LINK, FrameAccess::Read).err().unwrap().to_string();
+        let message =
+            RingMap::open_checked(control_only, &params(), LINK, FrameAccess::Read).err().unwrap().to_string();
         assert_eq!(message, "link gen -> grade: its frames live in host memory, but no data memfd came with the ring");
         let mut on_gpu = params();
         on_gpu.host_data = false;
@@ -525,7 +539,10 @@ mod tests {
         let stray = SharedMemory::create("gpuipc-test-check-stray", 8192).unwrap();
         let with_data = RingFds { control: fd(device.control_block()), data: Some(stray.read_only_fd().unwrap()) };
         let message = RingMap::open_checked(with_data, &on_gpu, LINK, FrameAccess::Read).err().unwrap().to_string();
-        assert_eq!(message, "link gen -> grade: its frames live on a GPU, but a data memfd of 8192 bytes came with the ring");
+        assert_eq!(
+            message,
+            "link gen -> grade: its frames live on a GPU, but a data memfd of 8192 bytes came with the ring"
+        );
     }
 
     #[test]
@@ -687,7 +704,8 @@ mod tests {
     #[test]
     fn a_header_scribbled_after_open_does_not_change_the_ring() {
         let ring = RingMap::create("gpuipc-test-check", &params()).unwrap();
-        let opened = RingMap::open_checked(fds(&ring, FrameAccess::Write), &params(), LINK, FrameAccess::Write).unwrap();
+        let opened =
+            RingMap::open_checked(fds(&ring, FrameAccess::Write), &params(), LINK, FrameAccess::Write).unwrap();
         let other = SharedMemory::open(fd(ring.control_block())).unwrap();
         let h = other.as_ptr() as *mut RingHeader;
         // SAFETY (test): as in `set!`.

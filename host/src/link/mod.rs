@@ -12,8 +12,8 @@
 //! - `reclaim`: the host taking back the slots of an end that died.
 //! - [`stats`]: per-stage counters the host reads for live statistics, and its stop flag.
 
-pub mod check;
 pub mod backing;
+pub mod check;
 pub mod header;
 pub mod queue;
 mod reclaim;

@@ -156,7 +156,10 @@ impl QueueMap {
             return Err(LinkError::Invalid("not a queue block of this version".into()));
         }
         if h.replicas != replicas {
-            return Err(LinkError::Invalid(format!("queue block for {} replicas, the plan says {replicas}", h.replicas)));
+            return Err(LinkError::Invalid(format!(
+                "queue block for {} replicas, the plan says {replicas}",
+                h.replicas
+            )));
         }
         Ok(map)
     }
@@ -470,7 +473,10 @@ impl QueueMap {
 
     /// Whether sequence number `seq` is owed: a frame a shared consumer must not give up.
     pub fn owes(&self, seq: u64) -> bool {
-        self.header().owed.iter().any(|e| e.ticket.load(Ordering::Acquire) != NONE && e.seq.load(Ordering::Relaxed) == seq)
+        self.header()
+            .owed
+            .iter()
+            .any(|e| e.ticket.load(Ordering::Acquire) != NONE && e.seq.load(Ordering::Relaxed) == seq)
     }
 }
 
@@ -601,7 +607,9 @@ mod tests {
                                     drop(guard);
                                     // Owed frames may still come from a sibling that dies later;
                                     // the test ends when every ticket is settled instead.
-                                    if log.lock().unwrap().len() as u64 + abandoned.lock().unwrap().len() as u64 >= tickets {
+                                    if log.lock().unwrap().len() as u64 + abandoned.lock().unwrap().len() as u64
+                                        >= tickets
+                                    {
                                         return;
                                     }
                                     thread::yield_now();
@@ -635,7 +643,12 @@ mod tests {
                         log.lock().unwrap().push(held.ticket);
                         if die == Some("after moving the turn") {
                             // Half of `finish`: the turn moved, the holding not yet cleared.
-                            let _ = q.header().turn.0.compare_exchange(held.ticket, held.ticket + 1, Ordering::AcqRel, Ordering::Relaxed);
+                            let _ = q.header().turn.0.compare_exchange(
+                                held.ticket,
+                                held.ticket + 1,
+                                Ordering::AcqRel,
+                                Ordering::Relaxed,
+                            );
                             q.wake_turn();
                             settle(&q, r, pid, retry, &abandoned, Some(held.seq + 1));
                             pid += 100;
@@ -696,15 +709,23 @@ mod tests {
 
     #[test]
     fn a_dead_replicas_ticket_is_skipped_with_drop() {
-        let kills =
-            [(0, 10, "after taking"), (1, 20, "holding the lock"), (2, 30, "after publishing"), (3, 40, "after moving the turn"), (1, 300, "after taking")];
+        let kills = [
+            (0, 10, "after taking"),
+            (1, 20, "holding the lock"),
+            (2, 30, "after publishing"),
+            (3, 40, "after moving the turn"),
+            (1, 300, "after taking"),
+        ];
         let (log, abandoned) = run(4, 2000, false, &kills);
         assert!(log.windows(2).all(|w| w[0] < w[1]), "published out of order: {log:?}");
         let mut all: Vec<u64> = log.iter().chain(&abandoned).copied().collect();
         all.sort_unstable();
         let twice: Vec<u64> = all.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
         let missing: Vec<u64> = (0..2000).filter(|t| all.binary_search(t).is_err()).collect();
-        assert!(twice.is_empty() && missing.is_empty(), "twice {twice:?}, missing {missing:?}, abandoned {abandoned:?}");
+        assert!(
+            twice.is_empty() && missing.is_empty(),
+            "twice {twice:?}, missing {missing:?}, abandoned {abandoned:?}"
+        );
         // Each kill before a publish abandons one ticket (a thread that runs out of frames
         // before its kill's turn is not killed: the threads share 2,000 frames as they go).
         assert!((1..=3).contains(&abandoned.len()), "{abandoned:?}");

@@ -80,8 +80,12 @@ impl RingMap {
         for i in 0..self.depth() {
             let slot = &h.slots[i].0;
             let mut st = slot.state.load(Ordering::Acquire);
-            while st & header::pending_bit(c) != 0 && st & header::claim_bit(c) == 0 && slot.seq.load(Ordering::Relaxed) == seq {
-                match slot.state.compare_exchange(st, st & !header::pending_bit(c), Ordering::AcqRel, Ordering::Acquire) {
+            while st & header::pending_bit(c) != 0
+                && st & header::claim_bit(c) == 0
+                && slot.seq.load(Ordering::Relaxed) == seq
+            {
+                match slot.state.compare_exchange(st, st & !header::pending_bit(c), Ordering::AcqRel, Ordering::Acquire)
+                {
                     Ok(_) => break,
                     Err(now) => st = now,
                 }

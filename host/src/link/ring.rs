@@ -23,8 +23,8 @@ use gpuipc_plugin_api::{FrameFormat, FrameLayout};
 
 use super::check::RingGeometry;
 use super::header::{
-    self, MAX_SLOTS, ABORTED, END_OF_STREAM, MAGIC, OPEN, POLICY_BLOCK, POLICY_LATEST, RingHeader, RingParams, SlotMeta, VERSION,
-    WRITING,
+    self, ABORTED, END_OF_STREAM, MAGIC, MAX_SLOTS, OPEN, POLICY_BLOCK, POLICY_LATEST, RingHeader, RingParams,
+    SlotMeta, VERSION, WRITING,
 };
 use super::shm::{Mapping, SharedMemory};
 use super::wait::{HeldWakes, Side, TimedOut, Waiter, wake_all, wake_side};
@@ -155,7 +155,9 @@ impl RingMap {
     /// both; a stage's has none to give for reading.
     pub fn fds_for(&self, access: FrameAccess) -> Vec<BorrowedFd<'_>> {
         let data = match (&self.data, access) {
-            (Some(SlotData::Created { memory, .. } | SlotData::Write(memory)), FrameAccess::Write) => Some(memory.as_fd()),
+            (Some(SlotData::Created { memory, .. } | SlotData::Write(memory)), FrameAccess::Write) => {
+                Some(memory.as_fd())
+            }
             (Some(SlotData::Created { read_only, .. }), FrameAccess::Read) => Some(read_only.as_fd()),
             _ => None,
         };
@@ -183,19 +185,33 @@ impl RingMap {
     /// against the header; a mismatch is refused with an error naming the link and the field.
     /// With [`FrameAccess::Read`], the data memfd's descriptor must be open for reading only,
     /// and is closed once mapped.
-    pub fn open_checked(fds: RingFds, expected: &RingParams, link: &str, access: FrameAccess) -> Result<RingMap, LinkError> {
+    pub fn open_checked(
+        fds: RingFds,
+        expected: &RingParams,
+        link: &str,
+        access: FrameAccess,
+    ) -> Result<RingMap, LinkError> {
         let plan = RingGeometry::planned(expected, link)?;
         RingMap::map_checked(fds, Some(&plan), link, access)
     }
 
-    fn map_checked(fds: RingFds, plan: Option<&RingGeometry>, link: &str, access: FrameAccess) -> Result<RingMap, LinkError> {
+    fn map_checked(
+        fds: RingFds,
+        plan: Option<&RingGeometry>,
+        link: &str,
+        access: FrameAccess,
+    ) -> Result<RingMap, LinkError> {
         let map_error = |what| move |source| LinkError::Map { link: link.to_owned(), what, source };
         let control = SharedMemory::open(fds.control).map_err(map_error("control block"))?;
         let checked = RingGeometry::read(&control, plan, link)?;
         let data = match (fds.data, access) {
             (None, _) => None,
-            (Some(fd), FrameAccess::Write) => Some(SlotData::Write(SharedMemory::open(fd).map_err(map_error("data memfd"))?)),
-            (Some(fd), FrameAccess::Read) => Some(SlotData::Read(Mapping::read_only(fd).map_err(map_error("data memfd for reading"))?)),
+            (Some(fd), FrameAccess::Write) => {
+                Some(SlotData::Write(SharedMemory::open(fd).map_err(map_error("data memfd"))?))
+            }
+            (Some(fd), FrameAccess::Read) => {
+                Some(SlotData::Read(Mapping::read_only(fd).map_err(map_error("data memfd for reading"))?))
+            }
         };
         checked.check_data(data.as_ref().map(|d| d.len() as u64), link)?;
         Ok(RingMap { control, data, checked })
@@ -346,7 +362,16 @@ impl Producer {
         let published = h.producer.0.published.load(Ordering::Acquire);
         let generation = h.producer.0.epoch.load(Ordering::Acquire);
         let slots = 0..ring.depth();
-        Producer { ring: Arc::new(ring), waiter, generation, next_seq, published, block_mask, all_mask: (1u64 << n) - 1, slots }
+        Producer {
+            ring: Arc::new(ring),
+            waiter,
+            generation,
+            next_seq,
+            published,
+            block_mask,
+            all_mask: (1u64 << n) - 1,
+            slots,
+        }
     }
 
     /// As [`Producer::new`], writing only `slots` of the ring: replica `r` of a stage whose
@@ -426,15 +451,14 @@ impl Producer {
         // SAFETY: the slot is ours (state WRITING): no consumer can claim it, so nobody reads
         // the metadata while we write it.
         unsafe {
-            *s.meta.get() =
-                SlotMeta {
-                    seq,
-                    ordinal: self.published,
-                    timestamp_ns,
-                    flags: self.generation,
-                    format: self.ring.format(),
-                    layout: self.ring.layout(),
-                };
+            *s.meta.get() = SlotMeta {
+                seq,
+                ordinal: self.published,
+                timestamp_ns,
+                flags: self.generation,
+                format: self.ring.format(),
+                layout: self.ring.layout(),
+            };
         }
         s.seq.store(seq, Ordering::Relaxed);
         // Release: publishes the frame data and metadata written above to whoever claims the
@@ -483,7 +507,12 @@ impl Producer {
 }
 
 /// A slot a producer may take now and the exact state seen, or `None` to wait.
-fn pick_write_slot(h: &RingHeader, slots: std::ops::Range<usize>, preferred: usize, block_mask: u64) -> Option<(usize, u64)> {
+fn pick_write_slot(
+    h: &RingHeader,
+    slots: std::ops::Range<usize>,
+    preferred: usize,
+    block_mask: u64,
+) -> Option<(usize, u64)> {
     let load = |i: usize| h.slots[i].0.state.load(Ordering::Relaxed);
     let (start, len) = (slots.start, slots.len());
     // A slot nobody needs any more, the preferred one first.
@@ -601,7 +630,12 @@ impl Consumer {
     /// As [`Consumer::new`], for one of several replicas sharing consumer `index`: a frame goes
     /// to one of them. The caller serialises their takes (`acquire` to `take`) with the take
     /// lock of `queue` (`None` in tests of the ring alone).
-    pub fn new_shared(ring: RingMap, index: usize, waiter: Waiter, queue: Option<Arc<super::queue::QueueMap>>) -> Result<Consumer, LinkError> {
+    pub fn new_shared(
+        ring: RingMap,
+        index: usize,
+        waiter: Waiter,
+        queue: Option<Arc<super::queue::QueueMap>>,
+    ) -> Result<Consumer, LinkError> {
         Ok(Consumer { shared: true, queue, ..Consumer::new(ring, index, waiter)? })
     }
 
@@ -701,7 +735,13 @@ impl Consumer {
             }
             let better = match best {
                 None => true,
-                Some((_, _, b)) => if self.latest { seq > b } else { seq < b },
+                Some((_, _, b)) => {
+                    if self.latest {
+                        seq > b
+                    } else {
+                        seq < b
+                    }
+                }
             };
             if better {
                 best = Some((i, st, seq));
@@ -729,7 +769,8 @@ impl Consumer {
             let slot = &h.slots[i].0;
             let st = slot.state.load(Ordering::Acquire);
             let sibling_holds = st & siblings != 0 && own != Some(i);
-            (st & WRITING == 0 && st & pending != 0 && !sibling_holds).then(|| (i, st, slot.seq.load(Ordering::Relaxed)))
+            (st & WRITING == 0 && st & pending != 0 && !sibling_holds)
+                .then(|| (i, st, slot.seq.load(Ordering::Relaxed)))
         })
     }
 
@@ -751,10 +792,19 @@ impl Consumer {
         let slot = &self.ring.header().slots[i].0;
         // Acquire: pairs with the producer's Release publish of this exact state, so the
         // frame and metadata are visible; failing means the slot changed under us.
-        slot.state.compare_exchange(st, st | header::claim_bit(self.index), Ordering::Acquire, Ordering::Relaxed).ok()?;
+        slot.state
+            .compare_exchange(st, st | header::claim_bit(self.index), Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
         // SAFETY: our claim keeps the producer out of this slot until we release it.
         let meta = unsafe { *slot.meta.get() };
-        Some(ReadSlot { ring: self.ring.clone(), consumer: self.index, index: i, meta, read: true, held: self.waiter.held_wakes().cloned() })
+        Some(ReadSlot {
+            ring: self.ring.clone(),
+            consumer: self.index,
+            index: i,
+            meta,
+            read: true,
+            held: self.waiter.held_wakes().cloned(),
+        })
     }
 
     // Fan-in (`stage::inputs`): a stage with several inputs takes the frame with one exact
@@ -1090,7 +1140,8 @@ mod tests {
         let turn = Arc::new((std::sync::Mutex::new(0u64), std::sync::Condvar::new()));
         let producers: Vec<_> = (0..3u64)
             .map(|r| {
-                let mut producer = Producer::with_slots(reopen(&map), waiter.clone(), r as usize..r as usize + 1).unwrap();
+                let mut producer =
+                    Producer::with_slots(reopen(&map), waiter.clone(), r as usize..r as usize + 1).unwrap();
                 let turn = turn.clone();
                 thread::spawn(move || {
                     for seq in (r..600).step_by(3) {
@@ -1220,7 +1271,8 @@ mod tests {
         let map = ring(2, &[POLICY_BLOCK, POLICY_BLOCK]);
         assert_eq!(map.fds_for(FrameAccess::Write).len(), 2, "control block and data memfd");
         let mut producer = Producer::new(reopen(&map), Waiter::new(0));
-        let mut consumers: Vec<_> = (0..2).map(|c| Consumer::new(reopen_to_read(&map), c, Waiter::new(0)).unwrap()).collect();
+        let mut consumers: Vec<_> =
+            (0..2).map(|c| Consumer::new(reopen_to_read(&map), c, Waiter::new(0)).unwrap()).collect();
         let slot = producer.acquire(None).unwrap();
         fill(producer.ring(), slot.index(), 41);
         producer.publish(slot, 41, 0);
@@ -1234,7 +1286,11 @@ mod tests {
             // SAFETY (test): the page holding the frame, in the consumer's mapping; if the
             // kernel allowed it, nothing would write there.
             let made_writable = unsafe {
-                rustix::mm::mprotect((ptr as usize / page * page) as *mut _, page, MprotectFlags::READ | MprotectFlags::WRITE)
+                rustix::mm::mprotect(
+                    (ptr as usize / page * page) as *mut _,
+                    page,
+                    MprotectFlags::READ | MprotectFlags::WRITE,
+                )
             };
             assert_eq!(made_writable.err(), Some(Errno::ACCESS));
         }

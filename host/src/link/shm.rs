@@ -33,7 +33,10 @@ impl Mapping {
     /// the memory but the mapping.
     pub fn read_only(fd: OwnedFd) -> io::Result<Mapping> {
         if rustix::fs::fcntl_getfl(&fd)? & rustix::fs::OFlags::RWMODE != rustix::fs::OFlags::RDONLY {
-            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "the descriptor is open for writing, not for reading only"));
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "the descriptor is open for writing, not for reading only",
+            ));
         }
         let len = rustix::fs::fstat(&fd)?.st_size as usize;
         Mapping::shared(fd.as_fd(), len, ProtFlags::READ)
@@ -105,7 +108,9 @@ impl SharedMemory {
     pub fn read_only_fd(&self) -> io::Result<OwnedFd> {
         let path = format!("/proc/self/fd/{}", self.fd.as_raw_fd());
         let fd: OwnedFd = std::fs::File::open(&path)
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot open {path} again for reading (is /proc mounted?): {e}")))?
+            .map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot open {path} again for reading (is /proc mounted?): {e}"))
+            })?
             .into();
         // The same memory, not whatever else /proc/self/fd may be made to show.
         let (ours, theirs) = (rustix::fs::fstat(&self.fd)?, rustix::fs::fstat(&fd)?);
@@ -155,12 +160,24 @@ mod tests {
         let read_only = memory.read_only_fd().unwrap();
         // SAFETY (test): a fresh mapping, if the kernel made one; it is not used.
         let writable = unsafe {
-            rustix::mm::mmap(std::ptr::null_mut(), 8192, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, &read_only, 0)
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                8192,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                &read_only,
+                0,
+            )
         };
-        assert_eq!(writable.err(), Some(Errno::ACCESS), "mmap(PROT_WRITE, MAP_SHARED) of a descriptor open for reading");
+        assert_eq!(
+            writable.err(),
+            Some(Errno::ACCESS),
+            "mmap(PROT_WRITE, MAP_SHARED) of a descriptor open for reading"
+        );
         let mapping = Mapping::read_only(read_only).unwrap();
         // SAFETY (test): the whole of `mapping`, on page bounds; nothing writes it if it fails.
-        let made_writable = unsafe { rustix::mm::mprotect(mapping.as_ptr().cast(), 8192, MprotectFlags::READ | MprotectFlags::WRITE) };
+        let made_writable =
+            unsafe { rustix::mm::mprotect(mapping.as_ptr().cast(), 8192, MprotectFlags::READ | MprotectFlags::WRITE) };
         assert_eq!(made_writable.err(), Some(Errno::ACCESS), "mprotect(PROT_WRITE) of the read-only mapping");
         // What the writer writes, the reader reads.
         // SAFETY (test): both mappings are 8192 bytes of the same memory; only this thread uses them.

@@ -263,7 +263,8 @@ impl Plausible {
         // No call yet; a first call that never finished a frame (it failed: no `last_ns`); or
         // a first and a last frame inside the run.
         let times_ok = snap.first_ns == 0 && snap.last_ns == 0
-            || (earliest..=latest).contains(&snap.first_ns) && (snap.last_ns == 0 || (snap.first_ns..=latest).contains(&snap.last_ns));
+            || (earliest..=latest).contains(&snap.first_ns)
+                && (snap.last_ns == 0 || (snap.first_ns..=latest).contains(&snap.last_ns));
         let first = snap.first_ns;
         keep("first_ns", &mut snap.first_ns, times_ok);
         keep("last_ns", &mut snap.last_ns, times_ok);
@@ -341,7 +342,11 @@ mod tests {
             stats.settle_after_death();
             stats.settle_after_death();
             let done = stores >= 3;
-            assert_eq!(stats.get().frames.load(Ordering::Relaxed), if done { 6 } else { 5 }, "cut after {stores} stores");
+            assert_eq!(
+                stats.get().frames.load(Ordering::Relaxed),
+                if done { 6 } else { 5 },
+                "cut after {stores} stores"
+            );
             assert_eq!(stats.settled(7), done, "cut after {stores} stores");
             assert!(stats.settled(4));
             // The next process counts on from there.
@@ -373,7 +378,13 @@ mod tests {
     #[test]
     fn a_stage_whose_first_call_failed_passes() {
         // The plugin was called once and failed: a first call, no frame done.
-        let failed = StatsSnapshot { frames: 0, first_ns: honest().first_ns, last_ns: 0, busy_ns: 5_000, ..StatsSnapshot::default() };
+        let failed = StatsSnapshot {
+            frames: 0,
+            first_ns: honest().first_ns,
+            last_ns: 0,
+            busy_ns: 5_000,
+            ..StatsSnapshot::default()
+        };
         assert_eq!(run_of_two_seconds().check(failed), (failed, vec![]));
     }
 

@@ -75,7 +75,12 @@ impl Waiter {
     /// work instead of one hop after another), then spins up to `after_wake` for what it waits
     /// for before it sleeps again. A producer wakes its consumers ahead when it starts a frame
     /// after being idle ([`super::Producer::wake_ahead`]).
-    pub fn waking_ahead(self, after_wake: Duration, idle: Duration, forward: Option<Arc<dyn Fn() + Send + Sync>>) -> Waiter {
+    pub fn waking_ahead(
+        self,
+        after_wake: Duration,
+        idle: Duration,
+        forward: Option<Arc<dyn Fn() + Send + Sync>>,
+    ) -> Waiter {
         Waiter { after_wake, idle, forward, ..self }
     }
 
@@ -440,7 +445,13 @@ mod tests {
         // A ring of 2 slots: one wake-up at a time, whatever the batch.
         let small = {
             let h = ring.header();
-            let params = crate::link::RingParams { format: h.format, layout: h.layout, depth: 2, policies: vec![h.policies[0]], host_data: false };
+            let params = crate::link::RingParams {
+                format: h.format,
+                layout: h.layout,
+                depth: 2,
+                policies: vec![h.policies[0]],
+                host_data: false,
+            };
             Arc::new(RingMap::create("gpuipc-test-held-wakes-2", &params).unwrap())
         };
         small.futex(Side::Consumers).1.fetch_add(1, Ordering::SeqCst);
@@ -474,7 +485,9 @@ mod tests {
     #[test]
     fn a_waiter_at_an_idle_pace_wakes_before_the_next_value_is_due() {
         let margin = Duration::from_micros(150);
-        let waiter = Waiter::new(0).waking_ahead(Duration::from_micros(200), Duration::from_micros(500), None).waking_before_due(margin);
+        let waiter = Waiter::new(0)
+            .waking_ahead(Duration::from_micros(200), Duration::from_micros(500), None)
+            .waking_before_due(margin);
         let cadence = waiter.cadence.as_ref().unwrap();
         let t0 = Instant::now();
         let ms = Duration::from_millis(1);
@@ -498,7 +511,9 @@ mod tests {
         assert_eq!(cadence.pace().period, Duration::from_micros(1125));
 
         // At full speed (20 µs between values) no sleep is shortened; a clone starts afresh.
-        let fast = Waiter::new(0).waking_ahead(Duration::from_micros(200), Duration::from_micros(500), None).waking_before_due(margin);
+        let fast = Waiter::new(0)
+            .waking_ahead(Duration::from_micros(200), Duration::from_micros(500), None)
+            .waking_before_due(margin);
         for k in 0..20 {
             fast.cadence.as_ref().unwrap().arrived(t0 + Duration::from_micros(20) * k);
         }
@@ -546,9 +561,13 @@ mod tests {
         let forwarded = Arc::new(AtomicU32::new(0));
         let f = forwarded.clone();
         let idle = Duration::from_micros(100);
-        let waiter = Waiter::new(0).waking_ahead(Duration::from_micros(200), idle, Some(Arc::new(move || {
-            f.fetch_add(1, Ordering::SeqCst);
-        })));
+        let waiter = Waiter::new(0).waking_ahead(
+            Duration::from_micros(200),
+            idle,
+            Some(Arc::new(move || {
+                f.fetch_add(1, Ordering::SeqCst);
+            })),
+        );
         let (w, s, v) = (word.clone(), sleepers.clone(), value.clone());
         let thread = std::thread::spawn(move || {
             let deadline = Some(Instant::now() + Duration::from_secs(10));

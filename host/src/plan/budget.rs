@@ -47,7 +47,8 @@ pub fn needs(plan: &Plan) -> Needs {
             }
             _ => (true, frame.next_multiple_of(4096) * link.depth as u64),
         };
-        let params = RingParams { format: link.format, layout: link.layout, depth: link.depth, policies: Vec::new(), host_data };
+        let params =
+            RingParams { format: link.format, layout: link.layout, depth: link.depth, policies: Vec::new(), host_data };
         n.host += params.total_bytes();
         if n.largest.as_ref().is_none_or(|(_, b)| bytes > *b) {
             n.largest = Some((plan.stages[link.producer].name.to_string(), bytes));
@@ -85,7 +86,9 @@ pub struct Has {
 
 pub fn has() -> Has {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        m.lines().find_map(|l| l.strip_prefix("MemAvailable:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        m.lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
     });
     let cgroup = || -> Option<u64> {
         let max = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok()?.trim().parse::<u64>().ok()?;
@@ -125,7 +128,9 @@ pub fn render(needs: &Needs, has: &Has) -> String {
 /// `Err(why)` when the plan cannot fit.
 pub fn check(needs: &Needs, has: &Has) -> Result<(), String> {
     let hint = match &needs.largest {
-        Some((stage, bytes)) => format!("stage '{stage}''s output ring takes {}; lower its `depth` or the frame size", gib(*bytes)),
+        Some((stage, bytes)) => {
+            format!("stage '{stage}''s output ring takes {}; lower its `depth` or the frame size", gib(*bytes))
+        }
         None => "lower the frame size".to_owned(),
     };
     if let Some((available, from)) = has.host
@@ -157,7 +162,8 @@ mod tests {
 
     #[test]
     fn a_plan_beyond_the_machine_is_refused_with_the_numbers() {
-        let needs = Needs { host: 275 << 30, gpu: BTreeMap::from([(0, 10 << 30)]), largest: Some(("gen".into(), 275 << 30)) };
+        let needs =
+            Needs { host: 275 << 30, gpu: BTreeMap::from([(0, 10 << 30)]), largest: Some(("gen".into(), 275 << 30)) };
         let has = Has { host: Some((23 << 30, "MemAvailable")), gpu: BTreeMap::from([(0, 80 << 30)]) };
         let why = check(&needs, &has).unwrap_err();
         assert!(why.contains("needs 275.00 GiB of host memory"), "{why}");

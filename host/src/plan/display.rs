@@ -32,7 +32,11 @@ fn supervision(s: &super::Supervision) -> String {
 
 /// How a stage with replicas runs: its processes, their work queue and the merge.
 fn replicas(s: &super::StagePlan, device: &str) -> String {
-    let merge = if s.output.as_ref().is_some_and(|o| o.link.is_some()) { "; their outputs merge into its one output ring in sequence order" } else { "" };
+    let merge = if s.output.as_ref().is_some_and(|o| o.link.is_some()) {
+        "; their outputs merge into its one output ring in sequence order"
+    } else {
+        ""
+    };
     let lost = match s.on_loss {
         crate::config::OnLoss::Retry => "a sibling takes it again",
         crate::config::OnLoss::Drop => "it is counted as dropped",
@@ -40,7 +44,8 @@ fn replicas(s: &super::StagePlan, device: &str) -> String {
     let on = if s.replica_devices.is_empty() {
         format!("each on {device}")
     } else {
-        let each: Vec<String> = s.replica_devices.iter().enumerate().map(|(r, d)| format!("#{r} on cuda:{d}")).collect();
+        let each: Vec<String> =
+            s.replica_devices.iter().enumerate().map(|(r, d)| format!("#{r} on cuda:{d}")).collect();
         each.join(", ")
     };
     format!(
@@ -100,7 +105,8 @@ pub fn render_text(plan: &Plan) -> String {
         let inputs = if s.inputs.is_empty() {
             "source".to_owned()
         } else {
-            let from: Vec<String> = s.inputs.iter().map(|i| format!("{} ({})", plan.stages[i.from].name, i.format)).collect();
+            let from: Vec<String> =
+                s.inputs.iter().map(|i| format!("{} ({})", plan.stages[i.from].name, i.format)).collect();
             format!("reads {} [{}]", from.join(", "), s.policy.name())
         };
         let output = match &s.output {
@@ -126,7 +132,8 @@ pub fn render_text(plan: &Plan) -> String {
         }
     }
     for note in &shared_notes {
-        let names: Vec<&str> = plan.stages.iter().filter(|s| s.domain_note.as_ref() == Some(*note)).map(|s| s.name.as_str()).collect();
+        let names: Vec<&str> =
+            plan.stages.iter().filter(|s| s.domain_note.as_ref() == Some(*note)).map(|s| s.name.as_str()).collect();
         let why = note.strip_prefix("device auto: ").unwrap_or(note);
         let _ = writeln!(out, "note: {} run on cpu (device auto): {why}", names.join(", "));
     }
@@ -137,7 +144,11 @@ pub fn render_text(plan: &Plan) -> String {
         let _ = writeln!(out, "hosts (each runs an agent: docs/multi-host.md):");
         for h in &plan.hosts {
             let speed = h.link_gbps.map_or("link speed not given".to_owned(), |g| format!("{g} Gb/s link"));
-            let _ = writeln!(out, "  {}  control {}, frames to {}, {speed}; its devices are checked there when the run starts", h.name, h.control, h.data);
+            let _ = writeln!(
+                out,
+                "  {}  control {}, frames to {}, {speed}; its devices are checked there when the run starts",
+                h.name, h.control, h.data
+            );
         }
     }
     if !plan.links.is_empty() {
@@ -147,7 +158,9 @@ pub fn render_text(plan: &Plan) -> String {
         let memory = link_memory(plan, i);
         let producer = &plan.stages[l.producer];
         let parts = match (&l.memory, producer.replicas > 1) {
-            (LinkMemory::Device { .. }, true) => format!(" ({} per replica, each in that replica's own GPU memory)", producer.replica_slots),
+            (LinkMemory::Device { .. }, true) => {
+                format!(" ({} per replica, each in that replica's own GPU memory)", producer.replica_slots)
+            }
             (_, true) => format!(" ({} per replica)", producer.replica_slots),
             _ => String::new(),
         };
@@ -170,7 +183,11 @@ pub fn render_text(plan: &Plan) -> String {
 pub fn cpu_threads_line(share: &super::CpuThreads) -> String {
     format!(
         "cpu threads: {} in the cpu domain on {}: a cpu stage's `threads = 0` takes {} (at most {})",
-        if share.processes == 1 { "1 stage process".to_owned() } else { format!("{} stage processes", share.processes) },
+        if share.processes == 1 {
+            "1 stage process".to_owned()
+        } else {
+            format!("{} stage processes", share.processes)
+        },
         count(share.cores, "core"),
         count(share.each, "thread"),
         gpuipc_plugin_api::bands::DEFAULT_MAX_THREADS
@@ -193,13 +210,26 @@ fn crossings(plan: &Plan, link: usize) -> Vec<String> {
             // The slower end's link bounds it; the local machine's is not declared.
             let speed = [home, h].into_iter().flatten().filter_map(|i| plan.hosts[i].link_gbps).reduce(f64::min);
             let bound = match speed {
-                Some(g) => format!("at most {:.1} frames/s on the {g} Gb/s link", super::hosts::frames_per_second(g, bytes)),
+                Some(g) => {
+                    format!("at most {:.1} frames/s on the {g} Gb/s link", super::hosts::frames_per_second(g, bytes))
+                }
                 None => "give the hosts' link_gbps for the frames/s it allows".to_owned(),
             };
             let address = h.map_or("the machine run starts on".to_owned(), |i| plan.hosts[i].data.clone());
-            let nccl = l.consumers.iter().any(|&c| plan.stages[c].host == h && plan.stages[c].input_transport == crate::config::InputTransport::Nccl);
-            let how = if nccl { format!("NCCL GPU to GPU (control over TCP to {address})") } else { format!("TCP to {address}") };
-            format!("crosses hosts {} -> {}: {how}, {} a frame; {bound}", host_name(home), host_name(h), megabytes(bytes))
+            let nccl = l.consumers.iter().any(|&c| {
+                plan.stages[c].host == h && plan.stages[c].input_transport == crate::config::InputTransport::Nccl
+            });
+            let how = if nccl {
+                format!("NCCL GPU to GPU (control over TCP to {address})")
+            } else {
+                format!("TCP to {address}")
+            };
+            format!(
+                "crosses hosts {} -> {}: {how}, {} a frame; {bound}",
+                host_name(home),
+                host_name(h),
+                megabytes(bytes)
+            )
         })
         .collect()
 }
@@ -209,7 +239,9 @@ fn link_memory(plan: &Plan, link: usize) -> String {
     let l = &plan.links[link];
     match &l.memory {
         LinkMemory::Host => "host shared memory".to_owned(),
-        LinkMemory::HostStaged { no_peer: None } => "host shared memory, copied to/from the GPU on the cuda side".to_owned(),
+        LinkMemory::HostStaged { no_peer: None } => {
+            "host shared memory, copied to/from the GPU on the cuda side".to_owned()
+        }
         LinkMemory::HostStaged { no_peer: Some((from, to)) } => format!(
             "host shared memory, copied to/from the GPU on each end (cuda:{from} has no peer access to cuda:{to})"
         ),

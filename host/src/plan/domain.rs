@@ -40,9 +40,11 @@ pub fn resolve_domain(
     let supports_cuda = plugin.supports(abi::DOMAIN_CUDA);
     let supports_cpu = plugin.supports(abi::DOMAIN_CPU);
     match spec {
-        DeviceSpec::Cuda(n) if !explicit && !supports_cuda && supports_cpu => {
-            Ok((Domain::Cpu, None, Some(format!("pipeline default cuda:{n}, but the plugin has no cuda implementation"))))
-        }
+        DeviceSpec::Cuda(n) if !explicit && !supports_cuda && supports_cpu => Ok((
+            Domain::Cpu,
+            None,
+            Some(format!("pipeline default cuda:{n}, but the plugin has no cuda implementation")),
+        )),
         DeviceSpec::Cpu if supports_cpu => Ok((Domain::Cpu, None, None)),
         DeviceSpec::Cpu => Err(format!("plugin `{}` has no cpu implementation", plugin.name)),
         DeviceSpec::Cuda(n) if !supports_cuda => {
@@ -63,7 +65,8 @@ pub fn resolve_domain(
         },
         DeviceSpec::Auto => {
             // Without a usable driver that is the reason for every stage, cuda plugin or not.
-            let cuda = usable_cuda().and_then(|()| if supports_cuda { Ok(()) } else { Err(AUTO_NO_CUDA_PLUGIN.to_owned()) });
+            let cuda =
+                usable_cuda().and_then(|()| if supports_cuda { Ok(()) } else { Err(AUTO_NO_CUDA_PLUGIN.to_owned()) });
             match cuda {
                 Ok(()) => Ok((Domain::Cuda, Some(0), None)),
                 Err(why) if supports_cpu => Ok((Domain::Cpu, None, Some(format!("device auto: {why}")))),
@@ -81,8 +84,12 @@ impl super::Plan {
     /// did not ask for it (`auto` without a usable CUDA driver, or a plugin without a cuda
     /// implementation), for `run` to log: the plan shows it at validate, a run must say it too.
     pub fn cpu_fallbacks(&self) -> Vec<String> {
-        let stages: Vec<(&str, Option<&str>)> =
-            self.stages.iter().filter(|s| s.host.is_none()).map(|s| (s.name.as_str(), s.domain_note.as_deref())).collect();
+        let stages: Vec<(&str, Option<&str>)> = self
+            .stages
+            .iter()
+            .filter(|s| s.host.is_none())
+            .map(|s| (s.name.as_str(), s.domain_note.as_deref()))
+            .collect();
         cpu_fallbacks(&stages)
     }
 }
@@ -95,7 +102,8 @@ fn cpu_fallbacks(stages: &[(&str, Option<&str>)]) -> Vec<String> {
     notes
         .into_iter()
         .map(|note| {
-            let names: Vec<String> = stages.iter().filter(|&&(_, n)| n == Some(note)).map(|(name, _)| format!("'{name}'")).collect();
+            let names: Vec<String> =
+                stages.iter().filter(|&&(_, n)| n == Some(note)).map(|(name, _)| format!("'{name}'")).collect();
             let who = if names.len() == stages.len() {
                 "every stage runs".to_owned()
             } else if names.len() == 1 {
@@ -104,7 +112,9 @@ fn cpu_fallbacks(stages: &[(&str, Option<&str>)]) -> Vec<String> {
                 format!("stages {} run", names.join(", "))
             };
             match note.strip_prefix("device auto: ") {
-                Some(AUTO_NO_CUDA_PLUGIN) => format!("device \"auto\": {who} in the cpu domain: no cuda implementation in the plugin"),
+                Some(AUTO_NO_CUDA_PLUGIN) => {
+                    format!("device \"auto\": {who} in the cpu domain: no cuda implementation in the plugin")
+                }
                 Some(why) => format!("device \"auto\": {why}, so {who} in the cpu domain"),
                 None => format!("{who} in the cpu domain: {note}"),
             }
@@ -115,14 +125,18 @@ fn cpu_fallbacks(stages: &[(&str, Option<&str>)]) -> Vec<String> {
 /// The domain and device of a stage on another host (`host`): as asked, without this
 /// machine's driver (that host's agent checks its devices when the run starts); `auto`,
 /// which only a driver can decide, is refused.
-pub fn remote_domain(spec: DeviceSpec, plugin: &PluginMeta, host: &str) -> Result<(Domain, Option<u32>, Option<String>), String> {
+pub fn remote_domain(
+    spec: DeviceSpec,
+    plugin: &PluginMeta,
+    host: &str,
+) -> Result<(Domain, Option<u32>, Option<String>), String> {
     match spec {
         DeviceSpec::Cpu if plugin.supports(abi::DOMAIN_CPU) => Ok((Domain::Cpu, None, None)),
         DeviceSpec::Cpu => Err(format!("plugin `{}` has no cpu implementation", plugin.name)),
-        DeviceSpec::Cuda(n) if plugin.supports(abi::DOMAIN_CUDA) => {
-            Ok((Domain::Cuda, Some(n), None))
+        DeviceSpec::Cuda(n) if plugin.supports(abi::DOMAIN_CUDA) => Ok((Domain::Cuda, Some(n), None)),
+        DeviceSpec::Cuda(n) => {
+            Err(format!("device cuda:{n} requested, but plugin `{}` has no cuda implementation", plugin.name))
         }
-        DeviceSpec::Cuda(n) => Err(format!("device cuda:{n} requested, but plugin `{}` has no cuda implementation", plugin.name)),
         DeviceSpec::Auto => Err(format!(
             "it runs on host `{host}`, whose devices this machine cannot ask; give it device = \"cpu\" or \"cuda:N\""
         )),
@@ -252,7 +266,11 @@ mod tests {
         );
         let default = Some("pipeline default cuda:0, but the plugin has no cuda implementation");
         assert_eq!(
-            cpu_fallbacks(&[("gen", None), ("py", Some("device auto: plugin has no cuda implementation")), ("sink", default)]),
+            cpu_fallbacks(&[
+                ("gen", None),
+                ("py", Some("device auto: plugin has no cuda implementation")),
+                ("sink", default)
+            ]),
             [
                 "device \"auto\": stage 'py' runs in the cpu domain: no cuda implementation in the plugin",
                 "stage 'sink' runs in the cpu domain: pipeline default cuda:0, but the plugin has no cuda implementation",
@@ -293,7 +311,10 @@ mod tests {
         );
         // The direction matters: the consumer's device reads the producer's.
         let only_1_reads_0 = Facts { peer: |a, b| (a, b) == (1, 0), vmm: |_| true };
-        assert!(matches!(link_memory(&[cuda(0)], &[cuda(1)], Transport::Auto, &only_1_reads_0), LinkMemory::Device { .. }));
+        assert!(matches!(
+            link_memory(&[cuda(0)], &[cuda(1)], Transport::Auto, &only_1_reads_0),
+            LinkMemory::Device { .. }
+        ));
         assert_eq!(
             link_memory(&[cuda(1)], &[cuda(0)], Transport::Auto, &only_1_reads_0),
             LinkMemory::HostStaged { no_peer: Some((0, 1)) }
@@ -308,7 +329,10 @@ mod tests {
             LinkMemory::Device { transport: Transport::Vmm, device: 0, peers: vec![1] }
         );
         let only_1_reads_0 = Facts { peer: |a, b| (a, b) == (1, 0), vmm: |_| true };
-        assert!(matches!(link_memory(&[cuda(0), cuda(1)], &[cuda(1)], Transport::Auto, &only_1_reads_0), LinkMemory::Device { .. }));
+        assert!(matches!(
+            link_memory(&[cuda(0), cuda(1)], &[cuda(1)], Transport::Auto, &only_1_reads_0),
+            LinkMemory::Device { .. }
+        ));
         // A consumer on cuda:0 cannot read the part on cuda:1.
         assert_eq!(
             link_memory(&[cuda(0), cuda(1)], &[cuda(0)], Transport::Auto, &only_1_reads_0),

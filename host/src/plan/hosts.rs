@@ -43,7 +43,11 @@ pub fn plan_hosts(source: &SourceFile, hosts: &[Spanned<HostSection>], diags: &m
             }
         };
         if let Some(other) = planned.iter().find(|p| &p.control == control) {
-            diags.error_at(source, h.control.span(), format!("host `{name}`: control endpoint `{control}` is host `{}`'s too", other.name));
+            diags.error_at(
+                source,
+                h.control.span(),
+                format!("host `{name}`: control endpoint `{control}` is host `{}`'s too", other.name),
+            );
         }
         let data = match &h.data {
             Some(d) => match split_address(d.get_ref()) {
@@ -56,7 +60,11 @@ pub fn plan_hosts(source: &SourceFile, hosts: &[Spanned<HostSection>], diags: &m
             None => match address.1.checked_add(1) {
                 Some(port) => format!("{}:{port}", address.0),
                 None => {
-                    diags.error_at(source, h.control.span(), format!("host `{name}`: control port 65535 leaves no next port for frames; give `data`"));
+                    diags.error_at(
+                        source,
+                        h.control.span(),
+                        format!("host `{name}`: control port 65535 leaves no next port for frames; give `data`"),
+                    );
                     continue;
                 }
             },
@@ -64,16 +72,26 @@ pub fn plan_hosts(source: &SourceFile, hosts: &[Spanned<HostSection>], diags: &m
         if let Some(speed) = &h.link_gbps
             && !(speed.get_ref().is_finite() && *speed.get_ref() > 0.0)
         {
-            diags.error_at(source, speed.span(), format!("host `{name}`: link_gbps must be a positive number of gigabits a second"));
+            diags.error_at(
+                source,
+                speed.span(),
+                format!("host `{name}`: link_gbps must be a positive number of gigabits a second"),
+            );
         }
-        planned.push(HostPlan { name: name.clone(), control: control.clone(), data, link_gbps: h.link_gbps.as_ref().map(|s| *s.get_ref()) });
+        planned.push(HostPlan {
+            name: name.clone(),
+            control: control.clone(),
+            data,
+            link_gbps: h.link_gbps.as_ref().map(|s| *s.get_ref()),
+        });
     }
     planned
 }
 
 /// The address and port of a `PROTOCOL/ADDRESS:PORT` endpoint.
 fn endpoint(text: &str) -> Result<(String, u16), String> {
-    let (protocol, address) = text.split_once('/').ok_or("expected `PROTOCOL/ADDRESS:PORT`, e.g. `tcp/10.0.0.3:7447`")?;
+    let (protocol, address) =
+        text.split_once('/').ok_or("expected `PROTOCOL/ADDRESS:PORT`, e.g. `tcp/10.0.0.3:7447`")?;
     if !PROTOCOLS.contains(&protocol) {
         return Err(format!("protocol `{protocol}`: one of {}", PROTOCOLS.join(", ")));
     }
@@ -96,7 +114,13 @@ fn split_address(text: &str) -> Result<(String, u16), String> {
 
 /// The host a stage runs on: `None` for the machine `run` starts on; `Err(())` when its `host`
 /// names no `[[host]]` (reported).
-pub fn stage_host(source: &SourceFile, stage: &StageSection, name: &str, hosts: &[HostPlan], diags: &mut Diagnostics) -> Result<Option<usize>, ()> {
+pub fn stage_host(
+    source: &SourceFile,
+    stage: &StageSection,
+    name: &str,
+    hosts: &[HostPlan],
+    diags: &mut Diagnostics,
+) -> Result<Option<usize>, ()> {
     let Some(host) = &stage.host else { return Ok(None) };
     let wanted = host.get_ref();
     if wanted == "local" {
@@ -106,7 +130,11 @@ pub fn stage_host(source: &SourceFile, stage: &StageSection, name: &str, hosts: 
         Some(i) => Ok(Some(i)),
         None => {
             let declared: Vec<&str> = hosts.iter().map(|h| h.name.as_str()).collect();
-            let known = if declared.is_empty() { "none is declared (a [[host]] table each)".to_owned() } else { format!("declared: {}", declared.join(", ")) };
+            let known = if declared.is_empty() {
+                "none is declared (a [[host]] table each)".to_owned()
+            } else {
+                format!("declared: {}", declared.join(", "))
+            };
             diags.error_at(source, host.span(), format!("stage '{name}': host `{wanted}` is not a [[host]]; {known}"));
             Err(())
         }

@@ -6,22 +6,34 @@
 use gpuipc_plugin_api::Domain;
 use toml::Spanned;
 
+use super::hosts::HostPlan;
 use super::{LinkPlan, StagePlan};
 use crate::config::{Diagnostics, InputTransport, SourceFile, StageSection};
-use super::hosts::HostPlan;
 
 /// Report every misuse of `input_transport`. `sections[i]` is the file's table of planned
 /// stage `i`.
-pub fn check(source: &SourceFile, sections: &[&Spanned<StageSection>], stages: &[StagePlan], links: &[LinkPlan], hosts: &[HostPlan], diags: &mut Diagnostics) {
+pub fn check(
+    source: &SourceFile,
+    sections: &[&Spanned<StageSection>],
+    stages: &[StagePlan],
+    links: &[LinkPlan],
+    hosts: &[HostPlan],
+    diags: &mut Diagnostics,
+) {
     let host_name = |h: Option<usize>| h.map_or_else(|| "local".to_owned(), |i| hosts[i].name.clone());
     for (i, stage) in stages.iter().enumerate() {
         let Some(key) = &sections[i].get_ref().input_transport else { continue };
         if *key.get_ref() != InputTransport::Nccl {
             continue;
         }
-        let crossing: Vec<&StagePlan> = stage.inputs.iter().map(|input| &stages[input.from]).filter(|p| p.host != stage.host).collect();
+        let crossing: Vec<&StagePlan> =
+            stage.inputs.iter().map(|input| &stages[input.from]).filter(|p| p.host != stage.host).collect();
         if crossing.is_empty() {
-            let why = if stage.inputs.is_empty() { "it has no inputs".to_owned() } else { format!("all its inputs run on host `{}` too", host_name(stage.host)) };
+            let why = if stage.inputs.is_empty() {
+                "it has no inputs".to_owned()
+            } else {
+                format!("all its inputs run on host `{}` too", host_name(stage.host))
+            };
             diags.error_at(
                 source,
                 key.span(),
@@ -62,7 +74,8 @@ pub fn check(source: &SourceFile, sections: &[&Spanned<StageSection>], stages: &
             match seen.iter().find(|(h, _)| *h == host) {
                 None => seen.push((host, c)),
                 Some(&(_, first)) if stages[first].input_transport != stages[c].input_transport => {
-                    let span = sections[c].get_ref().input_transport.as_ref().map_or_else(|| sections[c].span(), |k| k.span());
+                    let span =
+                        sections[c].get_ref().input_transport.as_ref().map_or_else(|| sections[c].span(), |k| k.span());
                     diags.error_at(
                         source,
                         span,

@@ -8,8 +8,8 @@ mod display;
 mod domain;
 pub mod hosts;
 mod input_transport;
-pub mod split;
 mod resolve;
+pub mod split;
 mod supervision;
 
 pub use display::{render_dot, render_text};
@@ -143,9 +143,20 @@ impl StagePlan {
     /// Every device the stage's processes run on, in replica order, each once (none in the
     /// cpu domain).
     pub fn devices(&self) -> Vec<u32> {
-        let mut all: Vec<u32> = if self.replica_devices.is_empty() { self.device.into_iter().collect() } else { self.replica_devices.clone() };
+        let mut all: Vec<u32> = if self.replica_devices.is_empty() {
+            self.device.into_iter().collect()
+        } else {
+            self.replica_devices.clone()
+        };
         let mut seen = Vec::new();
-        all.retain(|d| if seen.contains(d) { false } else { seen.push(*d); true });
+        all.retain(|d| {
+            if seen.contains(d) {
+                false
+            } else {
+                seen.push(*d);
+                true
+            }
+        });
         all
     }
 }
@@ -255,7 +266,11 @@ impl Plan {
             if s.replicas == 1 {
                 out.push(ProcessPlan { stage, replica: None, name: s.name.to_string() });
             } else {
-                out.extend((0..s.replicas).map(|r| ProcessPlan { stage, replica: Some(r), name: format!("{}#{r}", s.name) }));
+                out.extend((0..s.replicas).map(|r| ProcessPlan {
+                    stage,
+                    replica: Some(r),
+                    name: format!("{}#{r}", s.name),
+                }));
             }
         }
         out
@@ -275,7 +290,11 @@ impl Plan {
 
     /// One process for each stage, ignoring `replicas`: how a run in one process runs it.
     pub fn one_process_per_stage(&self) -> Vec<ProcessPlan> {
-        self.stages.iter().enumerate().map(|(stage, s)| ProcessPlan { stage, replica: None, name: s.name.to_string() }).collect()
+        self.stages
+            .iter()
+            .enumerate()
+            .map(|(stage, s)| ProcessPlan { stage, replica: None, name: s.name.to_string() })
+            .collect()
     }
 
     /// A short name for a link: `producer -> consumer, consumer`.

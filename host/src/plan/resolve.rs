@@ -11,14 +11,12 @@ use petgraph::algo::{tarjan_scc, toposort};
 use petgraph::graph::{DiGraph, NodeIndex};
 use toml::Spanned;
 
-use super::{
-    DEFAULT_DEPTH, LARGE_FRAME_BYTES, LARGE_FRAME_DEPTH, SMALL_FRAME_GPU_DEPTH, TIME_SLICED_DEPTH, InputPlan, LinkMemory, LinkPlan, MAX_CONSUMERS, MAX_DEPTH, OutputPlan, Plan,
-    PluginRef, StagePlan, Supervision,
-};
-use crate::config::{
-    DeviceSpec, Diagnostics, PipelineFile, SourceFile, StageName, StageSection,
-};
 use super::domain::{Driver, link_memory, transport_problem};
+use super::{
+    DEFAULT_DEPTH, InputPlan, LARGE_FRAME_BYTES, LARGE_FRAME_DEPTH, LinkMemory, LinkPlan, MAX_CONSUMERS, MAX_DEPTH,
+    OutputPlan, Plan, PluginRef, SMALL_FRAME_GPU_DEPTH, StagePlan, Supervision, TIME_SLICED_DEPTH,
+};
+use crate::config::{DeviceSpec, Diagnostics, PipelineFile, SourceFile, StageName, StageSection};
 use crate::plugin::{self, LoadedPlugin};
 
 /// Check a parsed pipeline file and turn it into a plan, loading each plugin to negotiate
@@ -34,10 +32,14 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
     let edges = input_edges(source, &stages, &names, &mut diags);
     let depths: Vec<u32> = stages.iter().map(|s| stage_depth(source, s, &mut diags)).collect();
     let defaults = Supervision::defaults(source, &file, &mut diags);
-    let supervision: Vec<Supervision> = stages.iter().map(|s| defaults.for_stage(source, s.get_ref(), &mut diags)).collect();
+    let supervision: Vec<Supervision> =
+        stages.iter().map(|s| defaults.for_stage(source, s.get_ref(), &mut diags)).collect();
     let hosts = super::hosts::plan_hosts(source, &file.hosts, &mut diags);
-    let stage_hosts: Vec<Option<usize>> =
-        stages.iter().zip(&names).map(|(s, n)| super::hosts::stage_host(source, s.get_ref(), n, &hosts, &mut diags).unwrap_or(None)).collect();
+    let stage_hosts: Vec<Option<usize>> = stages
+        .iter()
+        .zip(&names)
+        .map(|(s, n)| super::hosts::stage_host(source, s.get_ref(), n, &hosts, &mut diags).unwrap_or(None))
+        .collect();
     diags.into_result()?;
 
     let graph = stage_graph(stages.len(), &edges);
@@ -52,8 +54,18 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
         let Some(plugin) = &plugins[i] else { continue };
         let Some(inputs) = input_formats(source, &stages, &planned, i, &edges[i], &mut diags) else { continue };
         let remote = stage_hosts[i].map(|h| hosts[h].name.as_str());
-        planned[i] = plan_stage(source, stage, plugin, &names[i], &inputs, (settings.device, remote), depths[i], &stages, &mut diags)
-            .map(|p| StagePlan { supervision: supervision[i], host: stage_hosts[i], ..p });
+        planned[i] = plan_stage(
+            source,
+            stage,
+            plugin,
+            &names[i],
+            &inputs,
+            (settings.device, remote),
+            depths[i],
+            &stages,
+            &mut diags,
+        )
+        .map(|p| StagePlan { supervision: supervision[i], host: stage_hosts[i], ..p });
     }
     diags.into_result()?;
 
@@ -64,7 +76,8 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
     let mut links = wire_links(&mut stages_out, &edges, &order, &position);
     let replicas_of: Vec<u32> = stages_out.iter().map(|s| s.replicas).collect();
     // A replicated stage's ring is already sized by its parts.
-    let left_to_plan = |producer: usize| stages[order[producer]].get_ref().depth.is_none() && replicas_of[producer] == 1;
+    let left_to_plan =
+        |producer: usize| stages[order[producer]].get_ref().depth.is_none() && replicas_of[producer] == 1;
     size_gpu_links(&mut links, &mut stages_out, &left_to_plan, settings.isolation);
     deepen_links_into_replicas(&mut links, &mut stages_out, left_to_plan);
     let mut diags = Diagnostics::default();
@@ -74,7 +87,8 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
         if link.consumers.len() > MAX_CONSUMERS {
             let producer = &stages_out[link.producer];
             let span = stages[order[link.producer]].span();
-            diags.error_at(source, 
+            diags.error_at(
+                source,
                 span,
                 format!(
                     "stage '{}' has {} consumers; a link supports at most {MAX_CONSUMERS}",
@@ -87,7 +101,7 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
             if link.depth == 1 && *policy != crate::config::Policy::Block {
                 let stage = stages[order[consumer]].get_ref();
                 let span = stage.policy.as_ref().map_or_else(|| stages[order[consumer]].span(), |p| p.span());
-                diags.error_at(source, 
+                diags.error_at(source,
                     span,
                     format!(
                         "stage '{}' reads '{}' with policy `{}`, but '{}' has depth = 1: its one slot is always being written or read, so this stage would get almost no frame; give '{}' depth = 2 or more, or use policy = \"block\"",
@@ -144,7 +158,8 @@ fn input_formats(
         let format = match &planned[*from] {
             None => None,
             Some(p) if p.output.is_none() => {
-                diags.error_at(source, 
+                diags.error_at(
+                    source,
                     span.clone(),
                     format!(
                         "stage '{}' has input '{}', but stage '{}' (plugin `{}`) has no output",
@@ -218,7 +233,8 @@ fn stage_names(source: &SourceFile, stages: &[&Spanned<StageSection>], diags: &m
         match first_seen.get(name.get_ref().as_str()) {
             Some(&at) => {
                 let (line, _) = source.line_col(at);
-                diags.error_at(source, 
+                diags.error_at(
+                    source,
                     name.span(),
                     format!("duplicate stage name '{}' (first defined on line {line})", name.get_ref()),
                 );
@@ -248,18 +264,15 @@ fn input_edges(
             for input in stage.inputs.iter().flat_map(|v| v.get_ref()) {
                 let name = input.get_ref();
                 match index.get(name.as_str()) {
-                    None => diags.error_at(source, 
-                        input.span(),
-                        format!("stage '{}' has unknown input '{name}'", names[i]),
-                    ),
-                    Some(&j) if j == i => diags.error_at(source, 
-                        input.span(),
-                        format!("stage '{}' lists itself as an input", names[i]),
-                    ),
-                    Some(&j) if edges.iter().any(|&(e, _)| e == j) => diags.error_at(source, 
-                        input.span(),
-                        format!("stage '{}' lists input '{name}' twice", names[i]),
-                    ),
+                    None => {
+                        diags.error_at(source, input.span(), format!("stage '{}' has unknown input '{name}'", names[i]))
+                    }
+                    Some(&j) if j == i => {
+                        diags.error_at(source, input.span(), format!("stage '{}' lists itself as an input", names[i]))
+                    }
+                    Some(&j) if edges.iter().any(|&(e, _)| e == j) => {
+                        diags.error_at(source, input.span(), format!("stage '{}' lists input '{name}' twice", names[i]))
+                    }
                     Some(&j) => edges.push((j, input.span())),
                 }
             }
@@ -272,7 +285,8 @@ fn stage_depth(source: &SourceFile, stage: &Spanned<StageSection>, diags: &mut D
     let Some(depth) = &stage.get_ref().depth else { return DEFAULT_DEPTH };
     let d = *depth.get_ref();
     if !(1..=MAX_DEPTH).contains(&d) {
-        diags.error_at(source, 
+        diags.error_at(
+            source,
             depth.span(),
             format!("stage '{}': depth must be between 1 and {MAX_DEPTH}, not {d}", stage.get_ref().name.get_ref()),
         );
@@ -310,7 +324,8 @@ fn topological_order(
         let first = cycle[0];
         let mut names: Vec<&str> = cycle.iter().map(|&i| stages[i].get_ref().name.get_ref().as_str()).collect();
         names.push(names[0]);
-        diags.error_at(source, 
+        diags.error_at(
+            source,
             stages[first].get_ref().name.span(),
             format!("the stages form a cycle: {}", names.join(" -> ")),
         );
@@ -352,12 +367,17 @@ fn load_plugins(
         .map(|s| {
             let stage = s.get_ref();
             let spec = &stage.plugin;
-            let located = |message: String| source.error_at(spec.span(), format!("stage '{}': {message}", stage.name.get_ref()));
+            let located =
+                |message: String| source.error_at(spec.span(), format!("stage '{}': {message}", stage.name.get_ref()));
             let path = match plugin::resolve(spec.get_ref(), base_dir) {
                 Ok(found) => {
                     if let Some(warning) = found.shadow_warning(spec.get_ref()) {
                         let (line, column) = source.line_col(spec.span().start);
-                        tracing::warn!("{}:{line}:{column}: stage '{}': {warning}", source.path().display(), stage.name.get_ref());
+                        tracing::warn!(
+                            "{}:{line}:{column}: stage '{}': {warning}",
+                            source.path().display(),
+                            stage.name.get_ref()
+                        );
                     }
                     found.path
                 }
@@ -402,7 +422,8 @@ fn plan_stage(
     let n = inputs.len() as u32;
     let inputs_span = stage.inputs.as_ref().map_or(stage.name.span(), |i| i.span());
     if meta.max_inputs == 0 && n > 0 {
-        diags.error_at(source, 
+        diags.error_at(
+            source,
             inputs_span,
             format!("stage '{name}' runs plugin `{}`, a source, which takes no inputs; remove `inputs`", meta.name),
         );
@@ -418,9 +439,13 @@ fn plan_stage(
         return None;
     }
     if n > meta.max_inputs {
-        diags.error_at(source, 
+        diags.error_at(
+            source,
             inputs_span,
-            format!("stage '{name}' runs plugin `{}`, which takes at most {} input(s); it has {n}", meta.name, meta.max_inputs),
+            format!(
+                "stage '{name}' runs plugin `{}`, which takes at most {} input(s); it has {n}",
+                meta.name, meta.max_inputs
+            ),
         );
         return None;
     }
@@ -430,7 +455,7 @@ fn plan_stage(
         if !accepted {
             let from_name = stages[from].get_ref().name.get_ref();
             let accepts: Vec<&str> = meta.accepts.iter().map(|p| p.name()).collect();
-            diags.error_at(source, 
+            diags.error_at(source,
                 input.span(),
                 format!(
                     "format mismatch: stage '{from_name}' outputs {format}, but stage '{name}' (plugin `{}`) accepts {}",
@@ -446,7 +471,11 @@ fn plan_stage(
     if let Some(policy) = &stage.policy
         && inputs.is_empty()
     {
-        diags.error_at(source, policy.span(), format!("stage '{name}' has no inputs, so `policy` has no effect; remove it"));
+        diags.error_at(
+            source,
+            policy.span(),
+            format!("stage '{name}' has no inputs, so `policy` has no effect; remove it"),
+        );
         ok = false;
     }
     // Before the devices are asked for: a device list that cannot spread is wrong anywhere.
@@ -519,11 +548,7 @@ fn plan_stage(
     let policy = stage.policy.as_ref().map(|p| *p.get_ref()).unwrap_or_default();
     Some(StagePlan {
         name: StageName::parse(name).expect("names were checked before planning"),
-        plugin: PluginRef {
-            path: plugin.path().to_owned(),
-            name: meta.name.clone(),
-            version: meta.version.clone(),
-        },
+        plugin: PluginRef { path: plugin.path().to_owned(), name: meta.name.clone(), version: meta.version.clone() },
         params,
         domain,
         device,
@@ -548,11 +573,20 @@ fn plan_stage(
 
 /// Each replica's device where `device` lists GPUs (replica `r` on the `r % len`-th), else
 /// none: a list needs replicas, and no more GPUs than replicas.
-fn spread_devices(source: &SourceFile, stage: &StageSection, name: &str, replicas: u32, diags: &mut Diagnostics) -> Option<Vec<u32>> {
+fn spread_devices(
+    source: &SourceFile,
+    stage: &StageSection,
+    name: &str,
+    replicas: u32,
+    diags: &mut Diagnostics,
+) -> Option<Vec<u32>> {
     let Some(device) = &stage.device else { return Some(Vec::new()) };
     let crate::config::StageDevice::Spread(list) = device.get_ref() else { return Some(Vec::new()) };
     let problem = if replicas == 1 {
-        Some(format!("stage '{name}': a device list spreads a stage's replicas over GPUs, and this stage has none; give it `replicas = {}` or one device", list.len().max(2)))
+        Some(format!(
+            "stage '{name}': a device list spreads a stage's replicas over GPUs, and this stage has none; give it `replicas = {}` or one device",
+            list.len().max(2)
+        ))
     } else if list.len() > replicas as usize {
         Some(format!("stage '{name}': {} devices for {replicas} replicas; list at most one per replica", list.len()))
     } else {
@@ -612,7 +646,11 @@ fn stage_replicas(
     let on_loss = stage.on_loss.as_ref().map(|o| *o.get_ref()).unwrap_or_default();
     let Some(replicas) = &stage.replicas else {
         if let Some(o) = &stage.on_loss {
-            diags.error_at(source, o.span(), format!("stage '{name}' runs one process, so `on_loss` has no effect; remove it, or set `replicas`"));
+            diags.error_at(
+                source,
+                o.span(),
+                format!("stage '{name}' runs one process, so `on_loss` has no effect; remove it, or set `replicas`"),
+            );
             return None;
         }
         return Some((1, on_loss));
@@ -626,11 +664,17 @@ fn stage_replicas(
         return refuse(format!("replicas must be between 1 and {MAX_REPLICAS}, not {n}"));
     }
     if n > 1 && meta.max_inputs == 0 {
-        return refuse(format!("plugin `{}` is a source: each replica would make the whole stream; a source runs as one process", meta.name));
+        return refuse(format!(
+            "plugin `{}` is a source: each replica would make the whole stream; a source runs as one process",
+            meta.name
+        ));
     }
     if n > 1 && !meta.replicable {
         let why = if meta.abi < (1, 2) {
-            format!("it was built for plugin ABI {}.{}, which cannot say that its instances may run as replicas", meta.abi.0, meta.abi.1)
+            format!(
+                "it was built for plugin ABI {}.{}, which cannot say that its instances may run as replicas",
+                meta.abi.0, meta.abi.1
+            )
         } else {
             "it does not allow replicas (an instance may keep state from one frame to the next: `Plugin::REPLICABLE` is false)".to_owned()
         };
@@ -691,7 +735,11 @@ fn size_gpu_links(
 /// with fewer slots than replicas some would always wait (measured on an H100: 8 replicas of
 /// a GPU-bound stage behind a 4-slot ring ran no faster than 4). Such a ring gets a slot per
 /// replica and two more (one being written, one ready), unless its depth was set.
-fn deepen_links_into_replicas(links: &mut [LinkPlan], stages: &mut [StagePlan], depth_left_to_plan: impl Fn(usize) -> bool) {
+fn deepen_links_into_replicas(
+    links: &mut [LinkPlan],
+    stages: &mut [StagePlan],
+    depth_left_to_plan: impl Fn(usize) -> bool,
+) {
     for link in links.iter_mut() {
         let replicas = link.consumers.iter().map(|&c| stages[c].replicas).max().unwrap_or(1);
         if replicas > 1 && depth_left_to_plan(link.producer) {
@@ -749,7 +797,8 @@ fn wire_links(
         // ring (docs/multi-host.md): a tcp sender is a cpu end (the ring is in host memory), an
         // nccl sender a cuda end on the producer's GPU (the ring stays in device memory).
         let home = stages[link.producer].host;
-        let mut consumers: Vec<_> = link.consumers.iter().filter(|&&c| stages[c].host == home).flat_map(|&c| ends(c)).collect();
+        let mut consumers: Vec<_> =
+            link.consumers.iter().filter(|&&c| stages[c].host == home).flat_map(|&c| ends(c)).collect();
         let remote = || link.consumers.iter().filter(|&&c| stages[c].host != home);
         if remote().any(|&c| stages[c].input_transport == crate::config::InputTransport::Tcp) {
             consumers.push((gpuipc_plugin_api::Domain::Cpu, None));

@@ -37,7 +37,9 @@ pub enum SplitError {
         "link {link} goes from host `{from}` into stage '{stage}' on the machine `run` starts on, which has no data address for frames: put '{stage}' on a [[host]] (an agent can run on this machine too: gpuipc-host agent --name NAME --listen tcp/ADDRESS:PORT)"
     )]
     IntoLocal { link: String, from: String, stage: String },
-    #[error("link {link} into host `{host}`: data address `{data}` has no port {k} ports above it for its {nth} crossing link")]
+    #[error(
+        "link {link} into host `{host}`: data address `{data}` has no port {k} ports above it for its {nth} crossing link"
+    )]
     NoPort { link: String, host: String, data: String, k: u32, nth: u32 },
     #[error("link {link}: no valid free name for its sender stage on host `{host}` ({why})")]
     SenderName { link: String, host: String, why: String },
@@ -78,7 +80,9 @@ fn check_ports(plan: &Plan, into: &[u32]) -> Result<(), SplitError> {
         }
     }
     for (i, a) in listening.iter().enumerate() {
-        if let Some(b) = listening[..i].iter().find(|b| b.host != a.host && b.port == a.port && same_address(&b.address, &a.address)) {
+        if let Some(b) =
+            listening[..i].iter().find(|b| b.host != a.host && b.port == a.port && same_address(&b.address, &a.address))
+        {
             // The data ports are the ones to move: a control endpoint is where the agent runs.
             let (change, key) = if a.key == "data" { (a.host, a.key) } else { (b.host, b.key) };
             return Err(SplitError::PortTaken {
@@ -122,7 +126,9 @@ fn ordinal(n: u32) -> String {
 /// stages, the machine `run` starts on first.
 pub fn split(plan: &Plan, text: &str) -> Result<Vec<Part>, SplitError> {
     let file = plan.file.display().to_string();
-    let document: Table = text.parse().map_err(|e: toml::de::Error| SplitError::Source { file: file.clone(), why: e.message().to_owned() })?;
+    let document: Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| SplitError::Source { file: file.clone(), why: e.message().to_owned() })?;
     let tables = stage_tables(&document);
     let host_name = |h: Option<usize>| h.map_or(LOCAL.to_owned(), |i| plan.hosts[i].name.clone());
 
@@ -148,7 +154,11 @@ pub fn split(plan: &Plan, text: &str) -> Result<Vec<Part>, SplitError> {
             match plan.stages[c].host {
                 h if h == home => {}
                 None => {
-                    return Err(SplitError::IntoLocal { link: plan.link_name(li), from: host_name(home), stage: plan.stages[c].name.to_string() });
+                    return Err(SplitError::IntoLocal {
+                        link: plan.link_name(li),
+                        from: host_name(home),
+                        stage: plan.stages[c].name.to_string(),
+                    });
                 }
                 Some(h) if !targets.contains(&h) => targets.push(h),
                 Some(_) => {}
@@ -181,13 +191,18 @@ pub fn split(plan: &Plan, text: &str) -> Result<Vec<Part>, SplitError> {
             // The consumers on one host agree on the transport (checked when planning).
             let first_there = link.consumers.iter().map(|&c| &plan.stages[c]).find(|c| c.host == Some(h));
             let bridge = match first_there {
-                Some(c) if c.input_transport == InputTransport::Nccl => Bridge::Nccl { from_gpu: producer.device.unwrap_or(0), to_gpu: c.device.unwrap_or(0) },
+                Some(c) if c.input_transport == InputTransport::Nccl => {
+                    Bridge::Nccl { from_gpu: producer.device.unwrap_or(0), to_gpu: c.device.unwrap_or(0) }
+                }
                 _ => Bridge::Tcp,
             };
             bridges.push((home, sender_table(&sender, producer.name.as_str(), &address, &tag, policy, bridge)));
             let format = link.format;
             let pixel = format.pixel_format().map_or("unknown", |p| p.name());
-            bridges.push((Some(h), receiver_table(producer.name.as_str(), &address, &tag, pixel, format.width, format.height, bridge)));
+            bridges.push((
+                Some(h),
+                receiver_table(producer.name.as_str(), &address, &tag, pixel, format.width, format.height, bridge),
+            ));
         }
     }
 
@@ -197,7 +212,11 @@ pub fn split(plan: &Plan, text: &str) -> Result<Vec<Part>, SplitError> {
         // Receivers first: they are the part's sources.
         stages.extend(bridges.iter().filter(|(b, t)| b == h && is_receiver(t)).map(|(_, t)| t.clone()));
         for s in plan.stages.iter().filter(|s| s.host == *h) {
-            let mut table = tables.iter().find(|t| t.get("name").and_then(Value::as_str) == Some(s.name.as_str())).cloned().unwrap_or_default();
+            let mut table = tables
+                .iter()
+                .find(|t| t.get("name").and_then(Value::as_str) == Some(s.name.as_str()))
+                .cloned()
+                .unwrap_or_default();
             table.remove("host");
             // The part's inputs are its receivers, on the same host: how frames crossed is the
             // bridges' business now.
@@ -219,11 +238,17 @@ pub fn split(plan: &Plan, text: &str) -> Result<Vec<Part>, SplitError> {
     Ok(parts
         .into_iter()
         .map(|(h, stages)| {
-            let names = stages.iter().filter_map(|t| t.get("name").and_then(Value::as_str)).map(str::to_owned).collect();
+            let names =
+                stages.iter().filter_map(|t| t.get("name").and_then(Value::as_str)).map(str::to_owned).collect();
             let mut part = Table::new();
             part.insert("pipeline".into(), Value::Table(pipeline.clone()));
             part.insert("stage".into(), Value::Array(stages.into_iter().map(Value::Table).collect()));
-            let toml = format!("# The part of pipeline '{}' that runs on host `{}` (docs/multi-host.md).\n{}", plan.name, host_name(h), toml::to_string(&part).expect("a TOML table serialises"));
+            let toml = format!(
+                "# The part of pipeline '{}' that runs on host `{}` (docs/multi-host.md).\n{}",
+                plan.name,
+                host_name(h),
+                toml::to_string(&part).expect("a TOML table serialises")
+            );
             Part { host: h, host_name: host_name(h), toml, stages: names }
         })
         .collect())
@@ -231,7 +256,11 @@ pub fn split(plan: &Plan, text: &str) -> Result<Vec<Part>, SplitError> {
 
 /// The `[[stage]]` tables of the file, as written.
 fn stage_tables(document: &Table) -> Vec<Table> {
-    document.get("stage").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_table).cloned().collect()).unwrap_or_default()
+    document
+        .get("stage")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_table).cloned().collect())
+        .unwrap_or_default()
 }
 
 fn is_receiver(table: &Table) -> bool {
@@ -285,7 +314,15 @@ fn sender_table(name: &str, producer: &str, to: &str, link: &str, policy: Option
     t
 }
 
-fn receiver_table(producer: &str, listen: &str, link: &str, format: &str, width: u32, height: u32, bridge: Bridge) -> Table {
+fn receiver_table(
+    producer: &str,
+    listen: &str,
+    link: &str,
+    format: &str,
+    width: u32,
+    height: u32,
+    bridge: Bridge,
+) -> Table {
     let mut t = Table::new();
     t.insert("name".into(), producer.into());
     match bridge {

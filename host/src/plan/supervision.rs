@@ -79,7 +79,11 @@ impl Supervision {
         }
         if let Some(m) = keys.max_restarts {
             if *m.get_ref() == 0 {
-                diags.error_at(source, m.span(), "max_restarts must be at least 1 (to never restart, set restart = \"never\")");
+                diags.error_at(
+                    source,
+                    m.span(),
+                    "max_restarts must be at least 1 (to never restart, set restart = \"never\")",
+                );
             }
             self.max_restarts = *m.get_ref();
         }

@@ -45,7 +45,11 @@ pub fn list() -> String {
                 warnings.extend(resolved.shadow_warning(name));
             }
             None => {
-                let _ = writeln!(out, "  {name:width$}  -      missing: no {} beside gpuipc-host", resolve::file_name(name));
+                let _ = writeln!(
+                    out,
+                    "  {name:width$}  -      missing: no {} beside gpuipc-host",
+                    resolve::file_name(name)
+                );
                 warnings.push(format!("the built-in `{name}` is missing; build the workspace, or reinstall"));
             }
         }
@@ -80,7 +84,8 @@ fn entry(out: &mut String, name: &str, path: &Path, width: usize) {
     match LoadedPlugin::load(path) {
         Ok(plugin) => {
             let meta = plugin.meta();
-            let _ = writeln!(out, "  {name:width$}  {:6} {}{}", meta.version, meta.description, calls_itself(name, meta));
+            let _ =
+                writeln!(out, "  {name:width$}  {:6} {}{}", meta.version, meta.description, calls_itself(name, meta));
         }
         Err(e) => {
             let _ = writeln!(out, "  {name:width$}  -      cannot load: {e}");
@@ -102,7 +107,13 @@ pub fn inspect(plugin: &str) -> Result<String, String> {
     let loaded = LoadedPlugin::load(&resolved.path).map_err(|e| e.to_string())?;
     let meta = loaded.meta();
     let mut out = String::new();
-    let _ = writeln!(out, "{} {}{}", meta.name, meta.version, if plugin.contains('/') { String::new() } else { calls_itself(plugin, meta) });
+    let _ = writeln!(
+        out,
+        "{} {}{}",
+        meta.name,
+        meta.version,
+        if plugin.contains('/') { String::new() } else { calls_itself(plugin, meta) }
+    );
     if !meta.description.is_empty() {
         let _ = writeln!(out, "  {}", meta.description);
     }
@@ -172,7 +183,8 @@ fn replicas(meta: &PluginMeta) -> String {
     if meta.max_inputs == 0 {
         "one instance only (a source)".into()
     } else if meta.replicable && meta.min_inputs == 0 {
-        "allowed where it has inputs (replicas = N shares its frames among N processes); as a source, one instance".into()
+        "allowed where it has inputs (replicas = N shares its frames among N processes); as a source, one instance"
+            .into()
     } else if meta.replicable {
         "allowed (replicas = N shares its frames among N processes)".into()
     } else if meta.abi < (1, 2) {

@@ -217,7 +217,13 @@ impl LoadedPlugin {
         let mut has_output = 0u32;
         // SAFETY: every pointer is valid for the call, as the ABI requires.
         let status = unsafe {
-            (self.descriptor().negotiate)(RawStr::from_str(params), inputs.as_ptr(), inputs.len(), &mut output, &mut has_output)
+            (self.descriptor().negotiate)(
+                RawStr::from_str(params),
+                inputs.as_ptr(),
+                inputs.len(),
+                &mut output,
+                &mut has_output,
+            )
         };
         self.check(status)?;
         Ok((has_output != 0).then_some(output))
@@ -235,7 +241,14 @@ impl LoadedPlugin {
         let output_ptr = output.as_ref().map_or(std::ptr::null(), |o| o as *const FrameFormat);
         // SAFETY: every pointer is valid for the call, as the ABI requires.
         let status = unsafe {
-            (self.descriptor().create)(RawStr::from_str(params), inputs.as_ptr(), inputs.len(), output_ptr, ctx, &mut instance)
+            (self.descriptor().create)(
+                RawStr::from_str(params),
+                inputs.as_ptr(),
+                inputs.len(),
+                output_ptr,
+                ctx,
+                &mut instance,
+            )
         };
         self.check(status)?;
         if instance.is_null() {
@@ -289,8 +302,11 @@ fn read_meta(d: &PluginDescriptor, abi: (u32, u32), size: usize) -> Result<Plugi
     // SAFETY: the descriptor's strings and lists point at the plugin's static data.
     let (name, version, description) =
         unsafe { (d.name.to_string_lossy(), d.version.to_string_lossy(), d.description.to_string_lossy()) };
-    let (name, version, description) =
-        (shown(name, MAX_NAME_CHARS, false), shown(version, MAX_NAME_CHARS, false), shown(description, MAX_TEXT_CHARS, false));
+    let (name, version, description) = (
+        shown(name, MAX_NAME_CHARS, false),
+        shown(version, MAX_NAME_CHARS, false),
+        shown(description, MAX_TEXT_CHARS, false),
+    );
     if name.is_empty() {
         return Err("the plugin has no name".into());
     }
@@ -395,7 +411,8 @@ impl Instance<'_> {
         let output = output.map_or(std::ptr::null_mut(), |o| o as *mut RawFrame);
         // SAFETY: `ptr` came from `create`; `&mut self` keeps calls one at a time; the frame
         // memory is held by the caller as documented above.
-        let status = unsafe { (self.plugin.descriptor().process)(self.ptr, inputs.as_ptr(), inputs.len(), output, ctx) };
+        let status =
+            unsafe { (self.plugin.descriptor().process)(self.ptr, inputs.as_ptr(), inputs.len(), output, ctx) };
         if status == abi::STATUS_END_OF_STREAM {
             return Ok(Processed::EndOfStream);
         }

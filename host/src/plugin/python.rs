@@ -86,7 +86,10 @@ fn locate() -> Result<PathBuf, String> {
         ));
     }
     let names = [soname, ldlibrary].into_iter().flatten();
-    let candidates: Vec<PathBuf> = names.flat_map(|n| [libdir.as_ref().map(|d| Path::new(d).join(&n)), Some(PathBuf::from(n))]).flatten().collect();
+    let candidates: Vec<PathBuf> = names
+        .flat_map(|n| [libdir.as_ref().map(|d| Path::new(d).join(&n)), Some(PathBuf::from(n))])
+        .flatten()
+        .collect();
     // The folder the interpreter names first; else a bare name, which the loader's search finds.
     candidates
         .iter()

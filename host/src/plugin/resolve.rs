@@ -3,8 +3,23 @@
 use std::path::{Path, PathBuf};
 
 /// Plugins shipped with gpuipc, found next to the `gpuipc-host` binary.
-pub const BUILTINS: [&str; 15] =
-    ["generator", "rgb-process", "yuv420", "yuv-to-rgb", "null", "checksum", "y4m", "video", "png", "encode", "python", "tcp-send", "tcp-receive", "nccl-send", "nccl-receive"];
+pub const BUILTINS: [&str; 15] = [
+    "generator",
+    "rgb-process",
+    "yuv420",
+    "yuv-to-rgb",
+    "null",
+    "checksum",
+    "y4m",
+    "video",
+    "png",
+    "encode",
+    "python",
+    "tcp-send",
+    "tcp-receive",
+    "nccl-send",
+    "nccl-receive",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
@@ -179,9 +194,15 @@ mod tests {
     #[test]
     fn built_in_names_look_beside_the_binary_first() {
         let s = search();
-        assert_eq!(s.lookup_order("generator"), [Path::new("/bin"), Path::new("/lib/gpuipc"), Path::new("/a"), Path::new("/b")]);
+        assert_eq!(
+            s.lookup_order("generator"),
+            [Path::new("/bin"), Path::new("/lib/gpuipc"), Path::new("/a"), Path::new("/b")]
+        );
         assert_eq!(s.lookup_order("rgb_process")[0], Path::new("/bin"));
-        assert_eq!(s.lookup_order("sepia-tone"), [Path::new("/a"), Path::new("/b"), Path::new("/bin"), Path::new("/lib/gpuipc")]);
+        assert_eq!(
+            s.lookup_order("sepia-tone"),
+            [Path::new("/a"), Path::new("/b"), Path::new("/bin"), Path::new("/lib/gpuipc")]
+        );
         let twice = SearchPath { env: vec!["/bin".into(), "/a".into()], ..search() };
         assert_eq!(twice.lookup_order("x"), [Path::new("/bin"), Path::new("/a"), Path::new("/lib/gpuipc")]);
     }
@@ -199,7 +220,11 @@ mod tests {
 
     #[test]
     fn the_unknown_plugin_error_names_the_file_the_folders_and_the_variable() {
-        let e = ResolveError::Unknown { name: "sepia-tone".into(), file: file_name("sepia-tone"), searched: search().describe() };
+        let e = ResolveError::Unknown {
+            name: "sepia-tone".into(),
+            file: file_name("sepia-tone"),
+            searched: search().describe(),
+        };
         let text = e.to_string();
         assert!(text.starts_with("unknown plugin `sepia-tone`: no libgpuipc_sepia_tone.so in GPUIPC_PLUGIN_PATH (/a, /b) or beside gpuipc-host (/bin, /lib/gpuipc); "), "{text}");
         assert!(text.contains("put its library in a folder on GPUIPC_PLUGIN_PATH"), "{text}");

@@ -91,7 +91,9 @@ impl<'s> Follower<'s> {
         // or joined after the host sent it moves the ring past that, to wait for the next.
         while !output.consumers_current() {
             // The ring is `output`'s, which the update changes: looked up again each time.
-            self.await_update_with(stats, link, input_ends, output, |o| o.followed_ring().is_some_and(RingMap::is_aborted))?;
+            self.await_update_with(stats, link, input_ends, output, |o| {
+                o.followed_ring().is_some_and(RingMap::is_aborted)
+            })?;
         }
         Ok(())
     }
@@ -133,14 +135,20 @@ impl<'s> Follower<'s> {
     }
 
     /// Take every update the host has sent; returns the links they were for.
-    fn apply(&mut self, stats: &StatsMap, input_ends: &mut [Box<dyn ReadEnd>], output: &mut Output) -> Result<Vec<usize>, StageError> {
+    fn apply(
+        &mut self,
+        stats: &StatsMap,
+        input_ends: &mut [Box<dyn ReadEnd>],
+        output: &mut Output,
+    ) -> Result<Vec<usize>, StageError> {
         let updates = stats.get().updates.load(Ordering::Acquire);
         let mut links = Vec::new();
         if updates == self.updates_seen {
             return Ok(links);
         }
         loop {
-            let received = self.socket.try_recv::<ToStage>().map_err(|e| StageError::Setup(format!("the host's socket: {e}")))?;
+            let received =
+                self.socket.try_recv::<ToStage>().map_err(|e| StageError::Setup(format!("the host's socket: {e}")))?;
             let Some((message, fds)) = received else { break };
             let ToStage::Import(import) = message else {
                 return Err(StageError::Setup(format!("expected new GPU link objects, got {message:?}")));

@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use gpuipc_plugin_api::abi::RawProcessContext;
 
-use super::measure::Phase;
-use crate::link::backing::ReadEnd;
 use super::inputs::acquire_aligned;
-use super::replica::Take;
-use crate::link::queue::{Held, Turn};
+use super::measure::Phase;
 use super::output::Output;
+use super::replica::Take;
 use crate::gpu::Gpu;
+use crate::link::backing::ReadEnd;
+use crate::link::queue::{Held, Turn};
 use crate::link::stats::{PHASE_FLUSH, PHASE_PROCESS, PHASE_WAITING_INPUT, PHASE_WAITING_OUTPUT};
 use crate::link::{Consumer, LinkError, ReadSlot, StatsMap, stats};
 use crate::plugin::{Instance, PluginCallError, Processed};
@@ -28,7 +28,9 @@ pub enum StageError {
     #[error("got an error from the plugin's `{during}`{}: {error}", at_frame(*.frame))]
     Plugin { during: &'static str, frame: Option<u64>, error: PluginCallError },
     /// A source relayed a frame (`OutputFrame::relay`) under a number it had passed already.
-    #[error("relayed frame {relayed}, but the next frame must be {expected} or later: a source's frame numbers only go up")]
+    #[error(
+        "relayed frame {relayed}, but the next frame must be {expected} or later: a source's frame numbers only go up"
+    )]
     RelayedBackwards { relayed: u64, expected: u64 },
     #[error("link failed: {0}")]
     Link(LinkError),
@@ -240,7 +242,8 @@ impl FrameLoop<'_, '_> {
                 Done::Made { seq } => seq,
                 Done::SourceEnded => return Ok(LoopEnd::SourceEnded),
                 Done::Yielded => {
-                    let (replica, taken) = (self.replica.as_ref().expect("only replicas yield"), ticket.expect("with a ticket"));
+                    let (replica, taken) =
+                        (self.replica.as_ref().expect("only replicas yield"), ticket.expect("with a ticket"));
                     replica.give_back(held, taken);
                     continue;
                 }

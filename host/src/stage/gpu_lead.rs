@@ -61,7 +61,11 @@ impl GpuLead {
         }
         // Events recorded `frames` back must still hold that record: one per check in the
         // window, and one more for the check being made.
-        let check_every = std::env::var("GPUIPC_GPU_LEAD_CHECK").ok().and_then(|v| v.parse().ok()).unwrap_or(CHECK_EVERY).clamp(1, frames);
+        let check_every = std::env::var("GPUIPC_GPU_LEAD_CHECK")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(CHECK_EVERY)
+            .clamp(1, frames);
         let count = frames.div_ceil(check_every) + 1;
         let events = (0..count).map(|_| SleepEvent::create(gpu)).collect::<Result<_, _>>()?;
         let poll = std::env::var("GPUIPC_GPU_LEAD_WAIT").map_or(true, |v| v != "sync");

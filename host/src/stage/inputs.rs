@@ -74,7 +74,8 @@ fn align(inputs: &mut [Consumer], held: &mut [Option<ReadSlot>]) -> Result<bool,
         }
         let Some((&first, rest)) = lacking.split_first() else { return Ok(true) };
         // Sleep on one lacking input; the others are checked at every wake, spin and slice.
-        inputs[first].wait_for_change(&offers[first], None, || rest.iter().any(|&k| inputs[k].changed_since(&offers[k])))?;
+        inputs[first]
+            .wait_for_change(&offers[first], None, || rest.iter().any(|&k| inputs[k].changed_since(&offers[k])))?;
     }
 }
 
@@ -198,7 +199,11 @@ mod tests {
         let handle = thread::spawn(move || {
             while let Some(frames) = acquire_aligned(&mut inputs).unwrap() {
                 let seq = frames[0].meta().seq;
-                assert!(frames.iter().all(|f| f.meta().seq == seq), "not aligned: {:?}", frames.iter().map(|f| f.meta().seq).collect::<Vec<_>>());
+                assert!(
+                    frames.iter().all(|f| f.meta().seq == seq),
+                    "not aligned: {:?}",
+                    frames.iter().map(|f| f.meta().seq).collect::<Vec<_>>()
+                );
                 drop(frames);
                 if tx.send(seq).is_err() {
                     break;

@@ -92,7 +92,8 @@ impl LatencyLog {
 
     pub fn finish(&self) -> Result<(), StageError> {
         let text: String = self.samples.iter().map(|ns| format!("{ns}\n")).collect();
-        std::fs::write(&self.path, text).map_err(|e| StageError::Setup(format!("cannot write {}: {e}", self.path.display())))
+        std::fs::write(&self.path, text)
+            .map_err(|e| StageError::Setup(format!("cannot write {}: {e}", self.path.display())))
     }
 }
 
@@ -160,7 +161,8 @@ impl FrameTrace {
         use std::fmt::Write;
         // The release phase's end is the frame's start: it ends the frame before.
         let phases = PHASES.map(|p| if p == "release" { "start" } else { p });
-        let mut text = format!("# seq stamp_ns cpu, then when each ended (ns): {}, publish begins\n", phases.join(", "));
+        let mut text =
+            format!("# seq stamp_ns cpu, then when each ended (ns): {}, publish begins\n", phases.join(", "));
         for (seq, stamp_ns, cpu, ends, publish_ns) in &self.rows {
             let _ = write!(text, "{seq} {stamp_ns} {cpu}");
             for end in ends {

@@ -6,9 +6,9 @@ mod follow;
 mod frame_loop;
 pub mod gpu_lead;
 mod inputs;
-mod replica;
 pub mod measure;
 pub mod output;
+mod replica;
 pub mod tap;
 
 use std::os::fd::OwnedFd;
@@ -24,8 +24,8 @@ use crate::link::wait::{HeldWakes, Waiter};
 use crate::link::{Consumer, FrameAccess, Producer, RingFds, RingMap, RingParams, StatsMap};
 use crate::plugin::LoadedPlugin;
 
-pub use frame_loop::{FrameLoop, LoopEnd, StageError, now_ns, only_sources_end};
 use crate::link::backing::{ReadEnd, WriteEnd, host::Host, staged::Staged};
+pub use frame_loop::{FrameLoop, LoopEnd, StageError, now_ns, only_sources_end};
 
 /// The descriptor number the control socket has in a stage process.
 pub const CONTROL_FD: i32 = 3;
@@ -297,7 +297,8 @@ fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, Stage
     };
     let queue = match &setup.replica {
         Some(r) => Some(Arc::new(
-            crate::link::queue::QueueMap::open(fds.next().expect("counted"), r.count).map_err(|e| setup_error(format!("queue block: {e}")))?,
+            crate::link::queue::QueueMap::open(fds.next().expect("counted"), r.count)
+                .map_err(|e| setup_error(format!("queue block: {e}")))?,
         )),
         None => None,
     };
@@ -311,15 +312,21 @@ fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, Stage
     };
     // Waiting for inputs, a stage woken ahead of a frame wakes its own consumers ahead too.
     let input_waiter = match wake_ahead(setup.domain != "cpu") {
-        Some(w) => waiter.clone().waking_ahead(w.spin, w.idle, producer.as_ref().map(Producer::wake_ahead_fn)).waking_before_due(w.before_due),
+        Some(w) => waiter
+            .clone()
+            .waking_ahead(w.spin, w.idle, producer.as_ref().map(Producer::wake_ahead_fn))
+            .waking_before_due(w.before_due),
         None => waiter.clone(),
     };
     let mut consumers = Vec::new();
     for (input, ring) in setup.inputs.iter().zip(rings) {
-        consumers.push(match &queue {
-            Some(q) => Consumer::new_shared(ring, input.consumer, input_waiter.clone(), Some(q.clone())),
-            None => Consumer::new(ring, input.consumer, input_waiter.clone()),
-        }.map_err(setup_error)?);
+        consumers.push(
+            match &queue {
+                Some(q) => Consumer::new_shared(ring, input.consumer, input_waiter.clone(), Some(q.clone())),
+                None => Consumer::new(ring, input.consumer, input_waiter.clone()),
+            }
+            .map_err(setup_error)?,
+        );
     }
     let replica = match (queue, &setup.replica) {
         (Some(queue), Some(r)) => Some(replica::Replica {
@@ -414,7 +421,11 @@ pub fn create_plugin_instance<'p>(
         kernel_cache_dir: RawStr::from_str(&cache_dir),
         log: Some(plugin_log),
     };
-    plugin.create(params, input_formats, output_format, &ctx).map_err(|e| StageError::Plugin { during: "create", frame: None, error: e })
+    plugin.create(params, input_formats, output_format, &ctx).map_err(|e| StageError::Plugin {
+        during: "create",
+        frame: None,
+        error: e,
+    })
 }
 
 /// The frame loop, from where the stage stands (a restarted stage carries on), to its end.
@@ -450,8 +461,16 @@ fn run_frames(
     let cpu = if socket.is_some() { measure::CpuClock::process() } else { measure::CpuClock::thread() };
     let pace = setup.pace_fps.filter(|_| setup.inputs.is_empty()).map(measure::Pace::new);
     let held_wakes = consumers.iter().find_map(|c| c.held_wakes()).or_else(|| output.held_wakes()).cloned();
-    let output_bytes = setup.output.as_ref().and_then(|o| gpuipc_plugin_api::FrameLayout::for_format(o.format.into())).map(|l| l.total_bytes);
-    let large_frames = consumers.iter().map(|c| c.ring().layout().total_bytes).chain(output_bytes).any(|b| b >= crate::plan::LARGE_FRAME_BYTES);
+    let output_bytes = setup
+        .output
+        .as_ref()
+        .and_then(|o| gpuipc_plugin_api::FrameLayout::for_format(o.format.into()))
+        .map(|l| l.total_bytes);
+    let large_frames = consumers
+        .iter()
+        .map(|c| c.ring().layout().total_bytes)
+        .chain(output_bytes)
+        .any(|b| b >= crate::plan::LARGE_FRAME_BYTES);
     let mut frame_loop = FrameLoop {
         held_wakes,
         follow,
@@ -505,13 +524,7 @@ fn open_ring(
     let format: gpuipc_plugin_api::FrameFormat = wire.format.into();
     let layout = gpuipc_plugin_api::FrameLayout::for_format(format)
         .ok_or_else(|| setup_error(format!("link {}: format {format} has no layout", wire.name)))?;
-    let expected = RingParams {
-        format,
-        layout,
-        depth: wire.depth,
-        policies: wire.policies.clone(),
-        host_data,
-    };
+    let expected = RingParams { format, layout, depth: wire.depth, policies: wire.policies.clone(), host_data };
     RingMap::open_checked(fds, &expected, &wire.name, access).map_err(setup_error)
 }
 
@@ -582,7 +595,10 @@ mod tests {
     /// (source, filter, last stage) under each setting.
     #[test]
     fn stream_priorities_follow_the_stage_s_place() {
-        let places = |setting| [(true, false), (false, false), (false, true)].map(|(source, last)| stream_priority_for(setting, source, last));
+        let places = |setting| {
+            [(true, false), (false, false), (false, true)]
+                .map(|(source, last)| stream_priority_for(setting, source, last))
+        };
         assert_eq!(places(None), [Default; 3]);
         assert_eq!(places(Some("sideways")), [Default; 3]);
         assert_eq!(places(Some("upstream")), [Greatest, Middle, Least]);

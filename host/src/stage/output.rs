@@ -8,8 +8,8 @@ use gpuipc_plugin_api::abi::{self, RawFrame};
 use gpuipc_plugin_api::{FrameFormat, FrameLayout};
 
 use super::StageError;
-use crate::link::backing::WriteEnd;
 use crate::gpu::{DeviceMemory, Gpu};
+use crate::link::backing::WriteEnd;
 use crate::link::{Producer, WriteSlot};
 
 pub enum PrivateMemory {
@@ -22,7 +22,11 @@ pub enum Output {
     /// The end first: fields drop in order, and a staged end unregisters the ring's pinned
     /// memory, which must still be mapped then.
     Ring(Box<dyn WriteEnd>, Producer),
-    Private { format: FrameFormat, layout: FrameLayout, memory: PrivateMemory },
+    Private {
+        format: FrameFormat,
+        layout: FrameLayout,
+        memory: PrivateMemory,
+    },
 }
 
 /// The output frame being written for one sequence number.

@@ -52,7 +52,14 @@ pub struct Reach<'a> {
 impl Broker {
     /// Take one export from process `from`; when every end process of its link has exported,
     /// send the new ones their imports and the live ones an update.
-    pub fn export(&mut self, plan: &Plan, reach: &Reach<'_>, from: usize, export: Export, fds: Vec<OwnedFd>) -> Result<(), String> {
+    pub fn export(
+        &mut self,
+        plan: &Plan,
+        reach: &Reach<'_>,
+        from: usize,
+        export: Export,
+        fds: Vec<OwnedFd>,
+    ) -> Result<(), String> {
         let link_index = export.link;
         let link = plan.links.get(link_index).ok_or_else(|| format!("exported unknown link {link_index}"))?;
         let stage = reach.procs[from].stage;
@@ -66,11 +73,14 @@ impl Broker {
         let entry = self.links.entry(link_index).or_default();
         entry.exports.insert(from, (export, fds));
         entry.served.remove(&from);
-        let waiting_for = ends(plan, reach.procs, link_index).filter(|p| !self.gone.contains(p) && !entry.exports.contains_key(p)).count();
+        let waiting_for = ends(plan, reach.procs, link_index)
+            .filter(|p| !self.gone.contains(p) && !entry.exports.contains_key(p))
+            .count();
         if waiting_for > 0 {
             return Ok(());
         }
-        let consumer_joins = entry.exports.iter().any(|(p, (e, _))| matches!(e.end, LinkEnd::Consumer(_)) && !entry.served.contains(p));
+        let consumer_joins =
+            entry.exports.iter().any(|(p, (e, _))| matches!(e.end, LinkEnd::Consumer(_)) && !entry.served.contains(p));
         if consumer_joins {
             // Before anyone gets its objects: the producers wait for the new events before
             // they reuse a slot the new consumer may read.
@@ -94,7 +104,8 @@ impl Broker {
         for (index, link) in plan.links.iter().enumerate() {
             let Some(entry) = self.links.get_mut(&index) else { continue };
             entry.served.remove(&process);
-            let was_consumer = matches!(entry.exports.remove(&process), Some((e, _)) if matches!(e.end, LinkEnd::Consumer(_)));
+            let was_consumer =
+                matches!(entry.exports.remove(&process), Some((e, _)) if matches!(e.end, LinkEnd::Consumer(_)));
             if !was_consumer || !link.consumers.contains(&stage) {
                 continue;
             }
@@ -117,7 +128,13 @@ fn ends<'p>(plan: &Plan, procs: &'p [ProcessPlan], link: usize) -> impl Iterator
 /// Send each of `to` (end processes of `link`) the other ends' current objects: a producer
 /// every consumer process's events, a consumer every producer part. One that held objects of
 /// the link already is told of the update.
-fn send_imports(plan: &Plan, reach: &Reach<'_>, link: usize, entry: &mut LinkExports, to: &[usize]) -> Result<(), String> {
+fn send_imports(
+    plan: &Plan,
+    reach: &Reach<'_>,
+    link: usize,
+    entry: &mut LinkExports,
+    to: &[usize],
+) -> Result<(), String> {
     let producer_stage = plan.links[link].producer;
     // In process order: a producer stage's replicas in replica order, its parts in slot order.
     let (producers, consumers): (Vec<_>, Vec<_>) =
@@ -153,7 +170,9 @@ fn send(stage: &StageProcess, import: Import, fds: &[std::os::fd::BorrowedFd<'_>
     match stage.socket.send(&ToStage::Import(Box::new(import)), fds) {
         Ok(()) => Ok(true),
         Err(SocketError::Closed) => Ok(false),
-        Err(SocketError::Io(e)) if matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset) => {
+        Err(SocketError::Io(e))
+            if matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset) =>
+        {
             Ok(false)
         }
         Err(e) => Err(format!("cannot pass link objects to stage '{}': {e}", stage.name)),

@@ -41,7 +41,8 @@ pub fn run(plan: &Plan, frames: Option<u64>, checksums: Option<&Path>, stop: &At
         latency: None,
         pace_fps: None,
     };
-    let launch = Launch { plan, procs: &procs, queues: &[], options: &options, frames, stats: &stats, rings: &rings, env: &[] };
+    let launch =
+        Launch { plan, procs: &procs, queues: &[], options: &options, frames, stats: &stats, rings: &rings, env: &[] };
     let started = Instant::now();
     let mut outcomes: Vec<Option<StageOutcome>> = vec![None; plan.stages.len()];
     let mut failure: Option<(usize, String)> = None;
@@ -85,7 +86,8 @@ pub fn run(plan: &Plan, frames: Option<u64>, checksums: Option<&Path>, stop: &At
         }
     })?;
     let interrupted = (interrupted && failure.is_none()).then_some("a stop signal");
-    Ok(RunReport::new(plan, &procs, &stats, outcomes, failure, interrupted, Some(started.elapsed())).with_links(plan, &procs, &rings))
+    Ok(RunReport::new(plan, &procs, &stats, outcomes, failure, interrupted, Some(started.elapsed()))
+        .with_links(plan, &procs, &rings))
 }
 
 /// A stage thread's end as an outcome, as the supervisor judges a stage process.

@@ -12,8 +12,8 @@ mod mps;
 pub mod one_context;
 pub mod private_dir;
 mod reclaim;
-mod restart;
 pub mod report;
+mod restart;
 mod spawn;
 mod standstill;
 mod watch;
@@ -96,7 +96,16 @@ pub fn run(plan: &Plan, options: &RunOptions, shutdown: &Shutdown) -> Result<Run
     if let Some(share) = plan.cpu_threads() {
         env.push((gpuipc_plugin_api::bands::THREADS_ENV.to_owned(), share.each.to_string()));
     }
-    let launch = spawn::Launch { plan, procs: &procs, options, frames, stats: &stats, rings: &rings, queues: &queues, env: &env };
+    let launch = spawn::Launch {
+        plan,
+        procs: &procs,
+        options,
+        frames,
+        stats: &stats,
+        rings: &rings,
+        queues: &queues,
+        env: &env,
+    };
     let mut stages = spawn::Stages::default();
     for p in 0..procs.len() {
         stages.push(launch.start(p, 0).map_err(RunError::Setup)?);
@@ -134,7 +143,8 @@ fn create_links(plan: &Plan, procs: &[ProcessPlan]) -> Result<(Vec<StatsMap>, Ve
         .enumerate()
         .map(|(i, l)| {
             let name = format!("gpuipc-{}-ring-{}", std::process::id(), plan.stages[l.producer].name);
-            RingMap::create(&name, &ring_params(plan, i)).map_err(|e| RunError::Setup(format!("link {}: {e}", plan.link_name(i))))
+            RingMap::create(&name, &ring_params(plan, i))
+                .map_err(|e| RunError::Setup(format!("link {}: {e}", plan.link_name(i))))
         })
         .collect::<Result<_, _>>()?;
     Ok((stats, rings))

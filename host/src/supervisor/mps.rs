@@ -28,8 +28,7 @@ const CONTROL: &str = "nvidia-cuda-mps-control";
 
 /// Whether the MPS control program is on the PATH.
 pub fn available() -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(CONTROL).is_file()))
+    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(CONTROL).is_file()))
 }
 
 /// A running MPS control daemon, stopped on drop when this run is its last user.
@@ -82,9 +81,11 @@ impl MpsDaemon {
             }
             dir
         } else {
-            read_current(base).ok_or_else(|| format!("{} names no MPS daemon although a run uses it", current.display()))?
+            read_current(base)
+                .ok_or_else(|| format!("{} names no MPS daemon although a run uses it", current.display()))?
         };
-        rustix::fs::flock(&users, FlockOperation::LockShared).map_err(|e| format!("cannot lock {}: {e}", base.join("users").display()))?;
+        rustix::fs::flock(&users, FlockOperation::LockShared)
+            .map_err(|e| format!("cannot lock {}: {e}", base.join("users").display()))?;
         tracing::info!(
             "isolation mps: {} the MPS daemon shared by this user's runs, pipe {}",
             if alone { "started" } else { "joined" },
@@ -151,7 +152,8 @@ fn env_of(dir: &Path) -> Vec<(String, String)> {
 /// A fresh private folder with `pipe/` and `log/` in it. Never a predictable name: a folder or
 /// symlink someone else made first could hold the pipe, the daemon's control.
 fn new_daemon_folder(parent: &Path, prefix: &str) -> Result<PathBuf, String> {
-    let dir = super::private_dir::create_in(parent, prefix).map_err(|e| format!("cannot create the MPS folder: {e}"))?;
+    let dir =
+        super::private_dir::create_in(parent, prefix).map_err(|e| format!("cannot create the MPS folder: {e}"))?;
     for sub in ["pipe", "log"] {
         std::fs::create_dir(dir.join(sub)).map_err(|e| format!("cannot create {}: {e}", dir.join(sub).display()))?;
     }
@@ -203,7 +205,12 @@ fn lock_file(path: &Path, how: FlockOperation) -> Result<File, String> {
 
 /// Tell the daemon of `dir` to quit and remove its folder. Quiet when no daemon runs there.
 fn stop(control: &Path, dir: &Path) {
-    let quit = Command::new(control).envs(env_of(dir)).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
+    let quit = Command::new(control)
+        .envs(env_of(dir))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
     match quit {
         Ok(mut child) => {
             if let Some(stdin) = child.stdin.as_mut() {
@@ -317,7 +324,11 @@ mod tests {
         assert_ne!(next.dir, stale);
         assert_eq!(
             calls(&log),
-            [format!("start {}", stale.display()), format!("quit {}", stale.display()), format!("start {}", next.dir.display())]
+            [
+                format!("start {}", stale.display()),
+                format!("quit {}", stale.display()),
+                format!("start {}", next.dir.display())
+            ]
         );
         assert!(!stale.exists());
         drop(next);

@@ -58,9 +58,15 @@ pub struct Measured {
 enum Input {
     Same(usize),
     /// A cpu stage reading a cuda stage: copied back into host memory.
-    Download { from: usize, bytes: Vec<u8> },
+    Download {
+        from: usize,
+        bytes: Vec<u8>,
+    },
     /// A cuda stage reading a cpu stage: copied up into device memory.
-    Upload { from: usize, memory: DeviceMemory },
+    Upload {
+        from: usize,
+        memory: DeviceMemory,
+    },
 }
 
 struct Stage<'p> {
@@ -82,7 +88,8 @@ struct Stage<'p> {
 
 /// The one GPU the cuda stages of `plan` share; an error if they are on several.
 fn the_gpu(plan: &Plan) -> Result<Option<Arc<Gpu>>, String> {
-    let mut devices = plan.stages.iter().filter(|s| s.domain == Domain::Cuda).map(|s| (s.name.as_str(), s.device.unwrap_or(0)));
+    let mut devices =
+        plan.stages.iter().filter(|s| s.domain == Domain::Cuda).map(|s| (s.name.as_str(), s.device.unwrap_or(0)));
     let Some((_, device)) = devices.next() else { return Ok(None) };
     if let Some((name, other)) = devices.find(|(_, d)| *d != device) {
         return Err(format!(
@@ -160,13 +167,22 @@ pub fn run(
             break;
         }
         if probe.gpu_time || probe.latency {
-            measure_frame(&stages, probe, done.as_ref(), gpu.as_ref(), stamp, &mut measured).map_err(|e| e.to_string())?;
+            measure_frame(&stages, probe, done.as_ref(), gpu.as_ref(), stamp, &mut measured)
+                .map_err(|e| e.to_string())?;
         }
         seq += 1;
     }
     finish(&mut stages, gpu.as_ref(), &mut outcomes, &mut failure);
     measured.seconds = started.elapsed().as_secs_f64();
-    let report = RunReport::new(plan, &plan.one_process_per_stage(), &stats, outcomes, failure, interrupted, Some(started.elapsed()));
+    let report = RunReport::new(
+        plan,
+        &plan.one_process_per_stage(),
+        &stats,
+        outcomes,
+        failure,
+        interrupted,
+        Some(started.elapsed()),
+    );
     Ok((report, measured))
 }
 
@@ -194,20 +210,37 @@ fn build_stage<'p>(
         });
         formats.push(input.format);
     }
-    let instance = create_plugin_instance(s.name.as_str(), &s.params, plugin, &formats, s.output_format(), own_gpu.as_ref())?;
+    let instance =
+        create_plugin_instance(s.name.as_str(), &s.params, plugin, &formats, s.output_format(), own_gpu.as_ref())?;
     let output = Output::new(None, s.output_format(), own_gpu.as_ref())?;
     let tap = checksums.map(|dir| Tap::create(dir, s.name.as_str(), false)).transpose().map_err(StageError::Setup)?;
     let events = match (&own_gpu, probe.gpu_time) {
         (Some(g), true) => Some((crate::gpu::TimingEvent::create(g)?, crate::gpu::TimingEvent::create(g)?)),
         _ => None,
     };
-    Ok(Stage { index: i, span: span.clone(), instance, inputs, output, gpu: own_gpu, run_gpu: gpu.cloned(), tap, events })
+    Ok(Stage {
+        index: i,
+        span: span.clone(),
+        instance,
+        inputs,
+        output,
+        gpu: own_gpu,
+        run_gpu: gpu.cloned(),
+        tap,
+        events,
+    })
 }
 
 impl Stage<'_> {
     /// Frame `seq` through this stage: its inputs are the outputs already made for `seq`.
     /// `false` when the stage, a source, ended its stream instead.
-    fn process(&mut self, seq: u64, stamp: u64, outputs: &mut [Option<RawFrame>], stats: &StatsMap) -> Result<bool, StageError> {
+    fn process(
+        &mut self,
+        seq: u64,
+        stamp: u64,
+        outputs: &mut [Option<RawFrame>],
+        stats: &StatsMap,
+    ) -> Result<bool, StageError> {
         let span = self.span.clone();
         let _in_stage = span.enter();
         let mut inputs = Vec::with_capacity(self.inputs.len());
@@ -249,7 +282,8 @@ impl Stage<'_> {
 impl Input {
     /// The frame this input hands the plugin for the frame in `outputs`; `gpu` is the run's.
     fn frame(&mut self, outputs: &[Option<RawFrame>], gpu: Option<&Arc<Gpu>>) -> Result<RawFrame, StageError> {
-        let source = |from: usize| outputs[from].ok_or_else(|| StageError::Setup("an input from a stage without output".into()));
+        let source =
+            |from: usize| outputs[from].ok_or_else(|| StageError::Setup("an input from a stage without output".into()));
         Ok(match self {
             Input::Same(from) => source(*from)?,
             Input::Download { from, bytes } => {
@@ -327,7 +361,8 @@ fn finish(
             continue;
         }
         let in_stage = stage.span.clone().entered();
-        let flushed = stage.instance.flush().map_err(|error| StageError::Plugin { during: "flush", frame: None, error });
+        let flushed =
+            stage.instance.flush().map_err(|error| StageError::Plugin { during: "flush", frame: None, error });
         drop(in_stage);
         let tapped = stage.tap.as_mut().map_or(Ok(()), |t| t.finish().map_err(StageError::Setup));
         outcomes[i] = Some(match flushed.and(tapped) {

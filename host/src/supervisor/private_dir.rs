@@ -24,7 +24,10 @@ pub fn create_in(parent: &Path, prefix: &str) -> io::Result<PathBuf> {
             Err(e) => return Err(e),
         }
     }
-    Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("no free name for a private folder in {}", parent.display())))
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!("no free name for a private folder in {}", parent.display()),
+    ))
 }
 
 /// `path` is a real folder (not a symlink), owned by this user, that nobody else may enter.

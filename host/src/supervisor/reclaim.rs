@@ -11,7 +11,14 @@ use crate::plan::{LinkMemory, Plan};
 /// Take back stage `i`'s link ends; `group` are the stages restarting with it (all dead by
 /// now). Returns the frames lost inside the dead process: at most one, the last frame it
 /// took from its inputs, if it was not done.
-pub fn reclaim_stage(plan: &Plan, i: usize, group: &[usize], stats: &StatsMap, rings: &[RingMap], taps: Option<&Path>) -> u64 {
+pub fn reclaim_stage(
+    plan: &Plan,
+    i: usize,
+    group: &[usize],
+    stats: &StatsMap,
+    rings: &[RingMap],
+    taps: Option<&Path>,
+) -> u64 {
     let stage = &plan.stages[i];
     let whole_ring_dead = |link: usize| {
         let l = &plan.links[link];
@@ -51,7 +58,11 @@ pub fn reclaim_stage(plan: &Plan, i: usize, group: &[usize], stats: &StatsMap, r
         stats.count_done_by_host(seq);
     }
     let Some(seq) = taken else { return 0 };
-    let tapped = if output.is_none() { taps.and_then(|dir| crate::stage::tap::last_recorded(dir, stage.name.as_str())) } else { None };
+    let tapped = if output.is_none() {
+        taps.and_then(|dir| crate::stage::tap::last_recorded(dir, stage.name.as_str()))
+    } else {
+        None
+    };
     if tapped == Some(seq) && !stats.settled(seq) {
         stats.count_done_by_host(seq);
     }
@@ -71,7 +82,15 @@ pub fn reclaim_stage(plan: &Plan, i: usize, group: &[usize], stats: &StatsMap, r
 /// published), release its claims under the stage's shared consumer indices (siblings' stay),
 /// and empty the output slot it was writing in its own part of the ring. Returns the frames
 /// given up (counted dropped on the stage's input links).
-pub fn reclaim_replica(plan: &Plan, stage: usize, replica: u32, pid: u32, stats: &StatsMap, queue: &QueueMap, rings: &[RingMap]) -> u64 {
+pub fn reclaim_replica(
+    plan: &Plan,
+    stage: usize,
+    replica: u32,
+    pid: u32,
+    stats: &StatsMap,
+    queue: &QueueMap,
+    rings: &[RingMap],
+) -> u64 {
     let s = &plan.stages[stage];
     stats.settle_after_death();
     let counted = stats.get().last_seq_plus_one.load(Ordering::Acquire).checked_sub(1);
@@ -85,7 +104,9 @@ pub fn reclaim_replica(plan: &Plan, stage: usize, replica: u32, pid: u32, stats:
     let stray: Vec<Vec<u64>> = s
         .inputs
         .iter()
-        .map(|input| rings[input.link].claimed_seqs(input.consumer).into_iter().filter(|seq| !claimed_by_others(seq)).collect())
+        .map(|input| {
+            rings[input.link].claimed_seqs(input.consumer).into_iter().filter(|seq| !claimed_by_others(seq)).collect()
+        })
         .collect();
     let untracked = if died_taking { stray.first().and_then(|seqs| seqs.iter().max().copied()) } else { None };
     let output = s.output.as_ref().and_then(|o| o.link);

@@ -10,8 +10,8 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::control::FromStage;
-use crate::link::{RingMap, StatsMap};
 use crate::link::stats::{Plausible, StatsSnapshot};
+use crate::link::{RingMap, StatsMap};
 use crate::plan::{Plan, ProcessPlan};
 
 /// How one stage ended.
@@ -243,7 +243,8 @@ impl RunReport {
     }
 
     pub fn succeeded(&self) -> bool {
-        self.failure.is_none() && self.stages.iter().all(|s| matches!(s.outcome, StageOutcome::Finished | StageOutcome::Gone(_)))
+        self.failure.is_none()
+            && self.stages.iter().all(|s| matches!(s.outcome, StageOutcome::Finished | StageOutcome::Gone(_)))
     }
 
     /// The end-of-run table.
@@ -253,7 +254,8 @@ impl RunReport {
         // A run over several hosts shows where each stage ran (a receiver has its producer's name).
         let hosts = self.stages.iter().any(|s| s.host.is_some());
         let host_width = self.stages.iter().filter_map(|s| s.host.as_ref().map(String::len)).max().unwrap_or(0).max(4);
-        let host_cell = |h: Option<&str>| if hosts { format!("{:host_width$}  ", h.unwrap_or("")) } else { String::new() };
+        let host_cell =
+            |h: Option<&str>| if hosts { format!("{:host_width$}  ", h.unwrap_or("")) } else { String::new() };
         // Frames made from damaged data (a decoder's concealed errors) get a column when any
         // stage made one.
         let damaged = self.stages.iter().any(|s| s.damaged > 0);
@@ -266,7 +268,17 @@ impl RunReport {
             out,
             "{}{:width$}  {:12} {:6} {:>10} {:>12} {:>9} {:>6} {:>8}{} {:>6} {:>6}  outcome",
             host_cell(Some("host")),
-            "stage", "plugin", "domain", "frames", "fps", "dropped", "lost", "restarts", damaged_cell(None), "busy", "cpu"
+            "stage",
+            "plugin",
+            "domain",
+            "frames",
+            "fps",
+            "dropped",
+            "lost",
+            "restarts",
+            damaged_cell(None),
+            "busy",
+            "cpu"
         );
         for s in &self.stages {
             let outcome = match &s.outcome {
@@ -340,7 +352,13 @@ fn plausible_since(elapsed: Duration) -> Plausible {
 }
 
 impl StageReport {
-    pub(crate) fn new(name: &str, plugin: &str, domain: &str, snap: &StatsSnapshot, outcome: StageOutcome) -> StageReport {
+    pub(crate) fn new(
+        name: &str,
+        plugin: &str,
+        domain: &str,
+        snap: &StatsSnapshot,
+        outcome: StageOutcome,
+    ) -> StageReport {
         let active = snap.last_ns.saturating_sub(snap.first_ns);
         StageReport {
             name: name.to_owned(),

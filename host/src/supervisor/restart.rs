@@ -62,10 +62,11 @@ pub fn group(plan: &Plan, mps: bool, gpu_fault: bool, i: usize) -> Vec<usize> {
     }
     let mut members = vec![i];
     if mps {
-        members.extend(
-            (0..plan.stages.len())
-                .filter(|&j| j != i && plan.stages[j].domain == Domain::Cuda && plan.stages[j].devices().iter().any(|d| stage.devices().contains(d))),
-        );
+        members.extend((0..plan.stages.len()).filter(|&j| {
+            j != i
+                && plan.stages[j].domain == Domain::Cuda
+                && plan.stages[j].devices().iter().any(|d| stage.devices().contains(d))
+        }));
     }
     let mut k = 0;
     while k < members.len() {

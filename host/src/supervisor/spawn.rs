@@ -22,7 +22,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use super::{RunOptions, wire_memory};
 use std::io::ErrorKind;
 
-use crate::control::{ControlSocket, SocketError, InputSetup, OutputSetup, RingWire, StageSetup, ToStage};
+use crate::control::{ControlSocket, InputSetup, OutputSetup, RingWire, SocketError, StageSetup, ToStage};
 use crate::link::queue::QueueMap;
 use crate::link::{FrameAccess, RingMap, StatsMap};
 use crate::plan::{Plan, ProcessPlan, StagePlan};
@@ -188,7 +188,12 @@ impl Launch<'_> {
 
 fn ring_wire(plan: &Plan, link: usize) -> RingWire {
     let params = super::ring_params(plan, link);
-    RingWire { name: plan.link_name(link), format: params.format.into(), depth: params.depth, policies: params.policies }
+    RingWire {
+        name: plan.link_name(link),
+        format: params.format.into(),
+        depth: params.depth,
+        policies: params.policies,
+    }
 }
 
 /// Every stage process of a run. Dropping it kills and reaps whatever still runs, so no

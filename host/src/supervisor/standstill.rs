@@ -112,7 +112,9 @@ impl Standstill {
         let may_move = processes.iter().any(|p| match *p {
             Process::Ended => false,
             Process::Changing => true,
-            Process::Running { phase, watchdog, .. } if draining => !watchdog && matches!(phase, PHASE_PROCESS | PHASE_FLUSH),
+            Process::Running { phase, watchdog, .. } if draining => {
+                !watchdog && matches!(phase, PHASE_PROCESS | PHASE_FLUSH)
+            }
             Process::Running { phase, .. } => !matches!(phase, PHASE_WAITING_INPUT | PHASE_WAITING_OUTPUT),
         });
         let changed = words != self.seen.as_slice() || beats.len() != self.beats.len() || draining != self.draining;
@@ -167,7 +169,9 @@ pub fn explain(verdict: Verdict, timeout: Duration, signal: &str, run: Run<'_>) 
     match verdict {
         Verdict::Stuck => format!("no frame moved on any link for {still} while every stage waited for one: {links}"),
         Verdict::DrainStopped => {
-            format!("{signal} asked for a drain, which did not finish: no frame moved on any link for {still}; aborted: {links}")
+            format!(
+                "{signal} asked for a drain, which did not finish: no frame moved on any link for {still}; aborted: {links}"
+            )
         }
     }
 }
@@ -194,7 +198,9 @@ fn describe_link(run: &Run<'_>, l: usize) -> String {
     let ring = &run.rings[l];
     let ends: Vec<String> = std::iter::once((link.producer, End::Producer))
         .chain(link.consumers.iter().map(|&c| (c, End::Consumer)))
-        .flat_map(|(stage, end)| run.procs.iter().enumerate().filter(move |(_, p)| p.stage == stage).map(move |(i, _)| (i, end)))
+        .flat_map(|(stage, end)| {
+            run.procs.iter().enumerate().filter(move |(_, p)| p.stage == stage).map(move |(i, _)| (i, end))
+        })
         .map(|(i, end)| {
             let role = match end {
                 End::Producer => "producer",
@@ -210,7 +216,12 @@ fn describe_link(run: &Run<'_>, l: usize) -> String {
             st & WRITING != 0 || header::claims(st) != 0 || header::pendings(st) != 0
         })
         .count();
-    let mut out = format!("link '{}' ({in_use} of its {} slots in use): {}", run.plan.link_name(l), ring.depth(), ends.join(", "));
+    let mut out = format!(
+        "link '{}' ({in_use} of its {} slots in use): {}",
+        run.plan.link_name(l),
+        ring.depth(),
+        ends.join(", ")
+    );
     let bad = written_over(ring);
     if !bad.is_empty() {
         out += &format!("; its control block holds words no end writes ({}): it was written over", bad.join(", "));
@@ -288,7 +299,9 @@ mod tests {
 
     #[test]
     fn every_stage_waiting_with_nothing_moving_is_stuck_after_the_timeout() {
-        let found = watch(T * 3, false, |k| vec![waiting(PHASE_WAITING_OUTPUT, k), waiting(PHASE_WAITING_INPUT, k), Process::Ended]);
+        let found = watch(T * 3, false, |k| {
+            vec![waiting(PHASE_WAITING_OUTPUT, k), waiting(PHASE_WAITING_INPUT, k), Process::Ended]
+        });
         // The window opens at the first look; ten looks later it is 2 s long.
         assert_eq!(found, Some((Verdict::Stuck, 10)));
     }
@@ -302,9 +315,15 @@ mod tests {
         assert_eq!(s.look(&[7], &procs, false, t0), None);
         // A slot's state word moved just before the timeout.
         assert_eq!(s.look(&[8], &pulsed, false, t0 + T - Duration::from_millis(1)), None);
-        assert_eq!(s.look(&[8], &[waiting(PHASE_WAITING_OUTPUT, 3), waiting(PHASE_WAITING_INPUT, 3)], false, t0 + T), None);
+        assert_eq!(
+            s.look(&[8], &[waiting(PHASE_WAITING_OUTPUT, 3), waiting(PHASE_WAITING_INPUT, 3)], false, t0 + T),
+            None
+        );
         let later = t0 + T * 2;
-        assert_eq!(s.look(&[8], &[waiting(PHASE_WAITING_OUTPUT, 4), waiting(PHASE_WAITING_INPUT, 4)], false, later), Some(Verdict::Stuck));
+        assert_eq!(
+            s.look(&[8], &[waiting(PHASE_WAITING_OUTPUT, 4), waiting(PHASE_WAITING_INPUT, 4)], false, later),
+            Some(Verdict::Stuck)
+        );
     }
 
     #[test]
@@ -340,13 +359,15 @@ mod tests {
     fn a_drain_that_moves_nothing_is_given_up_whatever_the_stages_do() {
         // The source never saw the stop (it waits for a slot for ever); its consumer is in a
         // plugin that its own watchdog governs; the sink ended.
-        let found = watch(T * 3, true, |_| {
-            vec![waiting(PHASE_WAITING_OUTPUT, 0), waiting(PHASE_PROCESS, 0), Process::Ended]
-        });
+        let found =
+            watch(T * 3, true, |_| vec![waiting(PHASE_WAITING_OUTPUT, 0), waiting(PHASE_PROCESS, 0), Process::Ended]);
         assert_eq!(found, Some((Verdict::DrainStopped, 10)));
         // A stage without a watchdog in its plugin may take as long as it takes.
         let found = watch(T * 5, true, |_| {
-            vec![waiting(PHASE_WAITING_OUTPUT, 0), Process::Running { phase: PHASE_PROCESS, heartbeat: 0, watchdog: false }]
+            vec![
+                waiting(PHASE_WAITING_OUTPUT, 0),
+                Process::Running { phase: PHASE_PROCESS, heartbeat: 0, watchdog: false },
+            ]
         });
         assert_eq!(found, None);
         // Waiting for a restart to come up.

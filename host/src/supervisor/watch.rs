@@ -31,7 +31,8 @@ const TICK: Duration = Duration::from_millis(200);
 
 /// The signals that drain a run: Ctrl-C, SIGTERM, and SIGHUP (a closed terminal or a lost
 /// ssh session ends the run as cleanly as Ctrl-C would).
-pub const STOP_SIGNALS: [i32; 3] = [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP];
+pub const STOP_SIGNALS: [i32; 3] =
+    [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP];
 
 /// The stop signals, delivered to the watch loop through a socket pair.
 pub struct Shutdown {
@@ -46,7 +47,10 @@ impl Shutdown {
         read.set_nonblocking(true)?;
         write.set_nonblocking(true)?;
         let (ids, claimed) = Shutdown::claim(|| {
-            STOP_SIGNALS.iter().map(|&signal| signal_hook::low_level::pipe::register(signal, write.try_clone()?)).collect()
+            STOP_SIGNALS
+                .iter()
+                .map(|&signal| signal_hook::low_level::pipe::register(signal, write.try_clone()?))
+                .collect()
         })?;
         Ok(Shutdown { read, ids, claimed: Some(claimed) })
     }
@@ -130,7 +134,10 @@ static CLAIMS: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
 
 /// [`Shutdown::take_over`]: install the stand-in once; its switch.
 fn stand_in() -> std::io::Result<&'static Arc<AtomicBool>> {
-    STAND_IN.get_or_init(|| install_stand_in().map_err(|e| e.to_string())).as_ref().map_err(|e| std::io::Error::other(e.clone()))
+    STAND_IN
+        .get_or_init(|| install_stand_in().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| std::io::Error::other(e.clone()))
 }
 
 fn install_stand_in() -> std::io::Result<Arc<AtomicBool>> {
@@ -223,9 +230,13 @@ struct Slot {
 enum Ending {
     Running,
     /// Sources were told to stop; the pipeline drains.
-    Draining { signal: &'static str },
+    Draining {
+        signal: &'static str,
+    },
     /// A stage failed (or a second signal came); everything stops now.
-    Aborting { since: Instant },
+    Aborting {
+        since: Instant,
+    },
 }
 
 /// The watch loop's state.
@@ -290,8 +301,16 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
     };
     final_drops(launch);
     let outcomes = w.slots.into_iter().map(|s| s.outcome).collect();
-    RunReport::new(plan, launch.procs, launch.stats, outcomes, w.first_failure, interrupted, w.started.map(|s| s.elapsed()))
-        .with_links(plan, launch.procs, launch.rings)
+    RunReport::new(
+        plan,
+        launch.procs,
+        launch.stats,
+        outcomes,
+        w.first_failure,
+        interrupted,
+        w.started.map(|s| s.elapsed()),
+    )
+    .with_links(plan, launch.procs, launch.rings)
 }
 
 /// What the broker reaches the processes through.
@@ -386,8 +405,8 @@ impl Watch<'_, '_> {
     fn after_failure(&mut self, stages: &mut Stages, i: usize, cause: String) {
         let supervision = self.launch.stage(i).supervision;
         let slot = &mut self.slots[i];
-        let restartable = !matches!(self.ending, Ending::Aborting { .. })
-            && restart::wants_restart(supervision.restart, slot.ran);
+        let restartable =
+            !matches!(self.ending, Ending::Aborting { .. }) && restart::wants_restart(supervision.restart, slot.ran);
         if !restartable {
             self.lose(stages, i, cause);
             return;
@@ -452,7 +471,9 @@ impl Watch<'_, '_> {
             .map(|s| format!("'{}'", s.name))
             .collect();
         let others = match plan.mps {
-            crate::config::MpsScope::Shared => ", or a stage of another run of this user sharing its MPS daemon (mps = \"private\" keeps other runs' faults out)",
+            crate::config::MpsScope::Shared => {
+                ", or a stage of another run of this user sharing its MPS daemon (mps = \"private\" keeps other runs' faults out)"
+            }
             crate::config::MpsScope::Private => "",
         };
         Some(format!(
@@ -469,7 +490,11 @@ impl Watch<'_, '_> {
     fn kill_stalled_by_fault(&mut self, stages: &mut Stages, i: usize) {
         for m in self.restart_group(true, i).into_iter().skip(1) {
             if let Life::Alive { .. } = self.slots[m].life {
-                tracing::debug!("stage '{}' shares a GPU ring (or an MPS server) with '{}', which faulted: killed", self.launch.name(m), self.launch.name(i));
+                tracing::debug!(
+                    "stage '{}' shares a GPU ring (or an MPS server) with '{}', which faulted: killed",
+                    self.launch.name(m),
+                    self.launch.name(i)
+                );
                 let _ = stages.0[m].child.kill();
                 self.slots[m].life = Life::Killed { why: None };
             }
@@ -481,7 +506,8 @@ impl Watch<'_, '_> {
     fn lose(&mut self, stages: &mut Stages, i: usize, cause: String) {
         self.slots[i].outcome = Some(StageOutcome::Failed(cause.clone()));
         let stage = self.launch.procs[i].stage;
-        let siblings_left = self.launch.processes_of(stage).filter(|&p| p != i && !matches!(self.slots[p].life, Life::Ended)).count();
+        let siblings_left =
+            self.launch.processes_of(stage).filter(|&p| p != i && !matches!(self.slots[p].life, Life::Ended)).count();
         let queue = self.launch.queues.get(stage).and_then(Option::as_ref);
         let (Some(queue), true) = (queue, siblings_left > 0 && !matches!(self.ending, Ending::Aborting { .. })) else {
             if cause.contains("CUDA_ERROR") {
@@ -493,7 +519,15 @@ impl Watch<'_, '_> {
         let replica = self.launch.procs[i].replica.expect("a stage with a queue block runs replicas");
         self.slots[i].outcome = Some(StageOutcome::Gone(cause.clone()));
         let plan = self.launch.plan;
-        super::reclaim::reclaim_replica(plan, stage, replica, self.slots[i].pid, &self.launch.stats[i], queue, self.launch.rings);
+        super::reclaim::reclaim_replica(
+            plan,
+            stage,
+            replica,
+            self.slots[i].pid,
+            &self.launch.stats[i],
+            queue,
+            self.launch.rings,
+        );
         super::reclaim::replica_gone(plan, stage, replica, queue, self.launch.rings);
         self.broker.forget(plan, &reach(self.launch, stages), i, true);
         self.slots[i].life = Life::Ended;
@@ -532,10 +566,25 @@ impl Watch<'_, '_> {
         let lost = match (self.launch.procs[i].replica, self.launch.queues.get(stage).and_then(Option::as_ref)) {
             (Some(replica), Some(queue)) => {
                 // Given up, not lost: counted dropped on the input links by `on_loss = "drop"`.
-                super::reclaim::reclaim_replica(plan, stage, replica, self.slots[i].pid, &self.launch.stats[i], queue, self.launch.rings);
+                super::reclaim::reclaim_replica(
+                    plan,
+                    stage,
+                    replica,
+                    self.slots[i].pid,
+                    &self.launch.stats[i],
+                    queue,
+                    self.launch.rings,
+                );
                 0
             }
-            _ => super::reclaim::reclaim_stage(plan, stage, &group_stages, &self.launch.stats[i], self.launch.rings, taps),
+            _ => super::reclaim::reclaim_stage(
+                plan,
+                stage,
+                &group_stages,
+                &self.launch.stats[i],
+                self.launch.rings,
+                taps,
+            ),
         };
         if lost > 0 {
             tracing::info!("stage '{}': {lost} frame(s) lost with its process", self.launch.name(i));
@@ -635,7 +684,9 @@ impl Watch<'_, '_> {
             let Some(timeout) = self.launch.stage(i).supervision.stall_timeout else { continue };
             let why = match &mut slot.life {
                 Life::Alive { started: true, watch: Some(watch) } => watch.check(&self.launch.stats[i], timeout, now),
-                Life::Alive { started: false, .. } if !slot.track.ready && now.duration_since(slot.spawned) >= timeout.max(SETUP_AT_LEAST) => {
+                Life::Alive { started: false, .. }
+                    if !slot.track.ready && now.duration_since(slot.spawned) >= timeout.max(SETUP_AT_LEAST) =>
+                {
                     Some(format!(
                         "stalled: not ready {} after its process started (loading the plugin, creating its instance, a CUDA context, link objects); killed by the watchdog",
                         crate::config::format_duration(timeout.max(SETUP_AT_LEAST))
@@ -681,7 +732,13 @@ impl Watch<'_, '_> {
             .collect();
         let words = standstill::words(launch.rings, launch.stats);
         let Some(verdict) = links.look(&words, &processes, draining.is_some(), Instant::now()) else { return };
-        let run = standstill::Run { plan: launch.plan, procs: launch.procs, rings: launch.rings, stats: launch.stats, processes: &processes };
+        let run = standstill::Run {
+            plan: launch.plan,
+            procs: launch.procs,
+            rings: launch.rings,
+            stats: launch.stats,
+            processes: &processes,
+        };
         let why = standstill::explain(verdict, links.timeout(), draining.unwrap_or("a stop signal"), run);
         tracing::warn!("stopping the run: {why}");
         self.fail(usize::MAX, why);

@@ -41,7 +41,9 @@ impl StallWatch {
             // A wait pulses the heartbeat: one that stood still is this stage's own (stopped by
             // a signal, or stuck in its code), not its neighbour's slowness.
             let own = match phase {
-                PHASE_WAITING_INPUT | PHASE_WAITING_OUTPUT => ", but its wait stood still too: this stage itself stopped, not its neighbours",
+                PHASE_WAITING_INPUT | PHASE_WAITING_OUTPUT => {
+                    ", but its wait stood still too: this stage itself stopped, not its neighbours"
+                }
                 _ => "",
             };
             format!(

@@ -131,7 +131,11 @@ impl Running {
     /// Wait for the process to exit, at most `timeout` (then kill it and fail the test).
     pub fn finish(mut self, timeout: Duration) -> Finished {
         let pid = self.child.id();
-        let pidfd = rustix::process::pidfd_open(rustix::process::Pid::from_child(&self.child), rustix::process::PidfdFlags::empty()).unwrap();
+        let pidfd = rustix::process::pidfd_open(
+            rustix::process::Pid::from_child(&self.child),
+            rustix::process::PidfdFlags::empty(),
+        )
+        .unwrap();
         let deadline = Instant::now() + timeout;
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -374,7 +378,14 @@ impl Agent {
             let control = format!("tcp/127.0.0.1:{port}");
             let mut running = start(dir, &["agent", "--name", name, "--listen", &control]);
             match running.wait_for_either("listening on", "cannot listen", Duration::from_secs(30)) {
-                true => return Agent { name: name.to_owned(), control, data: format!("127.0.0.1:{}", port + 1), running: Some(running) },
+                true => {
+                    return Agent {
+                        name: name.to_owned(),
+                        control,
+                        data: format!("127.0.0.1:{}", port + 1),
+                        running: Some(running),
+                    };
+                }
                 // Another process took the port between the check and the agent: pick again.
                 false => drop(running.finish(Duration::from_secs(10))),
             }
@@ -386,7 +397,8 @@ impl Agent {
     /// 7447, frames from 7448 (the namespace is the test's own, so they are free).
     pub fn start_in(dir: &Path, name: &str, side: &netns::Side) -> Agent {
         let control = format!("tcp/{}:7447", side.address);
-        let mut running = start_wrapped(dir, &side.exec(), &["agent", "--name", name, "--listen", &control], Stdio::null());
+        let mut running =
+            start_wrapped(dir, &side.exec(), &["agent", "--name", name, "--listen", &control], Stdio::null());
         running.wait_for_stderr("listening on", Duration::from_secs(30));
         Agent { name: name.to_owned(), control, data: format!("{}:7448", side.address), running: Some(running) }
     }
@@ -431,7 +443,9 @@ impl Running {
                 Ok(line) if line.contains(yes) => return true,
                 Ok(line) if line.contains(no) => return false,
                 Ok(_) => continue,
-                Err(_) => panic!("neither `{yes}` nor `{no}` on stderr within {timeout:?}:\n{}", self.stderr.lock().unwrap()),
+                Err(_) => {
+                    panic!("neither `{yes}` nor `{no}` on stderr within {timeout:?}:\n{}", self.stderr.lock().unwrap())
+                }
             }
         }
     }
@@ -460,7 +474,12 @@ pub const REQUIRE_FFMPEG_ENV: &str = "GPUIPC_REQUIRE_FFMPEG";
 /// skipped, or a panic where `GPUIPC_REQUIRE_FFMPEG=1`.
 pub fn ffmpeg_tools_for_test(test: &str) -> bool {
     let works = |tool: &str| {
-        Command::new(tool).arg("-version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+        Command::new(tool)
+            .arg("-version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
     };
     if works("ffmpeg") && works("ffprobe") {
         return true;
@@ -491,7 +510,10 @@ pub fn ffprobe_video(path: &Path) -> serde_json::Value {
         let _ = tx.send(child.wait_with_output());
     });
     let Ok(output) = rx.recv_timeout(Duration::from_secs(60)) else {
-        let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL);
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid as i32).unwrap(),
+            rustix::process::Signal::KILL,
+        );
         panic!("ffprobe {} took more than a minute", path.display());
     };
     let output = output.unwrap();
@@ -518,8 +540,12 @@ pub fn strace_for_test(test: &str) -> bool {
         return true;
     }
     if std::env::var(REQUIRE_STRACE_ENV).is_ok_and(|v| v == "1") {
-        panic!("{REQUIRE_STRACE_ENV}=1 but strace does not run here (install Debian's strace package; ptrace must be allowed)");
+        panic!(
+            "{REQUIRE_STRACE_ENV}=1 but strace does not run here (install Debian's strace package; ptrace must be allowed)"
+        );
     }
-    eprintln!("skipped {test}: strace is not installed or cannot trace here ({REQUIRE_STRACE_ENV}=1 makes this a failure)");
+    eprintln!(
+        "skipped {test}: strace is not installed or cannot trace here ({REQUIRE_STRACE_ENV}=1 makes this a failure)"
+    );
     false
 }

@@ -45,7 +45,11 @@ pub struct Pair {
 
 fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
-    if out.status.success() { Ok(()) } else { Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim())) }
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
 }
 
 impl Pair {
@@ -74,7 +78,20 @@ impl Pair {
         let made = (|| {
             ip(&["netns", "add", &pair.a.ns])?;
             ip(&["netns", "add", &pair.b.ns])?;
-            ip(&["link", "add", &pair.a.veth, "netns", &pair.a.ns, "type", "veth", "peer", "name", &pair.b.veth, "netns", &pair.b.ns])?;
+            ip(&[
+                "link",
+                "add",
+                &pair.a.veth,
+                "netns",
+                &pair.a.ns,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &pair.b.veth,
+                "netns",
+                &pair.b.ns,
+            ])?;
             for s in [&pair.a, &pair.b] {
                 ip(&["-n", &s.ns, "addr", "add", &format!("{}/24", s.address), "dev", &s.veth])?;
                 ip(&["-n", &s.ns, "link", "set", &s.veth, "up"])?;

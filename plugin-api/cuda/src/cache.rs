@@ -26,18 +26,10 @@ const TRAILER_LEN: usize = 24;
 /// `$XDG_CACHE_HOME/gpuipc/kernels` (if absolute), else `$HOME/.cache/gpuipc/kernels`, else
 /// none (no cache: every stage start compiles).
 pub fn dir(explicit: Option<&Path>) -> Option<PathBuf> {
-    resolve_dir(
-        explicit,
-        std::env::var_os("XDG_CACHE_HOME"),
-        std::env::var_os("HOME"),
-    )
+    resolve_dir(explicit, std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME"))
 }
 
-fn resolve_dir(
-    explicit: Option<&Path>,
-    xdg: Option<OsString>,
-    home: Option<OsString>,
-) -> Option<PathBuf> {
+fn resolve_dir(explicit: Option<&Path>, xdg: Option<OsString>, home: Option<OsString>) -> Option<PathBuf> {
     if let Some(dir) = explicit.filter(|d| !d.as_os_str().is_empty()) {
         return Some(dir.to_path_buf());
     }
@@ -45,23 +37,12 @@ fn resolve_dir(
     if let Some(xdg) = xdg.map(PathBuf::from).filter(|d| d.is_absolute()) {
         return Some(xdg.join("gpuipc").join("kernels"));
     }
-    home.filter(|h| !h.is_empty()).map(|home| {
-        PathBuf::from(home)
-            .join(".cache")
-            .join("gpuipc")
-            .join("kernels")
-    })
+    home.filter(|h| !h.is_empty()).map(|home| PathBuf::from(home).join(".cache").join("gpuipc").join("kernels"))
 }
 
 /// `{stem}-{key:016x}-{arch}.cubin`: `stem` from the kernel's file name, `key` from [`key`].
 #[cfg(test)]
-pub(crate) fn file_name(
-    kernel_file: &str,
-    source: &str,
-    options: &[String],
-    nvrtc: (i32, i32),
-    arch: &str,
-) -> String {
+pub(crate) fn file_name(kernel_file: &str, source: &str, options: &[String], nvrtc: (i32, i32), arch: &str) -> String {
     name_for(kernel_file, key(source, options, nvrtc), arch)
 }
 
@@ -88,28 +69,13 @@ pub(crate) fn key(source: &str, options: &[String], nvrtc: (i32, i32)) -> u64 {
 
 /// The file name without folders and extension, reduced to `[A-Za-z0-9_.-]`.
 fn stem(kernel_file: &str) -> String {
-    let base = Path::new(kernel_file)
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let base = Path::new(kernel_file).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let base = sanitize(&base);
-    if base.is_empty() {
-        "kernel".into()
-    } else {
-        base
-    }
+    if base.is_empty() { "kernel".into() } else { base }
 }
 
 fn sanitize(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') { c } else { '_' }).collect()
 }
 
 /// Every CUBIN is an ELF file.
@@ -172,10 +138,7 @@ pub(crate) fn read(path: &Path, key: u64) -> Option<Vec<u8>> {
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => {
-            log::warn(&format!(
-                "kernel cache: cannot read {}: {e}",
-                path.display()
-            ));
+            log::warn(&format!("kernel cache: cannot read {}: {e}", path.display()));
             None
         }
     }
@@ -186,10 +149,7 @@ pub(crate) fn remove(path: &Path) {
     if let Err(e) = std::fs::remove_file(path)
         && e.kind() != std::io::ErrorKind::NotFound
     {
-        log::warn(&format!(
-            "kernel cache: cannot remove {}: {e}",
-            path.display()
-        ));
+        log::warn(&format!("kernel cache: cannot remove {}: {e}", path.display()));
     }
 }
 
@@ -202,15 +162,8 @@ pub(crate) fn write(path: &Path, key: u64, bytes: &[u8]) -> std::io::Result<()> 
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     private_folder(dir)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
     let written = (|| {
         let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
         file.write_all(bytes)?;
@@ -233,14 +186,8 @@ mod tests {
         let xdg = Some(OsString::from("/x/cache"));
         let home = Some(OsString::from("/home/u"));
         let explicit = Path::new("/var/k");
-        assert_eq!(
-            resolve_dir(Some(explicit), xdg.clone(), home.clone()),
-            Some(explicit.into())
-        );
-        assert_eq!(
-            resolve_dir(None, xdg.clone(), home.clone()),
-            Some(PathBuf::from("/x/cache/gpuipc/kernels"))
-        );
+        assert_eq!(resolve_dir(Some(explicit), xdg.clone(), home.clone()), Some(explicit.into()));
+        assert_eq!(resolve_dir(None, xdg.clone(), home.clone()), Some(PathBuf::from("/x/cache/gpuipc/kernels")));
         assert_eq!(
             resolve_dir(Some(Path::new("")), Some("relative".into()), home.clone()),
             Some(PathBuf::from("/home/u/.cache/gpuipc/kernels"))
@@ -253,15 +200,9 @@ mod tests {
     fn file_names_change_with_every_input() {
         let opts = |arch: &str| vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()];
         let base = file_name("kernels/gen.cu", "src", &opts("sm_90"), (13, 0), "sm_90");
-        assert!(
-            base.starts_with("gen-") && base.ends_with("-sm_90.cubin"),
-            "{base}"
-        );
+        assert!(base.starts_with("gen-") && base.ends_with("-sm_90.cubin"), "{base}");
         assert_eq!(base.len(), "gen-".len() + 16 + "-sm_90.cubin".len());
-        assert_eq!(
-            base,
-            file_name("kernels/gen.cu", "src", &opts("sm_90"), (13, 0), "sm_90")
-        );
+        assert_eq!(base, file_name("kernels/gen.cu", "src", &opts("sm_90"), (13, 0), "sm_90"));
         for other in [
             file_name("kernels/gen.cu", "src2", &opts("sm_90"), (13, 0), "sm_90"),
             file_name("kernels/gen.cu", "src", &opts("sm_80"), (13, 0), "sm_90"),
@@ -283,10 +224,7 @@ mod tests {
         write(&path, 7, b"\x7fELF new").unwrap();
         assert_eq!(read(&path, 7).as_deref(), Some(&b"\x7fELF new"[..]));
         // No temporary files are left behind.
-        assert_eq!(
-            std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
-            1
-        );
+        assert_eq!(std::fs::read_dir(path.parent().unwrap()).unwrap().count(), 1);
         std::fs::write(&path, b"garbage").unwrap();
         assert_eq!(read(&path, 7), None);
         assert!(!path.exists());

@@ -10,8 +10,8 @@ use cudarc::driver::sys::{self, CUcontext, CUdevice, CUstream};
 
 use crate::driver::{self, check};
 use crate::error::CudaError;
-use crate::log;
 use crate::library;
+use crate::log;
 
 /// A CUDA stream owned by a [`Gpu`]. Only a `Gpu` makes one, so a `&Stream` always names a
 /// live stream of a live context.
@@ -127,7 +127,8 @@ impl Gpu {
         let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
         match priority.level(ordinal).map_err(release)? {
             // SAFETY: the context is current; writes one CUstream.
-            None => check("cuStreamCreate", Some(ordinal), unsafe { sys::cuStreamCreate(&mut stream, flags) }).map_err(release)?,
+            None => check("cuStreamCreate", Some(ordinal), unsafe { sys::cuStreamCreate(&mut stream, flags) })
+                .map_err(release)?,
             // SAFETY: the context is current; writes one CUstream; `level` is within the
             // context's range (the driver clamps one that is not).
             Some(level) => check("cuStreamCreateWithPriority", Some(ordinal), unsafe {

@@ -166,7 +166,16 @@ mod tests {
         let e = CudaError::Load { file: "kernels/k.cu".into(), source: Box::new(e) };
         assert_eq!(e.driver_code(), Some(700));
         assert!(e.is_fatal_fault(), "a kernel's illegal address, however wrapped");
-        assert!(!CudaError::Driver { op: "cuMemCreate", device: None, code: 2, name: "CUDA_ERROR_OUT_OF_MEMORY".into(), description: String::new() }.is_fatal_fault());
+        assert!(
+            !CudaError::Driver {
+                op: "cuMemCreate",
+                device: None,
+                code: 2,
+                name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
+                description: String::new()
+            }
+            .is_fatal_fault()
+        );
         assert_eq!(
             e.to_string(),
             "loading kernels kernels/k.cu: kernel `put`: cuLaunchKernel: CUDA_ERROR_ILLEGAL_ADDRESS (700): an illegal \

@@ -143,7 +143,9 @@ fn cubin_for(
     }
     match &path {
         Some(path) => match cache::write(path, key, &compiled.cubin) {
-            Ok(()) => log::info(&format!("{file_name}: compiled for {arch} in {took} ms, cached as {}", path.display())),
+            Ok(()) => {
+                log::info(&format!("{file_name}: compiled for {arch} in {took} ms, cached as {}", path.display()))
+            }
             Err(e) => log::warn(&format!(
                 "{file_name}: compiled for {arch} in {took} ms; cannot cache it as {}: {e}",
                 path.display()

@@ -77,8 +77,8 @@ mod pinned;
 mod scratch;
 mod sleep_event;
 mod table;
-mod timing;
 pub mod testing;
+mod timing;
 
 pub use args::{KernelArg, MAX_KERNEL_PARAMS};
 pub use cache::dir as kernel_cache_dir;

@@ -208,7 +208,12 @@ impl Symbols {
                 // SAFETY: as above, for NVRTC.
                 Library::Nvrtc => unsafe { cudarc::nvrtc::sys::culib() },
                 // NCCL's functions are looked up by `nccl.rs` in the library it opens itself.
-                Library::Nccl => return Err(CudaError::Invalid { op: "checking NCCL", reason: "NCCL is checked by nccl.rs".into() }),
+                Library::Nccl => {
+                    return Err(CudaError::Invalid {
+                        op: "checking NCCL",
+                        reason: "NCCL is checked by nccl.rs".into(),
+                    });
+                }
             };
             for &symbol in self.names {
                 // SAFETY: only a dlsym lookup; the pointer is never called through this type.

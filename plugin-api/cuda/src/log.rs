@@ -71,5 +71,7 @@ pub fn release_failed(what: Option<&str>, e: &CudaError) {
     if SINK.get().is_some() || FAULT_SEEN.swap(true, Ordering::Relaxed) {
         return debug(&message);
     }
-    warn(&format!("{message} (after a fatal GPU fault every release of this process fails alike; the others are logged at debug level)"));
+    warn(&format!(
+        "{message} (after a fatal GPU fault every release of this process fails alike; the others are logged at debug level)"
+    ));
 }

@@ -140,7 +140,11 @@ pub fn nccl_version() -> Result<(u32, u32, u32), CudaError> {
     checked(api, "ncclGetVersion", std::ptr::null_mut(), unsafe { (api.get_version)(&mut code) })?;
     let code = code.max(0) as u32;
     // NCCL_VERSION(X, Y, Z) is X * 10000 + Y * 100 + Z since 2.9 (X * 1000 + Y * 100 + Z before).
-    Ok(if code >= 10000 { (code / 10000, code / 100 % 100, code % 100) } else { (code / 1000, code / 100 % 10, code % 100) })
+    Ok(if code >= 10000 {
+        (code / 10000, code / 100 % 100, code % 100)
+    } else {
+        (code / 1000, code / 100 % 10, code % 100)
+    })
 }
 
 /// NCCL's name of a result code.
@@ -261,13 +265,22 @@ impl NcclPair {
     /// context must be current on this thread. Returns once both ranks have joined, or fails
     /// at `deadline` or when `abort` returns true (the other end is gone), aborting what was
     /// made.
-    pub fn connect(on: RawStream, id: &NcclId, rank: u32, deadline: Instant, abort: &mut dyn FnMut() -> bool) -> Result<NcclPair, CudaError> {
+    pub fn connect(
+        on: RawStream,
+        id: &NcclId,
+        rank: u32,
+        deadline: Instant,
+        abort: &mut dyn FnMut() -> bool,
+    ) -> Result<NcclPair, CudaError> {
         const OP: &str = "ncclCommInitRankConfig";
         if rank > 1 {
             return Err(CudaError::Invalid { op: OP, reason: format!("rank {rank} of a pair (0 or 1)") });
         }
         if on.stream == 0 {
-            return Err(CudaError::Invalid { op: OP, reason: "no stream (the legacy default stream is refused)".into() });
+            return Err(CudaError::Invalid {
+                op: OP,
+                reason: "no stream (the legacy default stream is refused)".into(),
+            });
         }
         let api = api()?;
         on.require_current()?;
@@ -311,14 +324,22 @@ impl NcclPair {
     ///
     /// `src` cannot be checked here: pass the address of a frame handed to the plugin, or of
     /// memory of its own, holding at least `bytes` bytes.
-    pub fn send(&mut self, src: u64, bytes: usize, stream: usize, deadline: Instant, abort: &mut dyn FnMut() -> bool) -> Result<(), CudaError> {
+    pub fn send(
+        &mut self,
+        src: u64,
+        bytes: usize,
+        stream: usize,
+        deadline: Instant,
+        abort: &mut dyn FnMut() -> bool,
+    ) -> Result<(), CudaError> {
         const OP: &str = "ncclSend";
         let api = self.ready_for(OP, stream)?;
         let uint8 = ncclDataType_t::ncclUint8 as c_int;
         // SAFETY: a loaded function and our live communicator; `stream` is the pair's, of the
         // current context; NCCL reads `bytes` bytes at `src` in stream order (the caller's
         // promise that they are device memory of this context).
-        let code = unsafe { (api.send)(src as *const c_void, bytes, uint8, self.peer(), self.comm, stream as *mut c_void) };
+        let code =
+            unsafe { (api.send)(src as *const c_void, bytes, uint8, self.peer(), self.comm, stream as *mut c_void) };
         checked(api, OP, self.comm, code)?;
         self.wait_ready(api, OP, deadline, abort)
     }
@@ -326,12 +347,20 @@ impl NcclPair {
     /// Enqueue receiving `bytes` bytes from the other rank into device address `dst` on
     /// `stream`, as [`send`](Self::send) does for sending. [`wait_done`](Self::wait_done)
     /// says when the bytes are there.
-    pub fn recv(&mut self, dst: u64, bytes: usize, stream: usize, deadline: Instant, abort: &mut dyn FnMut() -> bool) -> Result<(), CudaError> {
+    pub fn recv(
+        &mut self,
+        dst: u64,
+        bytes: usize,
+        stream: usize,
+        deadline: Instant,
+        abort: &mut dyn FnMut() -> bool,
+    ) -> Result<(), CudaError> {
         const OP: &str = "ncclRecv";
         let api = self.ready_for(OP, stream)?;
         let uint8 = ncclDataType_t::ncclUint8 as c_int;
         // SAFETY: as in `send`; NCCL writes `bytes` bytes at `dst` in stream order.
-        let code = unsafe { (api.recv)(dst as *mut c_void, bytes, uint8, self.peer(), self.comm, stream as *mut c_void) };
+        let code =
+            unsafe { (api.recv)(dst as *mut c_void, bytes, uint8, self.peer(), self.comm, stream as *mut c_void) };
         checked(api, OP, self.comm, code)?;
         self.wait_ready(api, OP, deadline, abort)
     }
@@ -374,7 +403,10 @@ impl NcclPair {
         if stream != self.on.stream {
             return Err(CudaError::Invalid {
                 op,
-                reason: format!("stream {stream:#x} is not the stage's stream {:#x}, the one the pair was made on", self.on.stream),
+                reason: format!(
+                    "stream {stream:#x} is not the stage's stream {:#x}, the one the pair was made on",
+                    self.on.stream
+                ),
             });
         }
         self.on.require_current()?;
@@ -397,7 +429,13 @@ impl NcclPair {
     }
 
     /// Poll until the last call on the non-blocking communicator is done.
-    fn wait_ready(&self, api: &Api, op: &'static str, deadline: Instant, abort: &mut dyn FnMut() -> bool) -> Result<(), CudaError> {
+    fn wait_ready(
+        &self,
+        api: &Api,
+        op: &'static str,
+        deadline: Instant,
+        abort: &mut dyn FnMut() -> bool,
+    ) -> Result<(), CudaError> {
         while !self.async_error(api, op)? {
             give_up(op, deadline, abort)?;
             std::thread::sleep(POLL_EVERY);

@@ -68,8 +68,12 @@ const LOG: Output = Output {
     get: sys::nvrtcGetProgramLog,
 };
 
-const CUBIN: Output =
-    Output { size_op: "nvrtcGetCUBINSize", size: sys::nvrtcGetCUBINSize, get_op: "nvrtcGetCUBIN", get: sys::nvrtcGetCUBIN };
+const CUBIN: Output = Output {
+    size_op: "nvrtcGetCUBINSize",
+    size: sys::nvrtcGetCUBINSize,
+    get_op: "nvrtcGetCUBIN",
+    get: sys::nvrtcGetCUBIN,
+};
 
 impl Program {
     /// Size, then bytes, of one of the program's outputs.

@@ -120,7 +120,10 @@ impl PinnedHost {
     /// `offset` in this range. Read the bytes only after the copy has run.
     pub fn download(&self, offset: usize, src: u64, bytes: usize) -> Result<(), CudaError> {
         if self.access != Access::ReadWrite {
-            return Err(CudaError::Invalid { op: "download", reason: "the range was registered for uploads only".into() });
+            return Err(CudaError::Invalid {
+                op: "download",
+                reason: "the range was registered for uploads only".into(),
+            });
         }
         let dst = self.range("download", offset, bytes)?;
         // SAFETY: as for `upload`: the contract of `register`.

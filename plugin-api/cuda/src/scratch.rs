@@ -58,7 +58,10 @@ impl Scratch {
             return Err(CudaError::Invalid { op: OP, reason: "a scratch buffer cannot be empty".into() });
         }
         if on.stream == 0 {
-            return Err(CudaError::Invalid { op: OP, reason: "no stream (the legacy default stream is refused)".into() });
+            return Err(CudaError::Invalid {
+                op: OP,
+                reason: "no stream (the legacy default stream is refused)".into(),
+            });
         }
         on.require_current()?;
         let mut addr: sys::CUdeviceptr = 0;

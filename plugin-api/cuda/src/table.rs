@@ -30,7 +30,10 @@ impl DeviceTable {
             return Err(CudaError::Invalid { op: OP, reason: "a device table cannot be empty".into() });
         }
         if on.stream == 0 {
-            return Err(CudaError::Invalid { op: OP, reason: "no stream (the legacy default stream is refused)".into() });
+            return Err(CudaError::Invalid {
+                op: OP,
+                reason: "no stream (the legacy default stream is refused)".into(),
+            });
         }
         on.require_current()?;
         let mut addr: sys::CUdeviceptr = 0;

@@ -53,7 +53,11 @@ pub fn skip_test(why: &str) {
         // One write of the whole line to a file opened for appending: tests running at once
         // in several threads or processes do not interleave their lines.
         let line = format!("{why}\t{test}\n");
-        let written = std::fs::OpenOptions::new().create(true).append(true).open(&path).and_then(|mut f| f.write_all(line.as_bytes()));
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
         if let Err(e) = written {
             eprintln!("cannot append to {} ({SKIP_LOG_ENV}): {e}", std::path::Path::new(&path).display());
         }

@@ -322,10 +322,7 @@ impl Drop for Decoder {
 ///
 /// # Safety
 /// `user` is the `State` the parser was made with, and no reference to it is alive.
-unsafe fn callback(
-    user: *mut c_void,
-    work: impl FnOnce(&mut State) -> Result<c_int, NvdecError>,
-) -> c_int {
+unsafe fn callback(user: *mut c_void, work: impl FnOnce(&mut State) -> Result<c_int, NvdecError>) -> c_int {
     // SAFETY: the caller's contract.
     let Some(state) = (unsafe { user.cast::<State>().as_mut() }) else {
         return 0;
@@ -357,10 +354,7 @@ unsafe extern "C" fn on_sequence(user: *mut c_void, format: *mut CUVIDEOFORMAT) 
     unsafe {
         callback(user, |state| match format {
             Some(format) => state.sequence(&format),
-            None => Err(NvdecError::Invalid {
-                op: "the sequence callback",
-                reason: "no format".into(),
-            }),
+            None => Err(NvdecError::Invalid { op: "the sequence callback", reason: "no format".into() }),
         })
     }
 }
@@ -398,17 +392,11 @@ impl State {
     fn sequence(&mut self, raw: &CUVIDEOFORMAT) -> Result<c_int, NvdecError> {
         let codec = Codec::from_raw(raw.codec)
             .filter(|&c| c == self.codec)
-            .ok_or(NvdecError::WrongCodec {
-                expected: self.codec,
-                found: raw.codec,
-            })?;
+            .ok_or(NvdecError::WrongCodec { expected: self.codec, found: raw.codec })?;
         let format = format::video_format(codec, raw)?;
         if let Some(current) = self.format {
             if current != format {
-                return Err(NvdecError::FormatChanged {
-                    from: current,
-                    to: format,
-                });
+                return Err(NvdecError::FormatChanged { from: current, to: format });
             }
             if u32::from(raw.min_num_decode_surfaces) > self.decode_surfaces {
                 return Err(NvdecError::Unsupported {
@@ -422,15 +410,8 @@ impl State {
             return Ok(self.decode_surfaces as c_int);
         }
         let surface = format::plan_surface(&format, raw)?;
-        let caps = self
-            .api
-            .decoder_caps(codec.raw(), raw.chroma_format, format.bit_depth)?;
-        format::check_caps(
-            &format,
-            &format::Caps::from_raw(&caps),
-            caps.nOutputFormatMask,
-            surface.surface_format,
-        )?;
+        let caps = self.api.decoder_caps(codec.raw(), raw.chroma_format, format.bit_depth)?;
+        format::check_caps(&format, &format::Caps::from_raw(&caps), caps.nOutputFormatMask, surface.surface_format)?;
         let decode_surfaces = format::decode_surfaces(raw.min_num_decode_surfaces, self.display_delay);
         let mut info = CUVIDDECODECREATEINFO {
             ulWidth: raw.coded_width.into(),
@@ -469,9 +450,7 @@ impl State {
         if self.decoder.is_null() {
             return Err(NvdecError::Invalid {
                 op: "cuvidDecodePicture",
-                reason:
-                    "the parser has a picture to decode before any sequence header made the decoder"
-                        .into(),
+                reason: "the parser has a picture to decode before any sequence header made the decoder".into(),
             });
         }
         // SAFETY: the decoder is live; `params` is what the parser just handed this callback.
@@ -655,35 +634,19 @@ impl DecodedFrame<'_> {
     /// consumer's own. Read it only from work enqueued on the decoder's stream before
     /// `on_frame` returns (see the crate's docs on surface ordering).
     pub fn surface(&self) -> (u64, u64, u64) {
-        (
-            self.ptr,
-            self.ptr + self.surface.chroma_offset(self.pitch),
-            self.pitch,
-        )
+        (self.ptr, self.ptr + self.surface.chroma_offset(self.pitch), self.pitch)
     }
 
     /// Enqueue on the decoder's stream a copy of the picture (display area only) into two
     /// planes: luma rows of width*bytes_per_sample bytes x height, chroma (interleaved UV)
     /// rows of the same byte width (ceil(width/2) pairs for an odd width, as gpuipc's `nv12`)
     /// x ceil(height/2). Destination addresses and pitches are device memory.
-    pub fn copy_to(
-        &self,
-        luma: u64,
-        luma_pitch: u64,
-        chroma: u64,
-        chroma_pitch: u64,
-    ) -> Result<(), NvdecError> {
+    pub fn copy_to(&self, luma: u64, luma_pitch: u64, chroma: u64, chroma_pitch: u64) -> Result<(), NvdecError> {
         const OP: &str = "copying a decoded picture";
-        let ((luma_row, luma_rows), (chroma_row, chroma_rows)) = format::copy_extents(
-            self.surface.width,
-            self.surface.height,
-            self.surface.bytes_per_sample,
-        );
+        let ((luma_row, luma_rows), (chroma_row, chroma_rows)) =
+            format::copy_extents(self.surface.width, self.surface.height, self.surface.bytes_per_sample);
         if luma == 0 || chroma == 0 {
-            return Err(NvdecError::Invalid {
-                op: OP,
-                reason: "a null destination".into(),
-            });
+            return Err(NvdecError::Invalid { op: OP, reason: "a null destination".into() });
         }
         if luma_pitch < luma_row || chroma_pitch < chroma_row {
             return Err(NvdecError::Invalid {
@@ -699,19 +662,7 @@ impl DecodedFrame<'_> {
         // next post-processing into the same output surface is enqueued on that same stream
         // by a later map, so it runs after them (the crate's docs say more).
         let (luma_src, chroma_src, pitch) = self.surface();
-        self.api.copy_2d_async(
-            (luma_src, pitch),
-            (luma, luma_pitch),
-            luma_row,
-            luma_rows,
-            self.stream,
-        )?;
-        self.api.copy_2d_async(
-            (chroma_src, pitch),
-            (chroma, chroma_pitch),
-            chroma_row,
-            chroma_rows,
-            self.stream,
-        )
+        self.api.copy_2d_async((luma_src, pitch), (luma, luma_pitch), luma_row, luma_rows, self.stream)?;
+        self.api.copy_2d_async((chroma_src, pitch), (chroma, chroma_pitch), chroma_row, chroma_rows, self.stream)
     }
 }

@@ -11,17 +11,11 @@ use crate::format::{Codec, VideoFormat};
 pub enum NvdecError {
     /// `libnvcuvid` cannot be opened (no NVIDIA driver, or a container without the driver's
     /// video capability). `reason` is the dynamic loader's message for the first name tried.
-    #[error(
-        "NVDEC is not available: cannot load {file} (the NVIDIA driver's video decoder library): {reason}"
-    )]
+    #[error("NVDEC is not available: cannot load {file} (the NVIDIA driver's video decoder library): {reason}")]
     NoLibrary { file: &'static str, reason: String },
     /// The library opened lacks a function this crate calls.
     #[error("NVDEC is not available: {library} lacks {symbol}; gpuipc-nvdec needs {needs}")]
-    MissingSymbol {
-        library: String,
-        symbol: &'static str,
-        needs: &'static str,
-    },
+    MissingSymbol { library: String, symbol: &'static str, needs: &'static str },
     /// The CUDA driver, which NVDEC works through, is missing or disabled.
     #[error("NVDEC is not available: {0}")]
     NoDriver(CudaError),
@@ -35,14 +29,10 @@ pub enum NvdecError {
     Unsupported { format: VideoFormat, reason: String },
     /// A later sequence header changed the size, bit depth or chroma format: the consumer's
     /// ring has the first one's format, so a decoder keeps it.
-    #[error(
-        "the stream's format changed from {from} to {to}; a decoder keeps its first sequence header's format"
-    )]
+    #[error("the stream's format changed from {from} to {to}; a decoder keeps its first sequence header's format")]
     FormatChanged { from: VideoFormat, to: VideoFormat },
     /// The stream is not the codec the decoder was made for.
-    #[error(
-        "the decoder was made for {expected} but the stream's sequence header says codec {found} (cudaVideoCodec)"
-    )]
+    #[error("the decoder was made for {expected} but the stream's sequence header says codec {found} (cudaVideoCodec)")]
     WrongCodec { expected: Codec, found: i32 },
     /// A call refused before it reached the library (sizes, pitches, addresses, order).
     #[error("{op}: {reason}")]
@@ -69,12 +59,7 @@ impl NvdecError {
     /// Whether this says NVDEC cannot be used here at all (no library, no function, no
     /// driver), as opposed to a stream or call that failed.
     pub fn unavailable(&self) -> bool {
-        matches!(
-            self,
-            NvdecError::NoLibrary { .. }
-                | NvdecError::MissingSymbol { .. }
-                | NvdecError::NoDriver(_)
-        )
+        matches!(self, NvdecError::NoLibrary { .. } | NvdecError::MissingSymbol { .. } | NvdecError::NoDriver(_))
     }
 }
 
@@ -113,27 +98,17 @@ mod tests {
             name: "CUDA_ERROR_INVALID_VALUE".into(),
             description: "invalid argument".into(),
         });
-        assert_eq!(
-            e.to_string(),
-            "cuvidCreateDecoder: CUDA_ERROR_INVALID_VALUE (1): invalid argument"
-        );
+        assert_eq!(e.to_string(), "cuvidCreateDecoder: CUDA_ERROR_INVALID_VALUE (1): invalid argument");
         assert_eq!(e.driver_code(), Some(1));
         assert!(!e.unavailable());
         let stopped = NvdecError::Stopped(Box::new(e));
         assert_eq!(stopped.driver_code(), Some(1));
-        assert!(
-            stopped
-                .to_string()
-                .starts_with("the decoder stopped at an earlier error: cuvidCreateDecoder: ")
-        );
+        assert!(stopped.to_string().starts_with("the decoder stopped at an earlier error: cuvidCreateDecoder: "));
     }
 
     #[test]
     fn a_format_change_names_both_formats() {
-        let e = NvdecError::FormatChanged {
-            from: format(1920, 1080, 8),
-            to: format(1280, 720, 10),
-        };
+        let e = NvdecError::FormatChanged { from: format(1920, 1080, 8), to: format(1280, 720, 10) };
         assert_eq!(
             e.to_string(),
             "the stream's format changed from H.264 4:2:0 8-bit 1920x1080 (coded 1920x1088) to H.264 4:2:0 \

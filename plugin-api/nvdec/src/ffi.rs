@@ -150,12 +150,9 @@ pub struct CUVIDPICPARAMS {
 
 /// The parser's callbacks: 0 is failure (propagated by `cuvidParseVideoData`); the sequence
 /// callback's value above 1 sets the parser's number of decode surfaces.
-pub type PFNVIDSEQUENCECALLBACK =
-    Option<unsafe extern "C" fn(*mut c_void, *mut CUVIDEOFORMAT) -> c_int>;
-pub type PFNVIDDECODECALLBACK =
-    Option<unsafe extern "C" fn(*mut c_void, *mut CUVIDPICPARAMS) -> c_int>;
-pub type PFNVIDDISPLAYCALLBACK =
-    Option<unsafe extern "C" fn(*mut c_void, *mut CUVIDPARSERDISPINFO) -> c_int>;
+pub type PFNVIDSEQUENCECALLBACK = Option<unsafe extern "C" fn(*mut c_void, *mut CUVIDEOFORMAT) -> c_int>;
+pub type PFNVIDDECODECALLBACK = Option<unsafe extern "C" fn(*mut c_void, *mut CUVIDPICPARAMS) -> c_int>;
+pub type PFNVIDDISPLAYCALLBACK = Option<unsafe extern "C" fn(*mut c_void, *mut CUVIDPARSERDISPINFO) -> c_int>;
 /// Takes a `CUVIDOPERATINGPOINTINFO*` (AV1); unused here.
 pub type PFNVIDOPPOINTCALLBACK = Option<unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int>;
 /// Takes a `CUVIDSEIMESSAGEINFO*`; unused here.
@@ -320,11 +317,7 @@ pub struct CUVIDGETDECODESTATUS {
 
 impl CUVIDGETDECODESTATUS {
     pub fn zeroed() -> CUVIDGETDECODESTATUS {
-        CUVIDGETDECODESTATUS {
-            decodeStatus: 0,
-            reserved: [0; 31],
-            pReserved: [std::ptr::null_mut(); 8],
-        }
+        CUVIDGETDECODESTATUS { decodeStatus: 0, reserved: [0; 31], pReserved: [std::ptr::null_mut(); 8] }
     }
 }
 

@@ -30,9 +30,7 @@ impl Codec {
     }
 
     pub(crate) fn from_raw(raw: ffi::cudaVideoCodec) -> Option<Codec> {
-        [Codec::H264, Codec::Hevc, Codec::Vp9, Codec::Av1]
-            .into_iter()
-            .find(|c| c.raw() == raw)
+        [Codec::H264, Codec::Hevc, Codec::Vp9, Codec::Av1].into_iter().find(|c| c.raw() == raw)
     }
 
     /// "H.264", "HEVC", "VP9", "AV1".
@@ -186,9 +184,7 @@ impl Surface {
 pub(crate) fn video_format(codec: Codec, raw: &CUVIDEOFORMAT) -> Result<VideoFormat, NvdecError> {
     let area = raw.display_area;
     let inside = |lo: c_int, hi: c_int, size: u32| lo >= 0 && hi > lo && (hi as u32) <= size;
-    if !inside(area.left, area.right, raw.coded_width)
-        || !inside(area.top, area.bottom, raw.coded_height)
-    {
+    if !inside(area.left, area.right, raw.coded_width) || !inside(area.top, area.bottom, raw.coded_height) {
         return Err(NvdecError::Invalid {
             op: "the sequence header",
             reason: format!(
@@ -210,25 +206,14 @@ pub(crate) fn video_format(codec: Codec, raw: &CUVIDEOFORMAT) -> Result<VideoFor
 
 /// The output surface for `format` (whose display area `raw` gives), or why this crate
 /// cannot output it: NV12 and P016 are 4:2:0 formats of one depth.
-pub(crate) fn plan_surface(
-    format: &VideoFormat,
-    raw: &CUVIDEOFORMAT,
-) -> Result<Surface, NvdecError> {
-    let unsupported = |reason: String| {
-        Err(NvdecError::Unsupported {
-            format: *format,
-            reason,
-        })
-    };
+pub(crate) fn plan_surface(format: &VideoFormat, raw: &CUVIDEOFORMAT) -> Result<Surface, NvdecError> {
+    let unsupported = |reason: String| Err(NvdecError::Unsupported { format: *format, reason });
     if format.chroma_format != ffi::cudaVideoChromaFormat_420 as u32 {
         return unsupported("gpuipc-nvdec outputs 4:2:0 only (NV12 or P016)".into());
     }
     let chroma_depth = 8 + u32::from(raw.bit_depth_chroma_minus8);
     if chroma_depth != format.bit_depth {
-        return unsupported(format!(
-            "luma is {}-bit but chroma {chroma_depth}-bit",
-            format.bit_depth
-        ));
+        return unsupported(format!("luma is {}-bit but chroma {chroma_depth}-bit", format.bit_depth));
     }
     if format.bit_depth > 16 {
         return unsupported("more than 16 bits per sample".into());
@@ -238,11 +223,7 @@ pub(crate) fn plan_surface(
     // multiples of 8 or 16), else the display size itself.
     let widen = |lo: c_int, size: u32, coded: u32| {
         let even = size.next_multiple_of(2);
-        if lo as u32 + even <= coded {
-            even
-        } else {
-            size
-        }
+        if lo as u32 + even <= coded { even } else { size }
     };
     let target_width = widen(area.left, format.width, format.coded_width);
     let target_height = widen(area.top, format.height, format.coded_height);
@@ -282,12 +263,7 @@ pub(crate) fn check_caps(
     output_format_mask: u16,
     surface_format: ffi::cudaVideoSurfaceFormat,
 ) -> Result<(), NvdecError> {
-    let unsupported = |reason: String| {
-        Err(NvdecError::Unsupported {
-            format: *format,
-            reason,
-        })
-    };
+    let unsupported = |reason: String| Err(NvdecError::Unsupported { format: *format, reason });
     if !caps.supported {
         return unsupported(format!(
             "its NVDEC does not decode {} {} {}-bit at all",
@@ -318,14 +294,8 @@ pub(crate) fn check_caps(
         ));
     }
     if output_format_mask & (1 << surface_format) == 0 {
-        let name = if surface_format == ffi::cudaVideoSurfaceFormat_P016 {
-            "P016"
-        } else {
-            "NV12"
-        };
-        return unsupported(format!(
-            "it cannot output {name} (output format mask {output_format_mask:#x})"
-        ));
+        let name = if surface_format == ffi::cudaVideoSurfaceFormat_P016 { "P016" } else { "NV12" };
+        return unsupported(format!("it cannot output {name} (output format mask {output_format_mask:#x})"));
     }
     Ok(())
 }
@@ -343,9 +313,7 @@ pub(crate) const OUTPUT_SURFACES: u32 = 2;
 /// picture held back, within the decoder's limit, never fewer than `min`.
 pub(crate) fn decode_surfaces(min: u8, display_delay: u32) -> u32 {
     let min = u32::from(min).max(1);
-    (min + EXTRA_DECODE_SURFACES + display_delay)
-        .min(MAX_DECODE_SURFACES)
-        .max(min)
+    (min + EXTRA_DECODE_SURFACES + display_delay).min(MAX_DECODE_SURFACES).max(min)
 }
 
 /// `CUVIDSOURCEDATAPACKET::flags` for a packet: its timestamp is always valid when it has
@@ -388,12 +356,7 @@ mod tests {
             min_num_decode_surfaces: 5,
             coded_width: coded.0,
             coded_height: coded.1,
-            display_area: CUVIDRECT {
-                left: area.0,
-                top: area.1,
-                right: area.2,
-                bottom: area.3,
-            },
+            display_area: CUVIDRECT { left: area.0, top: area.1, right: area.2, bottom: area.3 },
             chroma_format: ffi::cudaVideoChromaFormat_420,
             ..Default::default()
         }
@@ -427,34 +390,12 @@ mod tests {
         // 1080p H.264: coded 1920x1088, cropped to 1080 rows.
         let raw = header((1920, 1088), (0, 0, 1920, 1080), 0);
         let format = video_format(Codec::H264, &raw).unwrap();
-        assert_eq!(
-            (
-                format.width,
-                format.height,
-                format.bit_depth,
-                format.chroma_format
-            ),
-            (1920, 1080, 8, 1)
-        );
-        assert_eq!(
-            format.to_string(),
-            "H.264 4:2:0 8-bit 1920x1080 (coded 1920x1088)"
-        );
+        assert_eq!((format.width, format.height, format.bit_depth, format.chroma_format), (1920, 1080, 8, 1));
+        assert_eq!(format.to_string(), "H.264 4:2:0 8-bit 1920x1080 (coded 1920x1088)");
         let s = plan_surface(&format, &raw).unwrap();
         assert_eq!((s.target_width, s.target_height), (1920, 1080));
-        assert_eq!(
-            s.display_area,
-            CUVIDSHORTRECT {
-                left: 0,
-                top: 0,
-                right: 1920,
-                bottom: 1080
-            }
-        );
-        assert_eq!(
-            (s.surface_format, s.bytes_per_sample),
-            (ffi::cudaVideoSurfaceFormat_NV12, 1)
-        );
+        assert_eq!(s.display_area, CUVIDSHORTRECT { left: 0, top: 0, right: 1920, bottom: 1080 });
+        assert_eq!((s.surface_format, s.bytes_per_sample), (ffi::cudaVideoSurfaceFormat_NV12, 1));
         assert_eq!(s.chroma_offset(2048), 2048 * 1080);
     }
 
@@ -465,10 +406,7 @@ mod tests {
         assert_eq!(format.bit_depth, 10);
         assert_eq!(format.bytes_per_sample(), 2);
         let s = plan_surface(&format, &raw).unwrap();
-        assert_eq!(
-            (s.surface_format, s.bytes_per_sample),
-            (ffi::cudaVideoSurfaceFormat_P016, 2)
-        );
+        assert_eq!((s.surface_format, s.bytes_per_sample), (ffi::cudaVideoSurfaceFormat_P016, 2));
     }
 
     #[test]
@@ -478,19 +416,8 @@ mod tests {
         let format = video_format(Codec::Vp9, &raw).unwrap();
         assert_eq!((format.width, format.height), (65, 33));
         let s = plan_surface(&format, &raw).unwrap();
-        assert_eq!(
-            (s.width, s.height, s.target_width, s.target_height),
-            (65, 33, 66, 34)
-        );
-        assert_eq!(
-            s.display_area,
-            CUVIDSHORTRECT {
-                left: 2,
-                top: 4,
-                right: 68,
-                bottom: 38
-            }
-        );
+        assert_eq!((s.width, s.height, s.target_width, s.target_height), (65, 33, 66, 34));
+        assert_eq!(s.display_area, CUVIDSHORTRECT { left: 2, top: 4, right: 68, bottom: 38 });
         assert_eq!(s.chroma_offset(128), 128 * 34);
         // No room: the coded picture ends at the display area's edge.
         let raw = header((65, 33), (0, 0, 65, 33), 0);
@@ -501,19 +428,10 @@ mod tests {
 
     #[test]
     fn a_display_area_outside_the_picture_is_refused() {
-        for area in [
-            (0, 0, 1921, 1080),
-            (-2, 0, 100, 100),
-            (0, 0, 0, 1080),
-            (10, 10, 5, 20),
-        ] {
+        for area in [(0, 0, 1921, 1080), (-2, 0, 100, 100), (0, 0, 0, 1080), (10, 10, 5, 20)] {
             let raw = header((1920, 1088), area, 0);
             let e = video_format(Codec::H264, &raw).unwrap_err();
-            assert!(
-                e.to_string()
-                    .contains("is not inside the coded 1920x1088 picture"),
-                "{e}"
-            );
+            assert!(e.to_string().contains("is not inside the coded 1920x1088 picture"), "{e}");
         }
     }
 
@@ -531,10 +449,7 @@ mod tests {
         let mut raw = header((1920, 1088), (0, 0, 1920, 1080), 2);
         raw.bit_depth_chroma_minus8 = 0;
         let e = plan_surface(&video_format(Codec::Hevc, &raw).unwrap(), &raw).unwrap_err();
-        assert!(
-            e.to_string().ends_with("luma is 10-bit but chroma 8-bit"),
-            "{e}"
-        );
+        assert!(e.to_string().ends_with("luma is 10-bit but chroma 8-bit"), "{e}");
     }
 
     #[test]
@@ -548,48 +463,20 @@ mod tests {
         ok(48, 16).unwrap();
         ok(4096, 4096).unwrap();
         let e = ok(32, 32).unwrap_err().to_string();
-        assert!(
-            e.ends_with("the coded size 32x32 is below the smallest it decodes, 48x16"),
-            "{e}"
-        );
+        assert!(e.ends_with("the coded size 32x32 is below the smallest it decodes, 48x16"), "{e}");
         let e = ok(8192, 4320).unwrap_err().to_string();
-        assert!(
-            e.starts_with("NVDEC on this GPU cannot decode H.264 4:2:0 8-bit 8192x4320"),
-            "{e}"
-        );
-        assert!(
-            e.ends_with("the coded size 8192x4320 is above the largest it decodes, 4096x4096"),
-            "{e}"
-        );
-        let small_mb = Caps {
-            max_macroblocks: 8192,
-            ..caps()
-        };
+        assert!(e.starts_with("NVDEC on this GPU cannot decode H.264 4:2:0 8-bit 8192x4320"), "{e}");
+        assert!(e.ends_with("the coded size 8192x4320 is above the largest it decodes, 4096x4096"), "{e}");
+        let small_mb = Caps { max_macroblocks: 8192, ..caps() };
         let raw = header((4096, 2304), (0, 0, 4096, 2304), 0);
         let format = video_format(Codec::H264, &raw).unwrap();
-        let e = check_caps(&format, &small_mb, 1, 0)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.ends_with("the coded size 4096x2304 is 36864 macroblocks, above the 8192 it decodes"),
-            "{e}"
-        );
-        let none = Caps {
-            supported: false,
-            ..caps()
-        };
+        let e = check_caps(&format, &small_mb, 1, 0).unwrap_err().to_string();
+        assert!(e.ends_with("the coded size 4096x2304 is 36864 macroblocks, above the 8192 it decodes"), "{e}");
+        let none = Caps { supported: false, ..caps() };
         let e = check_caps(&format, &none, 1, 0).unwrap_err().to_string();
-        assert!(
-            e.ends_with("its NVDEC does not decode H.264 4:2:0 8-bit at all"),
-            "{e}"
-        );
-        let e = check_caps(&format, &caps(), 0b01, ffi::cudaVideoSurfaceFormat_P016)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.ends_with("it cannot output P016 (output format mask 0x1)"),
-            "{e}"
-        );
+        assert!(e.ends_with("its NVDEC does not decode H.264 4:2:0 8-bit at all"), "{e}");
+        let e = check_caps(&format, &caps(), 0b01, ffi::cudaVideoSurfaceFormat_P016).unwrap_err().to_string();
+        assert!(e.ends_with("it cannot output P016 (output format mask 0x1)"), "{e}");
     }
 
     #[test]
@@ -605,9 +492,7 @@ mod tests {
 
     #[test]
     fn packets_carry_their_timestamp_and_end() {
-        use ffi::{
-            CUVID_PKT_ENDOFPICTURE as PIC, CUVID_PKT_ENDOFSTREAM as EOS, CUVID_PKT_TIMESTAMP as TS,
-        };
+        use ffi::{CUVID_PKT_ENDOFPICTURE as PIC, CUVID_PKT_ENDOFSTREAM as EOS, CUVID_PKT_TIMESTAMP as TS};
         assert_eq!(packet_flags(true, false, false), TS);
         assert_eq!(packet_flags(true, false, true), TS | PIC);
         assert_eq!(packet_flags(true, true, false), TS | EOS);
@@ -625,22 +510,10 @@ mod tests {
 
     #[test]
     fn decode_statuses_follow_cuviddec() {
-        assert_eq!(
-            DecodeStatus::from_raw(ffi::cuvidDecodeStatus_Success),
-            DecodeStatus::Ok
-        );
-        assert_eq!(
-            DecodeStatus::from_raw(ffi::cuvidDecodeStatus_Error_Concealed),
-            DecodeStatus::Concealed
-        );
-        assert_eq!(
-            DecodeStatus::from_raw(ffi::cuvidDecodeStatus_Error),
-            DecodeStatus::Error
-        );
-        assert_eq!(
-            DecodeStatus::from_raw(ffi::cuvidDecodeStatus_InProgress),
-            DecodeStatus::Unknown
-        );
+        assert_eq!(DecodeStatus::from_raw(ffi::cuvidDecodeStatus_Success), DecodeStatus::Ok);
+        assert_eq!(DecodeStatus::from_raw(ffi::cuvidDecodeStatus_Error_Concealed), DecodeStatus::Concealed);
+        assert_eq!(DecodeStatus::from_raw(ffi::cuvidDecodeStatus_Error), DecodeStatus::Error);
+        assert_eq!(DecodeStatus::from_raw(ffi::cuvidDecodeStatus_InProgress), DecodeStatus::Unknown);
         assert_eq!(DecodeStatus::from_raw(77), DecodeStatus::Unknown);
     }
 }

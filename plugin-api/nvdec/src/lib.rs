@@ -64,10 +64,7 @@ pub fn available() -> Result<(), NvdecError> {
 /// calling thread (its device is the one asked).
 pub fn caps(codec: Codec, bit_depth: u32) -> Result<Caps, NvdecError> {
     if !(8..=16).contains(&bit_depth) {
-        return Err(NvdecError::Invalid {
-            op: "cuvidGetDecoderCaps",
-            reason: format!("a bit depth of {bit_depth}"),
-        });
+        return Err(NvdecError::Invalid { op: "cuvidGetDecoderCaps", reason: format!("a bit depth of {bit_depth}") });
     }
     let api = library::api()?;
     api.current_context()?;

@@ -50,24 +50,16 @@ type CUcontext = *mut c_void;
 pub(crate) struct Api {
     _library: libloading::Library,
     file: &'static str,
-    create_video_parser:
-        unsafe extern "C" fn(*mut CUvideoparser, *mut CUVIDPARSERPARAMS) -> CUresult,
+    create_video_parser: unsafe extern "C" fn(*mut CUvideoparser, *mut CUVIDPARSERPARAMS) -> CUresult,
     parse_video_data: unsafe extern "C" fn(CUvideoparser, *mut CUVIDSOURCEDATAPACKET) -> CUresult,
     destroy_video_parser: unsafe extern "C" fn(CUvideoparser) -> CUresult,
-    create_decoder:
-        unsafe extern "C" fn(*mut CUvideodecoder, *mut CUVIDDECODECREATEINFO) -> CUresult,
+    create_decoder: unsafe extern "C" fn(*mut CUvideodecoder, *mut CUVIDDECODECREATEINFO) -> CUresult,
     destroy_decoder: unsafe extern "C" fn(CUvideodecoder) -> CUresult,
     decode_picture: unsafe extern "C" fn(CUvideodecoder, *mut CUVIDPICPARAMS) -> CUresult,
-    get_decode_status:
-        unsafe extern "C" fn(CUvideodecoder, c_int, *mut CUVIDGETDECODESTATUS) -> CUresult,
+    get_decode_status: unsafe extern "C" fn(CUvideodecoder, c_int, *mut CUVIDGETDECODESTATUS) -> CUresult,
     get_decoder_caps: unsafe extern "C" fn(*mut CUVIDDECODECAPS) -> CUresult,
-    map_video_frame: unsafe extern "C" fn(
-        CUvideodecoder,
-        c_int,
-        *mut c_ulonglong,
-        *mut c_uint,
-        *mut CUVIDPROCPARAMS,
-    ) -> CUresult,
+    map_video_frame:
+        unsafe extern "C" fn(CUvideodecoder, c_int, *mut c_ulonglong, *mut c_uint, *mut CUVIDPROCPARAMS) -> CUresult,
     unmap_video_frame: unsafe extern "C" fn(CUvideodecoder, c_ulonglong) -> CUresult,
     get_error_name: unsafe extern "C" fn(CUresult, *mut *const c_char) -> CUresult,
     get_error_string: unsafe extern "C" fn(CUresult, *mut *const c_char) -> CUresult,
@@ -88,11 +80,7 @@ pub(crate) fn api() -> Result<&'static Api, NvdecError> {
 ///
 /// # Safety
 /// `T` must be the function's real signature.
-unsafe fn function<T: Copy>(
-    library: &libloading::Library,
-    name: &'static str,
-    file: &str,
-) -> Result<T, NvdecError> {
+unsafe fn function<T: Copy>(library: &libloading::Library, name: &'static str, file: &str) -> Result<T, NvdecError> {
     // SAFETY: a dlsym lookup; the caller vouches for the type.
     match unsafe { library.get::<T>(name) } {
         Ok(symbol) => Ok(*symbol),
@@ -189,11 +177,7 @@ impl Api {
                 return None;
             }
             // SAFETY: non-null, static and NUL-terminated per the driver API.
-            Some(
-                unsafe { CStr::from_ptr(ptr) }
-                    .to_string_lossy()
-                    .into_owned(),
-            )
+            Some(unsafe { CStr::from_ptr(ptr) }.to_string_lossy().into_owned())
         };
         Err(NvdecError::Cuda(CudaError::Driver {
             op,
@@ -208,9 +192,7 @@ impl Api {
     pub(crate) fn current_context(&self) -> Result<usize, NvdecError> {
         let mut current: CUcontext = std::ptr::null_mut();
         // SAFETY: writes one CUcontext (null if none is current).
-        self.check("cuCtxGetCurrent", unsafe {
-            (self.ctx_get_current)(&mut current)
-        })?;
+        self.check("cuCtxGetCurrent", unsafe { (self.ctx_get_current)(&mut current) })?;
         if current.is_null() {
             return Err(NvdecError::Invalid {
                 op: "NVDEC",
@@ -224,30 +206,20 @@ impl Api {
 
     /// Run `f` with `context` current on this thread, pushing it for the call if another (or
     /// none) is current. For `Drop`, which may run where the caller left another context.
-    pub(crate) fn with_context<R>(
-        &self,
-        context: usize,
-        f: impl FnOnce() -> R,
-    ) -> Result<R, NvdecError> {
+    pub(crate) fn with_context<R>(&self, context: usize, f: impl FnOnce() -> R) -> Result<R, NvdecError> {
         let mut current: CUcontext = std::ptr::null_mut();
         // SAFETY: writes one CUcontext (null if none is current).
-        self.check("cuCtxGetCurrent", unsafe {
-            (self.ctx_get_current)(&mut current)
-        })?;
+        self.check("cuCtxGetCurrent", unsafe { (self.ctx_get_current)(&mut current) })?;
         if current as usize == context {
             return Ok(f());
         }
         // SAFETY: `context` is the context our objects were made in, which the caller keeps
         // alive while they exist (the documented rule).
-        self.check("cuCtxPushCurrent", unsafe {
-            (self.ctx_push_current)(context as CUcontext)
-        })?;
+        self.check("cuCtxPushCurrent", unsafe { (self.ctx_push_current)(context as CUcontext) })?;
         let result = f();
         let mut popped: CUcontext = std::ptr::null_mut();
         // SAFETY: pops what we pushed; writes one CUcontext.
-        self.check("cuCtxPopCurrent", unsafe {
-            (self.ctx_pop_current)(&mut popped)
-        })?;
+        self.check("cuCtxPopCurrent", unsafe { (self.ctx_pop_current)(&mut popped) })?;
         Ok(result)
     }
 
@@ -266,9 +238,7 @@ impl Api {
         };
         // SAFETY: a whole CUVIDDECODECAPS (layout checked), inputs set, the rest zero; the
         // driver writes the outputs into it.
-        self.check("cuvidGetDecoderCaps", unsafe {
-            (self.get_decoder_caps)(&mut caps)
-        })?;
+        self.check("cuvidGetDecoderCaps", unsafe { (self.get_decoder_caps)(&mut caps) })?;
         Ok(caps)
     }
 
@@ -284,9 +254,7 @@ impl Api {
         let mut parser: CUvideoparser = std::ptr::null_mut();
         // SAFETY: a whole CUVIDPARSERPARAMS; writes one handle; the caller vouches for the
         // user data and callbacks.
-        self.check("cuvidCreateVideoParser", unsafe {
-            (self.create_video_parser)(&mut parser, params)
-        })?;
+        self.check("cuvidCreateVideoParser", unsafe { (self.create_video_parser)(&mut parser, params) })?;
         Ok(parser)
     }
 
@@ -301,36 +269,24 @@ impl Api {
         packet: &mut CUVIDSOURCEDATAPACKET,
     ) -> Result<(), NvdecError> {
         // SAFETY: the caller's contract.
-        self.check("cuvidParseVideoData", unsafe {
-            (self.parse_video_data)(parser, packet)
-        })
+        self.check("cuvidParseVideoData", unsafe { (self.parse_video_data)(parser, packet) })
     }
 
     /// `cuvidDestroyVideoParser`.
     ///
     /// # Safety
     /// `parser` is live and used by nothing after this.
-    pub(crate) unsafe fn destroy_video_parser(
-        &self,
-        parser: CUvideoparser,
-    ) -> Result<(), NvdecError> {
+    pub(crate) unsafe fn destroy_video_parser(&self, parser: CUvideoparser) -> Result<(), NvdecError> {
         // SAFETY: the caller's contract.
-        self.check("cuvidDestroyVideoParser", unsafe {
-            (self.destroy_video_parser)(parser)
-        })
+        self.check("cuvidDestroyVideoParser", unsafe { (self.destroy_video_parser)(parser) })
     }
 
     /// `cuvidCreateDecoder`, in the current context.
-    pub(crate) fn create_decoder(
-        &self,
-        info: &mut CUVIDDECODECREATEINFO,
-    ) -> Result<CUvideodecoder, NvdecError> {
+    pub(crate) fn create_decoder(&self, info: &mut CUVIDDECODECREATEINFO) -> Result<CUvideodecoder, NvdecError> {
         let mut decoder: CUvideodecoder = std::ptr::null_mut();
         // SAFETY: a whole CUVIDDECODECREATEINFO (layout checked; vidLock null); writes one
         // handle.
-        self.check("cuvidCreateDecoder", unsafe {
-            (self.create_decoder)(&mut decoder, info)
-        })?;
+        self.check("cuvidCreateDecoder", unsafe { (self.create_decoder)(&mut decoder, info) })?;
         Ok(decoder)
     }
 
@@ -340,9 +296,7 @@ impl Api {
     /// `decoder` is live, none of its frames is mapped, and nothing uses it after this.
     pub(crate) unsafe fn destroy_decoder(&self, decoder: CUvideodecoder) -> Result<(), NvdecError> {
         // SAFETY: the caller's contract.
-        self.check("cuvidDestroyDecoder", unsafe {
-            (self.destroy_decoder)(decoder)
-        })
+        self.check("cuvidDestroyDecoder", unsafe { (self.destroy_decoder)(decoder) })
     }
 
     /// `cuvidDecodePicture`.
@@ -355,9 +309,7 @@ impl Api {
         params: *mut CUVIDPICPARAMS,
     ) -> Result<(), NvdecError> {
         // SAFETY: the caller's contract.
-        self.check("cuvidDecodePicture", unsafe {
-            (self.decode_picture)(decoder, params)
-        })
+        self.check("cuvidDecodePicture", unsafe { (self.decode_picture)(decoder, params) })
     }
 
     /// `cuvidGetDecodeStatus`' status for one picture.
@@ -371,9 +323,7 @@ impl Api {
     ) -> Result<cuvidDecodeStatus, NvdecError> {
         let mut status = CUVIDGETDECODESTATUS::zeroed();
         // SAFETY: the caller's contract; writes one whole CUVIDGETDECODESTATUS (layout checked).
-        self.check("cuvidGetDecodeStatus", unsafe {
-            (self.get_decode_status)(decoder, picture_index, &mut status)
-        })?;
+        self.check("cuvidGetDecodeStatus", unsafe { (self.get_decode_status)(decoder, picture_index, &mut status) })?;
         Ok(status.decodeStatus)
     }
 
@@ -400,15 +350,9 @@ impl Api {
     ///
     /// # Safety
     /// `ptr` was mapped from `decoder` and is used by nothing enqueued later.
-    pub(crate) unsafe fn unmap_video_frame(
-        &self,
-        decoder: CUvideodecoder,
-        ptr: u64,
-    ) -> Result<(), NvdecError> {
+    pub(crate) unsafe fn unmap_video_frame(&self, decoder: CUvideodecoder, ptr: u64) -> Result<(), NvdecError> {
         // SAFETY: the caller's contract.
-        self.check("cuvidUnmapVideoFrame64", unsafe {
-            (self.unmap_video_frame)(decoder, ptr)
-        })
+        self.check("cuvidUnmapVideoFrame64", unsafe { (self.unmap_video_frame)(decoder, ptr) })
     }
 
     /// Enqueue on `stream` a device-to-device copy of `rows` rows of `row_bytes` bytes.
@@ -441,9 +385,7 @@ impl Api {
             Height: rows as usize,
         };
         // SAFETY: a whole CUDA_MEMCPY2D (cudarc's bindgen of cuda.h) naming device memory only.
-        self.check("cuMemcpy2DAsync", unsafe {
-            (self.memcpy_2d_async)(&copy, stream as CUstream)
-        })
+        self.check("cuMemcpy2DAsync", unsafe { (self.memcpy_2d_async)(&copy, stream as CUstream) })
     }
 }
 

@@ -38,11 +38,7 @@ fn access_units(stream: &[u8], hevc: bool) -> Vec<&[u8]> {
             i += 1;
             continue;
         }
-        let code = if i > 0 && stream[i - 1] == 0 {
-            i - 1
-        } else {
-            i
-        };
+        let code = if i > 0 && stream[i - 1] == 0 { i - 1 } else { i };
         let nal = &stream[i + 3..];
         let (picture, first_slice, prefix) = if hevc {
             let kind = (nal[0] >> 1) & 0x3f;
@@ -52,11 +48,7 @@ fn access_units(stream: &[u8], hevc: bool) -> Vec<&[u8]> {
         } else {
             let kind = nal[0] & 0x1f;
             // Slices 1..=5 (first_mb_in_slice == 0 is the bit '1'); SEI, SPS, PPS, AUD.
-            (
-                (1..=5).contains(&kind),
-                nal[1] & 0x80 != 0,
-                matches!(kind, 6..=9),
-            )
+            ((1..=5).contains(&kind), nal[1] & 0x80 != 0, matches!(kind, 6..=9))
         };
         if has_picture && (prefix || (picture && first_slice)) {
             units.push(&stream[start..code]);
@@ -74,29 +66,15 @@ fn the_test_clips_split_where_ffmpeg_splits_them() {
     // Where the 3-byte start code of each unit is: ffmpeg counts a 4-byte start code's leading
     // zero with the unit for H.264 and with the unit before for HEVC.
     let three = |stream: &[u8], at: usize| {
-        if stream[at..].starts_with(&[0, 0, 0, 1]) {
-            at + 1
-        } else {
-            at
-        }
+        if stream[at..].starts_with(&[0, 0, 0, 1]) { at + 1 } else { at }
     };
     let starts = |units: &[&[u8]], stream: &[u8]| -> Vec<usize> {
-        units
-            .iter()
-            .map(|u| three(stream, u.as_ptr() as usize - stream.as_ptr() as usize))
-            .collect()
+        units.iter().map(|u| three(stream, u.as_ptr() as usize - stream.as_ptr() as usize)).collect()
     };
-    let ffmpeg = |offsets: &[usize], stream: &[u8]| -> Vec<usize> {
-        offsets.iter().map(|&at| three(stream, at)).collect()
-    };
-    assert_eq!(
-        starts(&access_units(H264, false), H264),
-        ffmpeg(&H264_ACCESS_UNITS, H264)
-    );
-    assert_eq!(
-        starts(&access_units(HEVC10, true), HEVC10),
-        ffmpeg(&HEVC10_ACCESS_UNITS, HEVC10)
-    );
+    let ffmpeg =
+        |offsets: &[usize], stream: &[u8]| -> Vec<usize> { offsets.iter().map(|&at| three(stream, at)).collect() };
+    assert_eq!(starts(&access_units(H264, false), H264), ffmpeg(&H264_ACCESS_UNITS, H264));
+    assert_eq!(starts(&access_units(HEVC10, true), HEVC10), ffmpeg(&HEVC10_ACCESS_UNITS, HEVC10));
 }
 
 /// On a machine without the NVIDIA driver (CI, this one), every entry point answers with the
@@ -124,11 +102,7 @@ fn without_the_driver_every_entry_point_fails_cleanly() {
     assert_eq!(available().unwrap_err().to_string(), text);
     assert_eq!(caps(Codec::H264, 8).unwrap_err().to_string(), text);
     assert_eq!(library_file().unwrap_err().to_string(), text);
-    let Err(e) = Decoder::new(DecoderOptions {
-        codec: Codec::Hevc,
-        stream: 0,
-        display_delay: 0,
-    }) else {
+    let Err(e) = Decoder::new(DecoderOptions { codec: Codec::Hevc, stream: 0, display_delay: 0 }) else {
         panic!("a decoder without NVDEC")
     };
     assert_eq!(e.to_string(), text);
@@ -145,9 +119,7 @@ fn caps_refuses_impossible_bit_depths_first() {
 /// run one at a time (the guard), so one can measure the device's memory.
 fn nvdec_for_test() -> Option<(Arc<Gpu>, MutexGuard<'static, ()>)> {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    let guard = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let gpu = testing::gpu_for_test()?;
     match available() {
         Ok(()) => Some((gpu, guard)),
@@ -215,54 +187,26 @@ fn decode_on_gpu(
     let units = access_units(stream, hevc);
     assert_eq!(units.len(), display_order.len());
     let presentation = |decode_index: usize| {
-        1000 + display_order
-            .iter()
-            .position(|&d| d == decode_index)
-            .expect("every unit is shown") as i64
+        1000 + display_order.iter().position(|&d| d == decode_index).expect("every unit is shown") as i64
     };
     let mut packets: Vec<Packet<'_>> = match feed {
         Feed::AccessUnits { .. } | Feed::AccessUnitsEndOnLast | Feed::Pulled { .. } => units
             .iter()
             .enumerate()
-            .map(|(i, data)| Packet {
-                data,
-                pts: presentation(i),
-                end_of_stream: false,
-            })
+            .map(|(i, data)| Packet { data, pts: presentation(i), end_of_stream: false })
             .collect(),
-        Feed::Whole => vec![Packet {
-            data: stream,
-            pts: 1000,
-            end_of_stream: true,
-        }],
-        Feed::Chunks(n) => stream
-            .chunks(n)
-            .enumerate()
-            .map(|(i, data)| Packet {
-                data,
-                pts: i as i64,
-                end_of_stream: false,
-            })
-            .collect(),
+        Feed::Whole => vec![Packet { data: stream, pts: 1000, end_of_stream: true }],
+        Feed::Chunks(n) => {
+            stream.chunks(n).enumerate().map(|(i, data)| Packet { data, pts: i as i64, end_of_stream: false }).collect()
+        }
     };
     match feed {
         Feed::AccessUnits { .. } | Feed::Pulled { .. } => {
-            decoder.set_one_picture_per_packet(!matches!(
-                feed,
-                Feed::AccessUnits { one_picture: false }
-            ));
-            packets.push(Packet {
-                data: &[],
-                pts: 0,
-                end_of_stream: true,
-            });
+            decoder.set_one_picture_per_packet(!matches!(feed, Feed::AccessUnits { one_picture: false }));
+            packets.push(Packet { data: &[], pts: 0, end_of_stream: true });
         }
         Feed::AccessUnitsEndOnLast => packets.last_mut().unwrap().end_of_stream = true,
-        Feed::Chunks(_) => packets.push(Packet {
-            data: &[],
-            pts: 0,
-            end_of_stream: true,
-        }),
+        Feed::Chunks(_) => packets.push(Packet { data: &[], pts: 0, end_of_stream: true }),
         Feed::Whole => {}
     }
     // (pts, status, width, height, bytes per sample, luma pitch) of each frame copied.
@@ -277,14 +221,7 @@ fn decode_on_gpu(
         let luma = memory.addr() + (k * SLOT) as u64;
         let chroma = luma + pitch * u64::from(frame.height());
         frame.copy_to(luma, pitch, chroma, pitch)?;
-        copied.push((
-            frame.pts(),
-            frame.status(),
-            frame.width(),
-            frame.height(),
-            bps,
-            pitch,
-        ));
+        copied.push((frame.pts(), frame.status(), frame.width(), frame.height(), bps, pitch));
         Ok(())
     };
     for packet in packets {
@@ -307,8 +244,7 @@ fn decode_on_gpu(
         .enumerate()
         .map(|(k, &(pts, status, width, height, bps, pitch))| {
             assert_eq!((width, height), (format.width, format.height));
-            let ((luma_row, luma_rows), (chroma_row, chroma_rows)) =
-                copy_extents(width, height, bps);
+            let ((luma_row, luma_rows), (chroma_row, chroma_rows)) = copy_extents(width, height, bps);
             let slot = &all[k * SLOT..];
             let mut bytes = Vec::new();
             for row in 0..luma_rows {
@@ -331,18 +267,8 @@ fn first_difference(got: &[u8], want: &[u8], width: usize, height: usize) -> Str
     let Some(at) = got.iter().zip(want).position(|(a, b)| a != b) else {
         return format!("lengths {} and {}", got.len(), want.len());
     };
-    let (plane, offset) = if at < width * height {
-        ("luma", at)
-    } else {
-        ("chroma", at - width * height)
-    };
-    format!(
-        "{plane} row {} byte {}: {} against ffmpeg's {}",
-        offset / width,
-        offset % width,
-        got[at],
-        want[at]
-    )
+    let (plane, offset) = if at < width * height { ("luma", at) } else { ("chroma", at - width * height) };
+    format!("{plane} row {} byte {}: {} against ffmpeg's {}", offset / width, offset % width, got[at], want[at])
 }
 
 /// On a GPU: the H.264 clip (High, 66x38 cropped from 80x48, 2 B-frames) fed four ways, every
@@ -364,10 +290,7 @@ fn gpu_decodes_h264_like_ffmpeg() {
     };
     let caps = caps(Codec::H264, 8).unwrap();
     assert!(caps.supported, "{caps:?}");
-    assert!(
-        caps.min_width <= 80 && caps.min_height <= 48 && caps.max_width >= 4096,
-        "{caps:?}"
-    );
+    assert!(caps.min_width <= 80 && caps.min_height <= 48 && caps.max_width >= 4096, "{caps:?}");
     let frame_bytes = 66 * 38 + 66 * 19;
     assert_eq!(H264_NV12.len(), 8 * frame_bytes);
     let feeds = [
@@ -394,19 +317,13 @@ fn gpu_decodes_h264_like_ffmpeg() {
         }
         if let Feed::AccessUnits { .. } | Feed::AccessUnitsEndOnLast | Feed::Pulled { .. } = feed {
             let pts: Vec<i64> = frames.iter().map(|f| f.pts).collect();
-            assert_eq!(
-                pts,
-                (1000..1008).collect::<Vec<_>>(),
-                "{feed:?}: each picture gets its own pts"
-            );
+            assert_eq!(pts, (1000..1008).collect::<Vec<_>>(), "{feed:?}: each picture gets its own pts");
         }
     }
 }
 
 fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf29ce484222325, |x, &b| {
-        (x ^ u64::from(b)).wrapping_mul(0x100000001b3)
-    })
+    bytes.iter().fold(0xcbf29ce484222325, |x, &b| (x ^ u64::from(b)).wrapping_mul(0x100000001b3))
 }
 
 /// On a GPU: the 10-bit HEVC clip (Main 10, 146x146 cropped from 152x152, B-frames) decodes to
@@ -421,57 +338,32 @@ fn gpu_decodes_hevc10_like_ffmpeg() {
         .filter(|l| !l.starts_with('#'))
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            (
-                u64::from_str_radix(f[1], 16).unwrap(),
-                u64::from_str_radix(f[2], 16).unwrap(),
-            )
+            (u64::from_str_radix(f[1], 16).unwrap(), u64::from_str_radix(f[2], 16).unwrap())
         })
         .collect();
     assert_eq!(want.len(), 6);
     let caps = caps(Codec::Hevc, 10).unwrap();
-    assert!(
-        caps.supported && caps.min_width <= 146 && caps.min_height <= 146,
-        "{caps:?}"
-    );
+    assert!(caps.supported && caps.min_width <= 146 && caps.min_height <= 146, "{caps:?}");
     let luma = 146 * 2 * 146;
-    for feed in [
-        Feed::AccessUnits { one_picture: true },
-        Feed::Whole,
-        Feed::Chunks(1000),
-        Feed::Pulled { display_delay: 4 },
-    ] {
-        let (frames, format) =
-            decode_on_gpu(&gpu, Codec::Hevc, HEVC10, &HEVC10_DISPLAY_ORDER, feed);
+    for feed in
+        [Feed::AccessUnits { one_picture: true }, Feed::Whole, Feed::Chunks(1000), Feed::Pulled { display_delay: 4 }]
+    {
+        let (frames, format) = decode_on_gpu(&gpu, Codec::Hevc, HEVC10, &HEVC10_DISPLAY_ORDER, feed);
         // NVDEC reports the coded size aligned its own way (160x160 on an H100 where ffmpeg
         // says 152x152); the display area is what matters.
         assert_eq!(
-            (
-                format.codec,
-                format.width,
-                format.height,
-                format.bit_depth,
-                format.chroma_format
-            ),
+            (format.codec, format.width, format.height, format.bit_depth, format.chroma_format),
             (Codec::Hevc, 146, 146, 10, 1),
             "{feed:?}: {format}"
         );
-        assert!(
-            format.coded_width >= 146 && format.coded_height >= 146,
-            "{feed:?}: {format}"
-        );
+        assert!(format.coded_width >= 146 && format.coded_height >= 146, "{feed:?}: {format}");
         assert_eq!(frames.len(), 6, "{feed:?}");
         for (i, frame) in frames.iter().enumerate() {
             assert_eq!(frame.bytes.len(), luma + 146 * 2 * 73);
             let got = (fnv1a64(&frame.bytes[..luma]), fnv1a64(&frame.bytes[luma..]));
-            assert_eq!(
-                got, want[i],
-                "{feed:?}: frame {i} (luma, chroma) differs from ffmpeg's p010le"
-            );
+            assert_eq!(got, want[i], "{feed:?}: frame {i} (luma, chroma) differs from ffmpeg's p010le");
             // P016 of 10-bit content: the low 6 bits of every sample are zero.
-            assert!(
-                frame.bytes.chunks_exact(2).all(|s| s[0] & 0x3f == 0),
-                "{feed:?}: frame {i}"
-            );
+            assert!(frame.bytes.chunks_exact(2).all(|s| s[0] & 0x3f == 0), "{feed:?}: frame {i}");
             assert_eq!(frame.status, DecodeStatus::Ok, "{feed:?}: frame {i}");
         }
         if let Feed::AccessUnits { .. } | Feed::Pulled { .. } = feed {
@@ -489,16 +381,8 @@ fn gpu_errors_come_back_and_stop_the_decoder() {
     let Some((gpu, _one_at_a_time)) = nvdec_for_test() else {
         return;
     };
-    let options = DecoderOptions {
-        codec: Codec::H264,
-        stream: gpu.stream_ptr() as usize,
-        display_delay: 0,
-    };
-    let all = Packet {
-        data: H264,
-        pts: 0,
-        end_of_stream: true,
-    };
+    let options = DecoderOptions { codec: Codec::H264, stream: gpu.stream_ptr() as usize, display_delay: 0 };
+    let all = Packet { data: H264, pts: 0, end_of_stream: true };
 
     // The consumer's error, from the first frame.
     let mut decoder = Decoder::new(options).unwrap();
@@ -512,22 +396,14 @@ fn gpu_errors_come_back_and_stop_the_decoder() {
     assert_eq!(e.to_string(), "the ring is closed");
     assert_eq!(calls, 1, "no frame after the first error");
     let e = decoder.decode(all, &mut |_| Ok(())).unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "the decoder stopped at an earlier error: the ring is closed"
-    );
+    assert_eq!(e.to_string(), "the decoder stopped at an earlier error: the ring is closed");
     drop(decoder);
 
     // A panic in the handler unwinds out of `decode`, not through the parser.
     let mut decoder = Decoder::new(options).unwrap();
-    let panicked = catch_unwind(AssertUnwindSafe(|| {
-        decoder.decode(all, &mut |_| panic!("handler panic"))
-    }));
+    let panicked = catch_unwind(AssertUnwindSafe(|| decoder.decode(all, &mut |_| panic!("handler panic"))));
     assert!(panicked.is_err());
-    assert!(matches!(
-        decoder.decode(all, &mut |_| Ok(())),
-        Err(NvdecError::Stopped(_))
-    ));
+    assert!(matches!(decoder.decode(all, &mut |_| Ok(())), Err(NvdecError::Stopped(_))));
     drop(decoder);
 
     // A second stream of another size after the first: refused, naming both formats.
@@ -540,16 +416,7 @@ fn gpu_errors_come_back_and_stop_the_decoder() {
         })
         .unwrap();
     assert_eq!(frames, 8);
-    let e = decoder
-        .decode(
-            Packet {
-                data: H264_SMALL,
-                pts: 0,
-                end_of_stream: true,
-            },
-            &mut |_| Ok(()),
-        )
-        .unwrap_err();
+    let e = decoder.decode(Packet { data: H264_SMALL, pts: 0, end_of_stream: true }, &mut |_| Ok(())).unwrap_err();
     assert!(matches!(e, NvdecError::FormatChanged { .. }), "{e}");
     assert_eq!(
         e.to_string(),
@@ -575,16 +442,7 @@ fn gpu_errors_come_back_and_stop_the_decoder() {
     // HEVC bitstream to an H.264 parser finds no H.264 sequence header: nothing is decoded,
     // and nothing fails. Dropped before any decoder was made: the parser alone goes.
     let mut decoder = Decoder::new(options).unwrap();
-    decoder
-        .decode(
-            Packet {
-                data: HEVC10,
-                pts: 0,
-                end_of_stream: true,
-            },
-            &mut |_| panic!("no frame"),
-        )
-        .unwrap();
+    decoder.decode(Packet { data: HEVC10, pts: 0, end_of_stream: true }, &mut |_| panic!("no frame")).unwrap();
     assert_eq!(decoder.format(), None);
     drop(decoder);
     drop(Decoder::new(options).unwrap());
@@ -601,36 +459,19 @@ fn gpu_decoders_move_between_threads() {
     let Some((gpu, _one_at_a_time)) = nvdec_for_test() else {
         return;
     };
-    let options = DecoderOptions {
-        codec: Codec::H264,
-        stream: gpu.stream_ptr() as usize,
-        display_delay: 0,
-    };
+    let options = DecoderOptions { codec: Codec::H264, stream: gpu.stream_ptr() as usize, display_delay: 0 };
     let mut decoder = Decoder::new(options).unwrap();
-    let all = Packet {
-        data: H264,
-        pts: 0,
-        end_of_stream: true,
-    };
+    let all = Packet { data: H264, pts: 0, end_of_stream: true };
     let mut frames = 0;
     decoder
-        .decode(
-            Packet {
-                end_of_stream: false,
-                ..all
-            },
-            &mut |_| {
-                frames += 1;
-                Ok(())
-            },
-        )
+        .decode(Packet { end_of_stream: false, ..all }, &mut |_| {
+            frames += 1;
+            Ok(())
+        })
         .unwrap();
     std::thread::spawn(move || {
         let e = decoder.decode(all, &mut |_| Ok(())).unwrap_err();
-        assert!(
-            matches!(e, NvdecError::Invalid { .. }),
-            "no context is current here: {e}"
-        );
+        assert!(matches!(e, NvdecError::Invalid { .. }), "no context is current here: {e}");
         drop(decoder);
     })
     .join()
@@ -661,16 +502,8 @@ fn gpu_decoders_leave_nothing_behind() {
     let Some((gpu, _one_at_a_time)) = nvdec_for_test() else {
         return;
     };
-    let options = DecoderOptions {
-        codec: Codec::H264,
-        stream: gpu.stream_ptr() as usize,
-        display_delay: 0,
-    };
-    let all = Packet {
-        data: H264,
-        pts: 0,
-        end_of_stream: true,
-    };
+    let options = DecoderOptions { codec: Codec::H264, stream: gpu.stream_ptr() as usize, display_delay: 0 };
+    let all = Packet { data: H264, pts: 0, end_of_stream: true };
     let cycle = |i: usize| {
         let mut decoder = Decoder::new(options).unwrap();
         match i % 3 {
@@ -686,9 +519,5 @@ fn gpu_decoders_leave_nothing_behind() {
     gpu.synchronize().unwrap();
     let after = memory_in_use(&gpu).unwrap();
     eprintln!("device memory in use: {before} bytes before 30 decoders, {after} after");
-    assert!(
-        after <= before + (4 << 20),
-        "{} bytes more after 30 decoders",
-        after.saturating_sub(before)
-    );
+    assert!(after <= before + (4 << 20), "{} bytes more after 30 decoders", after.saturating_sub(before));
 }

@@ -112,21 +112,11 @@ pub struct DevicePlane {
 /// Plane `index` of a device frame, checked to lie inside the frame's buffer: every row up to
 /// its full pitch (kernels may read a row's padding in 16-byte pieces), so a kernel that keeps
 /// to `rows` x `pitch` from `addr` stays inside the buffer.
-pub fn device_plane(
-    buffer: DeviceBuffer,
-    layout: &FrameLayout,
-    index: usize,
-) -> Result<DevicePlane> {
+pub fn device_plane(buffer: DeviceBuffer, layout: &FrameLayout, index: usize) -> Result<DevicePlane> {
     let Some(plane) = layout.planes().get(index) else {
-        return Err(Error::new(format!(
-            "the frame has {} planes, plane {index} was asked for",
-            layout.n_planes
-        )));
+        return Err(Error::new(format!("the frame has {} planes, plane {index} was asked for", layout.n_planes)));
     };
-    let end = plane
-        .pitch
-        .checked_mul(plane.rows)
-        .and_then(|bytes| bytes.checked_add(plane.offset));
+    let end = plane.pitch.checked_mul(plane.rows).and_then(|bytes| bytes.checked_add(plane.offset));
     match end {
         Some(end) if plane.row_bytes <= plane.pitch && end <= buffer.len => {}
         _ => {
@@ -141,12 +131,7 @@ pub fn device_plane(
         .addr
         .checked_add(plane.offset)
         .ok_or_else(|| Error::new(format!("plane {index}: device address overflows")))?;
-    Ok(DevicePlane {
-        addr,
-        pitch: plane.pitch,
-        row_bytes: plane.row_bytes,
-        rows: plane.rows,
-    })
+    Ok(DevicePlane { addr, pitch: plane.pitch, row_bytes: plane.row_bytes, rows: plane.rows })
 }
 
 /// The largest `gridDim.y` CUDA allows.
@@ -159,11 +144,7 @@ pub const MAX_GRID_X: u32 = i32::MAX as u32;
 /// clamped to CUDA's limits (a grid-stride kernel covers the rest) and at least 1.
 pub fn row_grid(threads_per_row: u64, rows: u64, block_x: u32) -> (u32, u32, u32) {
     let x = threads_per_row.div_ceil(block_x.max(1) as u64);
-    (
-        x.clamp(1, MAX_GRID_X as u64) as u32,
-        rows.clamp(1, MAX_GRID_Y as u64) as u32,
-        1,
-    )
+    (x.clamp(1, MAX_GRID_X as u64) as u32, rows.clamp(1, MAX_GRID_Y as u64) as u32, 1)
 }
 
 #[cfg(test)]
@@ -174,32 +155,15 @@ mod tests {
     #[test]
     fn planes_are_checked_against_the_buffer() {
         let layout = FrameLayout::for_format(FrameFormat::new(PixelFormat::I420, 5, 3)).unwrap();
-        let buffer = DeviceBuffer {
-            addr: 0x7000_0000,
-            len: layout.total_bytes,
-        };
+        let buffer = DeviceBuffer { addr: 0x7000_0000, len: layout.total_bytes };
         let u = device_plane(buffer, &layout, 1).unwrap();
-        assert_eq!(
-            u,
-            DevicePlane {
-                addr: 0x7000_0100,
-                pitch: 64,
-                row_bytes: 3,
-                rows: 2
-            }
-        );
+        assert_eq!(u, DevicePlane { addr: 0x7000_0100, pitch: 64, row_bytes: 3, rows: 2 });
         assert!(device_plane(buffer, &layout, 3).is_err());
         // The last plane's last row must fit up to its pitch.
-        let short = DeviceBuffer {
-            len: layout.planes[2].offset + 64 * 2 - 1,
-            ..buffer
-        };
+        let short = DeviceBuffer { len: layout.planes[2].offset + 64 * 2 - 1, ..buffer };
         let e = device_plane(short, &layout, 2).unwrap_err();
         assert!(e.message().contains("does not fit"), "{e}");
-        let top = DeviceBuffer {
-            addr: u64::MAX - 10,
-            ..buffer
-        };
+        let top = DeviceBuffer { addr: u64::MAX - 10, ..buffer };
         assert!(device_plane(top, &layout, 1).is_err());
     }
 

@@ -160,12 +160,8 @@ fn host_len(len: u64) -> Result<usize> {
 /// The bytes of a frame of `layout` in `buffer`: its total size, or less where the buffer is
 /// shorter but still holds every plane's last row.
 fn frame_bytes(layout: &FrameLayout, buffer: DeviceBuffer) -> Result<usize> {
-    let needed = layout
-        .planes()
-        .iter()
-        .map(|p| p.offset + p.pitch * p.rows.saturating_sub(1) + p.row_bytes)
-        .max()
-        .unwrap_or(0);
+    let needed =
+        layout.planes().iter().map(|p| p.offset + p.pitch * p.rows.saturating_sub(1) + p.row_bytes).max().unwrap_or(0);
     if needed > buffer.len {
         return Err(Error::new(format!(
             "the frame's layout needs {needed} bytes, its device buffer has {}",

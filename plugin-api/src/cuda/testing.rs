@@ -12,8 +12,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use gpuipc_cuda::{DeviceMemory, Gpu};
 pub use gpuipc_cuda::testing::{REQUIRE_GPU_ENV, REQUIRE_NVRTC_ENV, nvrtc_for_test, skip_test};
+use gpuipc_cuda::{DeviceMemory, Gpu};
 
 use crate::error::Result;
 use crate::frame::DeviceBuffer;
@@ -118,16 +118,9 @@ pub fn first_difference(got: &[u8], want: &[u8], layout: &crate::FrameLayout) ->
         .map(|(i, p)| {
             let within = at as u64 - p.offset;
             let (row, byte) = (within / p.pitch.max(1), within % p.pitch.max(1));
-            let what = if byte >= p.row_bytes || row >= p.rows {
-                "padding"
-            } else {
-                "pixels"
-            };
+            let what = if byte >= p.row_bytes || row >= p.rows { "padding" } else { "pixels" };
             format!("plane {i} row {row} byte {byte} ({what})")
         })
         .unwrap_or_else(|| "before the first plane".into());
-    Some(format!(
-        "{differing} bytes differ; the first at offset {at}, {place}: got {}, want {}",
-        got[at], want[at]
-    ))
+    Some(format!("{differing} bytes differ; the first at offset {at}, {place}: got {}, want {}", got[at], want[at]))
 }

@@ -5,8 +5,8 @@ use std::io::{LineWriter, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
 use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat,
-    Plugin, PluginInfo, ProcessContext, Result, bail,
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin, PluginInfo,
+    ProcessContext, Result, bail,
 };
 use serde::Deserialize;
 
@@ -71,15 +71,13 @@ impl Plugin for Checksum {
     };
 
     /// The `# Params` table of the crate docs, for `gpuipc-host inspect`.
-    const PARAMS: &'static [ParamInfo] = &[
-        ParamInfo {
-            name: "path",
-            kind: "string",
-            default: ParamInfo::REQUIRED,
-            range: "",
-            description: "the file to write, created or truncated when the stage starts (with its folder if missing); relative to the folder `gpuipc-host` runs in",
-        },
-    ];
+    const PARAMS: &'static [ParamInfo] = &[ParamInfo {
+        name: "path",
+        kind: "string",
+        default: ParamInfo::REQUIRED,
+        range: "",
+        description: "the file to write, created or truncated when the stage starts (with its folder if missing); relative to the folder `gpuipc-host` runs in",
+    }];
 
     /// Only what can be known without creating anything: the file is made in `create`.
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
@@ -102,7 +100,8 @@ impl Plugin for Checksum {
         let (mut file, kept) = gpuipc_plugin_api::open_output_file("path", &params.path)?;
         if kept {
             // A restarted stage: keep every whole line, drop what a killed process left of one.
-            keep_whole_lines(&mut file).map_err(|e| Error::new(format!("cannot write {}: {e}", params.path.display())))?;
+            keep_whole_lines(&mut file)
+                .map_err(|e| Error::new(format!("cannot write {}: {e}", params.path.display())))?;
         }
         Ok(Checksum { out: LineWriter::new(file), path: params.path })
     }
@@ -134,9 +133,7 @@ impl Plugin for Checksum {
 
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::testing::{
-        check_doc_examples, cpu_context, frame_bytes, padded, temp_path,
-    };
+    use gpuipc_plugin_api::testing::{check_doc_examples, cpu_context, frame_bytes, padded, temp_path};
     use gpuipc_plugin_api::{FrameInfo, parse_params};
     use xxhash_rust::xxh3::xxh3_64;
 
@@ -147,8 +144,7 @@ mod tests {
         for pixel in PixelFormat::ALL {
             let format = FrameFormat::new(pixel, 5, 3);
             let tight = FrameInfo::new(format, 0, 0).unwrap();
-            let packed: Vec<u8> =
-                (0..tight.layout.pixel_bytes()).map(|i| (i * 37 % 251) as u8).collect();
+            let packed: Vec<u8> = (0..tight.layout.pixel_bytes()).map(|i| (i * 37 % 251) as u8).collect();
             let mut wide = tight;
             wide.layout = padded(tight.layout, 29);
             let a = frame_bytes(&tight, &packed, 0);
@@ -218,7 +214,9 @@ mod tests {
         let format = FrameFormat::new(PixelFormat::Gray8, 1, 1);
         let e = Checksum::create(params, &[format], None, &cpu_context()).unwrap_err();
         assert!(
-            e.message().starts_with("param `path`: /proc/nonexistent/y.txt cannot be created: /proc is on the kernel's proc file system"),
+            e.message().starts_with(
+                "param `path`: /proc/nonexistent/y.txt cannot be created: /proc is on the kernel's proc file system"
+            ),
             "{e}"
         );
     }
@@ -232,8 +230,7 @@ mod tests {
             ("out/", "param `path`: out/ ends in `/`, so it names a folder; give a file in it".to_owned()),
             (
                 "/dev/null/x/y.xxh3",
-                "param `path`: /dev/null is not a folder, so /dev/null/x/y.xxh3 cannot be created"
-                    .to_owned(),
+                "param `path`: /dev/null is not a folder, so /dev/null/x/y.xxh3 cannot be created".to_owned(),
             ),
         ];
         for (path, want) in cases {

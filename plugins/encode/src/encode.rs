@@ -132,11 +132,14 @@ impl Params {
         if let Some(bitrate) = &self.bitrate
             && !bitrate.starts_with(|c: char| c.is_ascii_digit())
         {
-            problems.push(format!("param `bitrate` is {bitrate:?}; give bits per second, such as \"4M\", \"800k\" or \"2500000\""));
+            problems.push(format!(
+                "param `bitrate` is {bitrate:?}; give bits per second, such as \"4M\", \"800k\" or \"2500000\""
+            ));
         }
         if self.bitrate.is_some() && self.crf.is_some() {
             problems.push(
-                "params `bitrate` and `crf` both set the quality (a target bitrate, or a constant quality); give one".to_owned(),
+                "params `bitrate` and `crf` both set the quality (a target bitrate, or a constant quality); give one"
+                    .to_owned(),
             );
         }
         if let Some(at) = self.options.iter().position(|o| o.is_empty()) {
@@ -191,9 +194,7 @@ impl Encode {
             // What ffmpeg did not take is lost with it; dropping the writer would write it again.
             drop(writer.into_parts());
         }
-        let Some(child) = self.child.take() else {
-            bail!("cannot write to ffmpeg (encoding to {}): {e}", self.path)
-        };
+        let Some(child) = self.child.take() else { bail!("cannot write to ffmpeg (encoding to {}): {e}", self.path) };
         // Waited for, not only asked: a broken pipe comes as ffmpeg exits, before its last
         // words may have been read.
         child.finish()?;

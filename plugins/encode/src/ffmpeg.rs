@@ -1,8 +1,8 @@
 //! The ffmpeg side of the encode stage: the names ffmpeg knows our pixel formats by, and its
 //! command line. Which program runs is `gpuipc_plugin_api::ffmpeg`'s to say.
 
-use gpuipc_plugin_api::{FrameFormat, PixelFormat};
 pub use gpuipc_plugin_api::ffmpeg::Program;
+use gpuipc_plugin_api::{FrameFormat, PixelFormat};
 
 use crate::encode::Params;
 
@@ -77,7 +77,11 @@ mod tests {
 
     #[test]
     fn the_defaults_make_h264_from_raw_frames_at_30_fps() {
-        let args = arguments(&params("path = \"out/clip.mp4\""), FrameFormat::new(PixelFormat::I420, 640, 360), PixelFormat::I420);
+        let args = arguments(
+            &params("path = \"out/clip.mp4\""),
+            FrameFormat::new(PixelFormat::I420, 640, 360),
+            PixelFormat::I420,
+        );
         assert_eq!(
             args.join(" "),
             "-hide_banner -nostats -loglevel error -f rawvideo -pix_fmt yuv420p -s 640x360 -framerate 30/1 -i - \

@@ -10,8 +10,7 @@ use gpuipc_plugin_api::{Error, OutputFrame, PixelFormat, Result, bail};
 
 use crate::bands;
 use crate::generator::{
-    BOX_FOREGROUND, Pattern, PatternFrame, box_rgb, gradient_rgb, luma, murmur3_block,
-    murmur3_fmix32,
+    BOX_FOREGROUND, Pattern, PatternFrame, box_rgb, gradient_rgb, luma, murmur3_block, murmur3_fmix32,
 };
 
 /// Pixels a band of `noise` must have for the default `threads` to give it a thread of its
@@ -57,16 +56,12 @@ impl Rows {
                 let rgb = |x| gradient_rgb(x, 0, frame.width, frame.height, frame.seq);
                 let red: Vec<u8> = columns.map(|x| rgb(x)[0]).collect();
                 let rgb_template = match pixel {
-                    PixelFormat::Rgb8 => {
-                        (red.iter().zip(0..)).flat_map(|(&r, x)| [r, 0, x as u8]).collect()
-                    }
+                    PixelFormat::Rgb8 => (red.iter().zip(0..)).flat_map(|(&r, x)| [r, 0, x as u8]).collect(),
                     _ => Vec::new(),
                 };
                 Rows::Gradient { red, rgb_template }
             }
-            Pattern::Noise => Rows::Noise {
-                after_x: columns.map(|x| murmur3_block(frame.noise_state, x)).collect(),
-            },
+            Pattern::Noise => Rows::Noise { after_x: columns.map(|x| murmur3_block(frame.noise_state, x)).collect() },
         })
     }
 
@@ -221,10 +216,7 @@ mod tests {
                         let want = draw(&frame, pixel, None);
                         for threads in [1, 2, 3, 4, 7, 64, 0] {
                             let got = draw(&frame, pixel, Some(threads));
-                            assert!(
-                                got == want,
-                                "{pattern:?} {pixel} {width}x{height} seq {seq}, {threads} threads"
-                            );
+                            assert!(got == want, "{pattern:?} {pixel} {width}x{height} seq {seq}, {threads} threads");
                         }
                     }
                 }

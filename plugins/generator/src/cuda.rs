@@ -7,10 +7,7 @@ use gpuipc_plugin_api::{CreateContext, DeviceBuffer, FrameLayout, PixelFormat, R
 use crate::generator::{Pattern, PatternFrame};
 
 /// The kernel source, compiled with NVRTC when a cuda stage starts.
-pub const SOURCE: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../kernels/generator.cu"
-));
+pub const SOURCE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels/generator.cu"));
 /// How the source is named in NVRTC's messages and the kernel cache.
 pub const FILE_NAME: &str = "kernels/generator.cu";
 /// Threads per block (any works; 128 is what the kernel's header suggests).
@@ -47,19 +44,11 @@ impl GpuGenerator {
     pub fn new(ctx: &CreateContext<'_>, pixel: PixelFormat) -> Result<GpuGenerator> {
         let entry = entry_point(pixel)?;
         let kernels = Kernels::load(ctx, FILE_NAME, SOURCE, &[entry])?;
-        Ok(GpuGenerator {
-            kernel: kernels.get(entry)?.clone(),
-        })
+        Ok(GpuGenerator { kernel: kernels.get(entry)?.clone() })
     }
 
     /// Enqueue drawing `frame` into plane 0 of the device frame `out` on `stream`.
-    pub fn draw(
-        &self,
-        frame: &PatternFrame,
-        out: DeviceBuffer,
-        layout: &FrameLayout,
-        stream: usize,
-    ) -> Result<()> {
+    pub fn draw(&self, frame: &PatternFrame, out: DeviceBuffer, layout: &FrameLayout, stream: usize) -> Result<()> {
         let plane = cuda::device_plane(out, layout, 0)?;
         // One thread per 16 bytes of a row, one block row per row (grid-stride beyond).
         let grid = cuda::row_grid(plane.row_bytes.div_ceil(16), plane.rows, BLOCK_X);

@@ -7,8 +7,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat,
-    Plugin, PluginInfo, ProcessContext, Result, bail,
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin, PluginInfo,
+    ProcessContext, Result, bail,
 };
 use serde::Deserialize;
 
@@ -131,16 +131,8 @@ impl Format {
 }
 
 /// The bars, left to right: white, yellow, cyan, green, magenta, red, blue, black.
-pub const BARS: [[u8; 3]; 8] = [
-    [255, 255, 255],
-    [255, 255, 0],
-    [0, 255, 255],
-    [0, 255, 0],
-    [255, 0, 255],
-    [255, 0, 0],
-    [0, 0, 255],
-    [0, 0, 0],
-];
+pub const BARS: [[u8; 3]; 8] =
+    [[255, 255, 255], [255, 255, 0], [0, 255, 255], [0, 255, 0], [255, 0, 255], [255, 0, 0], [0, 0, 255], [0, 0, 0]];
 
 /// Background of the `box` pattern.
 pub const BOX_BACKGROUND: [u8; 3] = [64, 64, 64];
@@ -188,9 +180,7 @@ pub fn murmur3_32(words: &[u32], seed: u32) -> u32 {
 
 /// The `noise` hash state after the four words of `seed` and `seq`: one value per frame.
 pub fn noise_state(seed: u64, seq: u64) -> u32 {
-    [seed as u32, (seed >> 32) as u32, seq as u32, (seq >> 32) as u32]
-        .into_iter()
-        .fold(0, murmur3_block)
+    [seed as u32, (seed >> 32) as u32, seq as u32, (seq >> 32) as u32].into_iter().fold(0, murmur3_block)
 }
 
 /// `noise`: channel `c` of pixel `(x, y)`, the low byte of
@@ -232,8 +222,8 @@ impl BoxPlace {
 
 /// `box`: white where `(x + w - x0) mod w < bw` and `(y + h - y0) mod h < bh`, else gray.
 pub fn box_rgb(place: &BoxPlace, x: u32, y: u32, width: u32, height: u32) -> [u8; 3] {
-    let inside = (x + width - place.x0) % width < place.box_width
-        && (y + height - place.y0) % height < place.box_height;
+    let inside =
+        (x + width - place.x0) % width < place.box_width && (y + height - place.y0) % height < place.box_height;
     if inside { BOX_FOREGROUND } else { BOX_BACKGROUND }
 }
 
@@ -329,9 +319,8 @@ impl PatternFrame {
 /// draws the same bytes faster (its tests compare the two).
 pub fn render(frame: &PatternFrame, output: &mut OutputFrame<'_>) -> Result<()> {
     let pixel = output.info().pixel();
-    let mut plane = output
-        .plane_mut(0)
-        .ok_or_else(|| Error::new("the generator writes host memory only (cpu domain)"))?;
+    let mut plane =
+        output.plane_mut(0).ok_or_else(|| Error::new("the generator writes host memory only (cpu domain)"))?;
     if frame.pattern == Pattern::Bars {
         // Every row of the bars is the same: draw one, copy it.
         let mut first = vec![0; plane.layout.row_bytes as usize];
@@ -423,7 +412,9 @@ impl Plugin for Generator {
             range: "0..=2^63-1",
             description: "seed of the `noise` pattern",
         },
-        bands::threads_param("cpu domain: threads drawing each frame, each a band of rows; 0: this stage's share of the cores (the cores over the cpu stage processes of the pipeline, as validate says), at most 8 and at most one per 2^16 pixels for `noise`, per 2^20 for the others (whose rows are copies or nearly); ignored in the cuda domain"),
+        bands::threads_param(
+            "cpu domain: threads drawing each frame, each a band of rows; 0: this stage's share of the cores (the cores over the cpu stage processes of the pipeline, as validate says), at most 8 and at most one per 2^16 pixels for `noise`, per 2^20 for the others (whose rows are copies or nearly); ignored in the cuda domain",
+        ),
     ];
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
@@ -468,9 +459,7 @@ impl Plugin for Generator {
         let frame = PatternFrame::new(p.pattern, p.width, p.height, output.info().seq, p.seed);
         match (output.device_buffer(), &self.gpu) {
             // Enqueued on the stage's stream; the runner orders it with the consumers.
-            (Some(buffer), Some(gpu)) => {
-                gpu.draw(&frame, buffer, &output.info().layout, ctx.cuda_stream)?
-            }
+            (Some(buffer), Some(gpu)) => gpu.draw(&frame, buffer, &output.info().layout, ctx.cuda_stream)?,
             (Some(_), None) => {
                 bail!("the output frame is in device memory, but this stage runs in the cpu domain")
             }
@@ -516,10 +505,7 @@ mod tests {
     fn defaults_are_documented_values() {
         let p = parse_params::<Generator>("").unwrap();
         assert_eq!(p, Params::default());
-        assert_eq!(
-            (p.width, p.height, p.pattern, p.format),
-            (1280, 720, Pattern::Bars, Format::Rgb8)
-        );
+        assert_eq!((p.width, p.height, p.pattern, p.format), (1280, 720, Pattern::Bars, Format::Rgb8));
         assert_eq!((p.fps, p.seed, p.threads), (None, 0, 0));
         let format = Generator::negotiate(&p, &[]).unwrap();
         assert_eq!(format, Some(FrameFormat::new(PixelFormat::Rgb8, 1280, 720)));
@@ -555,15 +541,14 @@ mod tests {
         // Every problem is reported, not only the first.
         let params = parse_params::<Generator>("width = 0\nheight = 0").unwrap();
         let e = params.validate().unwrap_err();
-        assert_eq!(
-            e.message(),
-            "param `width` must be 1..=32768, got 0; param `height` must be 1..=32768, got 0"
-        );
+        assert_eq!(e.message(), "param `width` must be 1..=32768, got 0; param `height` must be 1..=32768, got 0");
     }
 
     #[test]
     fn an_fps_too_slow_to_pace_a_run_is_refused_in_a_short_message() {
-        let refused = |text: &str| Generator::check(&parse_params::<Generator>(text).unwrap(), &[]).unwrap_err().message().to_owned();
+        let refused = |text: &str| {
+            Generator::check(&parse_params::<Generator>(text).unwrap(), &[]).unwrap_err().message().to_owned()
+        };
         assert_eq!(
             refused("fps = 1e-300"),
             "param `fps` must be at least 0.001 (a frame every 1000 s), got 1e-300: too slow to pace a run"
@@ -650,9 +635,8 @@ mod tests {
         // Reference values from the `mmh3` Python package (MurmurHash3_x86_32, seed 0).
         assert_eq!(murmur3_32(&[0], 0), 0x2362_f9de);
         assert_eq!(murmur3_32(&[0x8765_4321], 0), 0xf55b_516b);
-        let message = |seed: u64, seq: u64, x, y, c| {
-            [seed as u32, (seed >> 32) as u32, seq as u32, (seq >> 32) as u32, x, y, c]
-        };
+        let message =
+            |seed: u64, seq: u64, x, y, c| [seed as u32, (seed >> 32) as u32, seq as u32, (seq >> 32) as u32, x, y, c];
         let cases = [
             ((0, 0, 0, 0, 0), 0xaefc_623a),
             ((0, 0, 1, 0, 0), 0xbe44_3158),
@@ -682,12 +666,8 @@ mod tests {
     fn box_moves_four_pixels_a_frame_and_wraps() {
         // 17x9: the box is 2x1; frame 4 puts its corner at (16 mod 17, 16 mod 9) = (16, 7).
         let rgb = generate("width = 17\nheight = 9\npattern = \"box\"", 4, 3);
-        let white: Vec<usize> = rgb
-            .chunks_exact(3)
-            .enumerate()
-            .filter(|(_, px)| *px == BOX_FOREGROUND)
-            .map(|(i, _)| i)
-            .collect();
+        let white: Vec<usize> =
+            rgb.chunks_exact(3).enumerate().filter(|(_, px)| *px == BOX_FOREGROUND).map(|(i, _)| i).collect();
         assert_eq!(white, [7 * 17, 7 * 17 + 16]); // (0, 7) wrapped, and (16, 7)
         assert!(rgb.chunks_exact(3).all(|px| px == BOX_FOREGROUND || px == BOX_BACKGROUND));
         // 16x16: a 2x2 box at (0, 0) in frame 0, at (4, 4) in frame 1, at (0, 0) again in frame 4.
@@ -764,8 +744,7 @@ mod tests {
     fn a_cpu_stage_refuses_device_frames_and_cuda_needs_a_context() {
         let params = parse_params::<Generator>("width = 4\nheight = 4").unwrap();
         let format = params.frame_format();
-        let mut stage =
-            Generator::create(params.clone(), &[], Some(format), &cpu_context()).unwrap();
+        let mut stage = Generator::create(params.clone(), &[], Some(format), &cpu_context()).unwrap();
         let info = FrameInfo::new(format, 0, 0).unwrap();
         let buffer = gpuipc_plugin_api::DeviceBuffer { addr: 0x1000, len: info.layout.total_bytes };
         let mut out = OutputFrame::device(info, buffer);
@@ -796,8 +775,7 @@ mod tests {
                     let params = parse_params::<Generator>(&text).unwrap();
                     let frame_format = params.frame_format();
                     let ctx = gpu.create_context("gen").unwrap();
-                    let mut stage =
-                        Generator::create(params, &[], Some(frame_format), &ctx).unwrap();
+                    let mut stage = Generator::create(params, &[], Some(frame_format), &ctx).unwrap();
                     for seq in [0, 7, (1 << 33) + 5] {
                         let info = FrameInfo::new(frame_format, seq, 0).unwrap();
                         let mut cpu = vec![SENTINEL; info.layout.total_bytes as usize];

@@ -111,19 +111,33 @@ impl Plugin for NcclReceive {
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
         let format = (params.format.as_str(), params.width, params.height);
-        wire::params::checked(wire::params::receiver_problems(&params.listen, &params.link, format, ("reconnect_timeout_s", params.reconnect_timeout_s)))
+        wire::params::checked(wire::params::receiver_problems(
+            &params.listen,
+            &params.link,
+            format,
+            ("reconnect_timeout_s", params.reconnect_timeout_s),
+        ))
     }
 
     fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
         if !inputs.is_empty() {
             bail!("nccl-receive is a source: it takes no inputs, got {}", inputs.len());
         }
-        wire::params::frame_format(&params.format, params.width, params.height).map(Some).map_err(|p| Error::new(p.join("; ")))
+        wire::params::frame_format(&params.format, params.width, params.height)
+            .map(Some)
+            .map_err(|p| Error::new(p.join("; ")))
     }
 
-    fn create(params: Params, _inputs: &[FrameFormat], output: Option<FrameFormat>, ctx: &CreateContext<'_>) -> Result<NcclReceive> {
+    fn create(
+        params: Params,
+        _inputs: &[FrameFormat],
+        output: Option<FrameFormat>,
+        ctx: &CreateContext<'_>,
+    ) -> Result<NcclReceive> {
         if ctx.domain != Domain::Cuda {
-            bail!("nccl-receive runs in the cuda domain only (it receives into the ring's device memory); give it device = \"cuda:N\"");
+            bail!(
+                "nccl-receive runs in the cuda domain only (it receives into the ring's device memory); give it device = \"cuda:N\""
+            );
         }
         if !nccl_available() {
             // The library's own error says where it was looked for and what to do.
@@ -150,7 +164,12 @@ impl Plugin for NcclReceive {
         })
     }
 
-    fn process(&mut self, _inputs: &[InputFrame<'_>], output: Option<&mut OutputFrame<'_>>, ctx: &ProcessContext) -> Result<()> {
+    fn process(
+        &mut self,
+        _inputs: &[InputFrame<'_>],
+        output: Option<&mut OutputFrame<'_>>,
+        ctx: &ProcessContext,
+    ) -> Result<()> {
         if ctx.cuda_stream != self.on.stream {
             bail!("nccl-receive: the runner's stream changed");
         }
@@ -248,7 +267,10 @@ impl NcclReceive {
     /// be blocked in).
     fn lost(&mut self, why: &str) {
         if let Some(conn) = self.conn.take() {
-            warn!("link '{}': connection {} from {} lost ({why}); waiting for the sender again", self.link, self.connections, conn.peer);
+            warn!(
+                "link '{}': connection {} from {} lost ({why}); waiting for the sender again",
+                self.link, self.connections, conn.peer
+            );
         }
     }
 
@@ -306,7 +328,12 @@ impl NcclReceive {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if left.is_zero() {
-                        return Err(ReceiveError::NoSender { link: self.link.clone(), listen: self.listen, secs: self.timeout.as_secs_f64() }.into());
+                        return Err(ReceiveError::NoSender {
+                            link: self.link.clone(),
+                            listen: self.listen,
+                            secs: self.timeout.as_secs_f64(),
+                        }
+                        .into());
                     }
                     std::thread::sleep(left.min(Duration::from_millis(5)));
                 }
@@ -320,7 +347,10 @@ impl NcclReceive {
     /// sender of another link or format.
     fn handshake(&mut self, mut stream: TcpStream, peer: SocketAddr, left: Duration) -> Result<bool> {
         let left = left.max(Duration::from_millis(100));
-        let setup = stream.set_nonblocking(false).and_then(|()| stream.set_nodelay(true)).and_then(|()| stream.set_read_timeout(Some(left)));
+        let setup = stream
+            .set_nonblocking(false)
+            .and_then(|()| stream.set_nodelay(true))
+            .and_then(|()| stream.set_read_timeout(Some(left)));
         if let Err(e) = setup {
             warn!("link '{}': connection from {peer} unusable: {e}", self.link);
             return Ok(false);
@@ -338,7 +368,10 @@ impl NcclReceive {
             }
         };
         let refusal = if hello.link != self.link {
-            Some(format!("the sender at {peer} sends link '{}', this receiver at {} takes link '{}'", hello.link, self.listen, self.link))
+            Some(format!(
+                "the sender at {peer} sends link '{}', this receiver at {} takes link '{}'",
+                hello.link, self.listen, self.link
+            ))
         } else if (hello.format, hello.frame_bytes) != (self.format, self.frame_bytes) {
             Some(format!(
                 "link '{}': the sender sends {}, the receiver expects {}",
@@ -355,14 +388,19 @@ impl NcclReceive {
         }
         // A fresh id for every connection: the bootstrap of a new communicator.
         let id = NcclId::new()?;
-        if let Err(e) = wire::write_answer(&mut stream, Ok(())).and_then(|()| wire::write_nccl_id(&mut stream, &id.to_bytes())) {
+        if let Err(e) =
+            wire::write_answer(&mut stream, Ok(())).and_then(|()| wire::write_nccl_id(&mut stream, &id.to_bytes()))
+        {
             warn!("link '{}': connection from {peer} closed before it was accepted: {e}", self.link);
             return Ok(false);
         }
         let pair = match NcclPair::connect(self.on, &id, 1, Instant::now() + left, &mut || wire::peer_gone(&stream)) {
             Ok(pair) => pair,
             Err(e) => {
-                warn!("link '{}': the NCCL communicator with {peer} did not form ({e}); waiting for the sender again", self.link);
+                warn!(
+                    "link '{}': the NCCL communicator with {peer} did not form ({e}); waiting for the sender again",
+                    self.link
+                );
                 return Ok(false);
             }
         };
@@ -393,10 +431,16 @@ mod tests {
 
     #[test]
     fn check_names_every_bad_param() {
-        let text = "listen = \"7448\"\nlink = \"a\"\nformat = \"rgb9\"\nwidth = 0\nheight = 2\nreconnect_timeout_s = -1.0";
+        let text =
+            "listen = \"7448\"\nlink = \"a\"\nformat = \"rgb9\"\nwidth = 0\nheight = 2\nreconnect_timeout_s = -1.0";
         let params = parse_params::<NcclReceive>(text).unwrap();
         let e = NcclReceive::check(&params, &[]).unwrap_err().to_string();
-        for what in ["param `listen`: \"7448\" is not ADDRESS:PORT", "unknown pixel format \"rgb9\"", "param `width` must be > 0", "param `reconnect_timeout_s`"] {
+        for what in [
+            "param `listen`: \"7448\" is not ADDRESS:PORT",
+            "unknown pixel format \"rgb9\"",
+            "param `width` must be > 0",
+            "param `reconnect_timeout_s`",
+        ] {
             assert!(e.contains(what), "{what} in {e}");
         }
     }
@@ -419,7 +463,13 @@ mod tests {
         }
         let params = parse_params::<NcclReceive>(REQUIRED).unwrap();
         let format = FrameFormat::new(PixelFormat::Rgb8, 4, 2);
-        let ctx = CreateContext { domain: Domain::Cuda, device_ordinal: Some(0), cuda_context: 0x1000, cuda_stream: 0x2000, ..gpuipc_plugin_api::testing::cpu_context() };
+        let ctx = CreateContext {
+            domain: Domain::Cuda,
+            device_ordinal: Some(0),
+            cuda_context: 0x1000,
+            cuda_stream: 0x2000,
+            ..gpuipc_plugin_api::testing::cpu_context()
+        };
         let e = NcclReceive::create(params, &[], Some(format), &ctx).unwrap_err().to_string();
         assert!(e.contains("libnccl.so.2") && e.contains("nvidia-nccl-cu13"), "{e}");
     }

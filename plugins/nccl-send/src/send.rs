@@ -120,7 +120,8 @@ impl Plugin for NcclSend {
     ];
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
-        let problems = wire::params::sender_problems(&params.to, &params.link, ("connect_timeout_s", params.connect_timeout_s));
+        let problems =
+            wire::params::sender_problems(&params.to, &params.link, ("connect_timeout_s", params.connect_timeout_s));
         wire::params::checked(problems)
     }
 
@@ -131,9 +132,16 @@ impl Plugin for NcclSend {
         Ok(None)
     }
 
-    fn create(params: Params, inputs: &[FrameFormat], _output: Option<FrameFormat>, ctx: &CreateContext<'_>) -> Result<NcclSend> {
+    fn create(
+        params: Params,
+        inputs: &[FrameFormat],
+        _output: Option<FrameFormat>,
+        ctx: &CreateContext<'_>,
+    ) -> Result<NcclSend> {
         if ctx.domain != Domain::Cuda {
-            bail!("nccl-send runs in the cuda domain only (it sends from the ring's device memory); give it device = \"cuda:N\"");
+            bail!(
+                "nccl-send runs in the cuda domain only (it sends from the ring's device memory); give it device = \"cuda:N\""
+            );
         }
         if !nccl_available() {
             // The library's own error says where it was looked for and what to do.
@@ -158,7 +166,12 @@ impl Plugin for NcclSend {
         // frame loop, which starts once every stage of its run is created).
     }
 
-    fn process(&mut self, inputs: &[InputFrame<'_>], _output: Option<&mut OutputFrame<'_>>, ctx: &ProcessContext) -> Result<()> {
+    fn process(
+        &mut self,
+        inputs: &[InputFrame<'_>],
+        _output: Option<&mut OutputFrame<'_>>,
+        ctx: &ProcessContext,
+    ) -> Result<()> {
         if ctx.cuda_stream != self.on.stream {
             bail!("nccl-send: the runner's stream changed");
         }
@@ -174,7 +187,12 @@ impl Plugin for NcclSend {
         // Kept on the GPU, in stream order: the input slot is released when the stage's work
         // on it (this copy and everything before) is done, the kept frame stays for a resend.
         self.kept.copy_from_device(self.on.stream, 0, DeviceBuffer { addr: buffer.addr, len: need })?;
-        self.unacked = Some(FrameHeader { flags: 0, seq: input.info.seq, timestamp_ns: input.info.timestamp_ns, payload_len: need });
+        self.unacked = Some(FrameHeader {
+            flags: 0,
+            seq: input.info.seq,
+            timestamp_ns: input.info.timestamp_ns,
+            payload_len: need,
+        });
         self.send_kept()
     }
 
@@ -197,7 +215,10 @@ impl NcclSend {
     }
 
     fn stream(&mut self) -> Result<&mut TcpStream, WireError> {
-        self.conn.as_mut().map(|c| &mut c.stream).ok_or_else(|| WireError::Lost(std::io::ErrorKind::NotConnected.into()))
+        self.conn
+            .as_mut()
+            .map(|c| &mut c.stream)
+            .ok_or_else(|| WireError::Lost(std::io::ErrorKind::NotConnected.into()))
     }
 
     /// Send the kept frame (its header over TCP, its bytes by NCCL), again on a new connection
@@ -211,7 +232,13 @@ impl NcclSend {
                 Err(Broken::Nccl(last)) => {
                     failures += 1;
                     if failures >= MAX_SEND_FAILURES {
-                        return Err(SendError::Nccl { link: self.link.clone(), seq: header.seq, tries: failures, last }.into());
+                        return Err(SendError::Nccl {
+                            link: self.link.clone(),
+                            seq: header.seq,
+                            tries: failures,
+                            last,
+                        }
+                        .into());
                     }
                     self.recover(Broken::Nccl(last))?;
                 }
@@ -227,7 +254,8 @@ impl NcclSend {
         let Connection { stream: tcp, pair } = conn;
         // NCCL takes the send once the receiver has posted its receive (it read the header);
         // a receiver that dies meanwhile closes the TCP connection.
-        pair.send(addr, len, stream, Instant::now() + timeout, &mut || wire::peer_gone(tcp)).map_err(|e| Broken::Nccl(e.to_string()))
+        pair.send(addr, len, stream, Instant::now() + timeout, &mut || wire::peer_gone(tcp))
+            .map_err(|e| Broken::Nccl(e.to_string()))
     }
 
     /// Wait for the acknowledgement of the kept frame, sending it again on a new connection
@@ -260,13 +288,18 @@ impl NcclSend {
         // Dropping the pair aborts it.
         self.conn = None;
         match broken {
-            Broken::Wire(WireError::Protocol(what)) => Err(SendError::Protocol { link: self.link.clone(), to: self.to, what }.into()),
+            Broken::Wire(WireError::Protocol(what)) => {
+                Err(SendError::Protocol { link: self.link.clone(), to: self.to, what }.into())
+            }
             Broken::Wire(WireError::Lost(io)) => {
                 warn!("link '{}': connection {} to {} lost ({io}); connecting again", self.link, self.epoch, self.to);
                 self.connect()
             }
             Broken::Nccl(what) => {
-                warn!("link '{}': NCCL on connection {} to {} failed ({what}); connecting again", self.link, self.epoch, self.to);
+                warn!(
+                    "link '{}': NCCL on connection {} to {} failed ({what}); connecting again",
+                    self.link, self.epoch, self.to
+                );
                 self.connect()
             }
         }
@@ -279,7 +312,13 @@ impl NcclSend {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(SendError::Unreachable { link: self.link.clone(), to: self.to, secs: self.timeout.as_secs_f64(), last }.into());
+                return Err(SendError::Unreachable {
+                    link: self.link.clone(),
+                    to: self.to,
+                    secs: self.timeout.as_secs_f64(),
+                    last,
+                }
+                .into());
             }
             match self.try_connect(left) {
                 Ok(conn) => {
@@ -302,7 +341,8 @@ impl NcclSend {
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(left))?;
         self.epoch += 1;
-        let hello = Hello { epoch: self.epoch, format: self.format, frame_bytes: self.frame_bytes, link: self.link.clone() };
+        let hello =
+            Hello { epoch: self.epoch, format: self.format, frame_bytes: self.frame_bytes, link: self.link.clone() };
         hello.write_for(&mut stream, Payloads::Nccl)?;
         wire::read_answer(&mut stream)?.map_err(WireError::Protocol)?;
         let id = NcclId::from_bytes(wire::read_nccl_id(&mut stream)?);
@@ -310,7 +350,13 @@ impl NcclSend {
             .map_err(|e| WireError::Lost(std::io::Error::other(format!("the NCCL communicator did not form: {e}"))))?;
         // Acknowledgements wait for the receiver's ring (backpressure): no timeout on them.
         stream.set_read_timeout(None)?;
-        info!("link '{}': connection {} to {} from {}, NCCL rank 0", self.link, self.epoch, self.to, stream.local_addr()?);
+        info!(
+            "link '{}': connection {} to {} from {}, NCCL rank 0",
+            self.link,
+            self.epoch,
+            self.to,
+            stream.local_addr()?
+        );
         Ok(Connection { stream, pair })
     }
 }
@@ -323,14 +369,19 @@ mod tests {
 
     #[test]
     fn declared_params_match_the_params_type_and_the_docs() {
-        gpuipc_plugin_api::param_check::assert_declared::<NcclSend>(include_str!("lib.rs"), "to = \"127.0.0.1:1\"\nlink = \"a->b\"");
+        gpuipc_plugin_api::param_check::assert_declared::<NcclSend>(
+            include_str!("lib.rs"),
+            "to = \"127.0.0.1:1\"\nlink = \"a->b\"",
+        );
     }
 
     #[test]
     fn check_names_every_bad_param() {
         let params = parse_params::<NcclSend>("to = \"host:7\"\nlink = \"\"\nconnect_timeout_s = -1.0").unwrap();
         let e = NcclSend::check(&params, &[]).unwrap_err().to_string();
-        for what in ["param `to`: \"host:7\" is not ADDRESS:PORT", "param `link`", "param `connect_timeout_s` must be > 0"] {
+        for what in
+            ["param `to`: \"host:7\" is not ADDRESS:PORT", "param `link`", "param `connect_timeout_s` must be > 0"]
+        {
             assert!(e.contains(what), "{what} in {e}");
         }
         assert!(parse_params::<NcclSend>("to = \"127.0.0.1:1\"\nlink = \"l\"\nlisten = \"x\"").is_err());
@@ -356,7 +407,13 @@ mod tests {
         }
         let params = parse_params::<NcclSend>("to = \"127.0.0.1:1\"\nlink = \"a->b\"").unwrap();
         let format = FrameFormat::new(PixelFormat::Gray8, 4, 4);
-        let ctx = CreateContext { domain: Domain::Cuda, device_ordinal: Some(0), cuda_context: 0x1000, cuda_stream: 0x2000, ..gpuipc_plugin_api::testing::cpu_context() };
+        let ctx = CreateContext {
+            domain: Domain::Cuda,
+            device_ordinal: Some(0),
+            cuda_context: 0x1000,
+            cuda_stream: 0x2000,
+            ..gpuipc_plugin_api::testing::cpu_context()
+        };
         let e = NcclSend::create(params, &[format], None, &ctx).unwrap_err().to_string();
         assert!(e.contains("libnccl.so.2") && e.contains("nvidia-nccl-cu13"), "{e}");
     }

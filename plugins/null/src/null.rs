@@ -1,8 +1,8 @@
 //! The null stage: params (none) and a `process` that returns at once.
 
 use gpuipc_plugin_api::{
-    CreateContext, Domain, FrameFormat, InputFrame, OutputFrame, PixelFormat, Plugin, PluginInfo,
-    ProcessContext, Result, bail,
+    CreateContext, Domain, FrameFormat, InputFrame, OutputFrame, PixelFormat, Plugin, PluginInfo, ProcessContext,
+    Result, bail,
 };
 use serde::Deserialize;
 

@@ -261,17 +261,69 @@ fn fixed_code(sym: u32) -> (u32, u32) {
 
 /// Lengths 3..=258: (first length, extra bits) of length codes 257..=285.
 const LENGTH_BASE: [(u16, u8); 29] = [
-    (3, 0), (4, 0), (5, 0), (6, 0), (7, 0), (8, 0), (9, 0), (10, 0), (11, 1), (13, 1), (15, 1),
-    (17, 1), (19, 2), (23, 2), (27, 2), (31, 2), (35, 3), (43, 3), (51, 3), (59, 3), (67, 4),
-    (83, 4), (99, 4), (115, 4), (131, 5), (163, 5), (195, 5), (227, 5), (258, 0),
+    (3, 0),
+    (4, 0),
+    (5, 0),
+    (6, 0),
+    (7, 0),
+    (8, 0),
+    (9, 0),
+    (10, 0),
+    (11, 1),
+    (13, 1),
+    (15, 1),
+    (17, 1),
+    (19, 2),
+    (23, 2),
+    (27, 2),
+    (31, 2),
+    (35, 3),
+    (43, 3),
+    (51, 3),
+    (59, 3),
+    (67, 4),
+    (83, 4),
+    (99, 4),
+    (115, 4),
+    (131, 5),
+    (163, 5),
+    (195, 5),
+    (227, 5),
+    (258, 0),
 ];
 
 /// Distances 1..=32768: (first distance, extra bits) of distance codes 0..=29.
 const DIST_BASE: [(u16, u8); 30] = [
-    (1, 0), (2, 0), (3, 0), (4, 0), (5, 1), (7, 1), (9, 2), (13, 2), (17, 3), (25, 3), (33, 4),
-    (49, 4), (65, 5), (97, 5), (129, 6), (193, 6), (257, 7), (385, 7), (513, 8), (769, 8),
-    (1025, 9), (1537, 9), (2049, 10), (3073, 10), (4097, 11), (6145, 11), (8193, 12),
-    (12289, 12), (16385, 13), (24577, 13),
+    (1, 0),
+    (2, 0),
+    (3, 0),
+    (4, 0),
+    (5, 1),
+    (7, 1),
+    (9, 2),
+    (13, 2),
+    (17, 3),
+    (25, 3),
+    (33, 4),
+    (49, 4),
+    (65, 5),
+    (97, 5),
+    (129, 6),
+    (193, 6),
+    (257, 7),
+    (385, 7),
+    (513, 8),
+    (769, 8),
+    (1025, 9),
+    (1537, 9),
+    (2049, 10),
+    (3073, 10),
+    (4097, 11),
+    (6145, 11),
+    (8193, 12),
+    (12289, 12),
+    (16385, 13),
+    (24577, 13),
 ];
 
 /// The index of the last entry of `table` whose first value is at most `value`.
@@ -421,7 +473,8 @@ pub mod decode {
     }
 
     pub fn zlib(stream: &[u8]) -> Result<Vec<u8>, String> {
-        if stream.len() < 6 || stream[0] & 0x0f != 8 || !(stream[0] as u32 * 256 + stream[1] as u32).is_multiple_of(31) {
+        if stream.len() < 6 || stream[0] & 0x0f != 8 || !(stream[0] as u32 * 256 + stream[1] as u32).is_multiple_of(31)
+        {
             return Err("bad zlib header".into());
         }
         let (body, check) = stream[2..].split_at(stream.len() - 6);
@@ -568,7 +621,13 @@ mod tests {
                     state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
                     out.push(match (y / 7) % 3 {
                         0 => (x * 3 + c * 50) as u8,
-                        1 => if x < width / 2 { 200 } else { (c * 40) as u8 },
+                        1 => {
+                            if x < width / 2 {
+                                200
+                            } else {
+                                (c * 40) as u8
+                            }
+                        }
                         _ => (state >> 24) as u8,
                     });
                 }
@@ -585,7 +644,8 @@ mod tests {
                 let row = |y: usize| &pixels[y * w * channels..(y + 1) * w * channels];
                 for compression in [Compression::None, Compression::Fast] {
                     let png = encode(w as u32, h as u32, color, compression, row);
-                    let decoded = decode::png(&png).unwrap_or_else(|e| panic!("{color:?} {w}x{h} {compression:?}: {e}"));
+                    let decoded =
+                        decode::png(&png).unwrap_or_else(|e| panic!("{color:?} {w}x{h} {compression:?}: {e}"));
                     assert_eq!(
                         decoded,
                         decode::Image { width: w as u32, height: h as u32, color: color as u8, pixels: pixels.clone() },

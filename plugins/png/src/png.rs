@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat,
-    Plugin, PluginInfo, ProcessContext, Result, bail,
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin, PluginInfo,
+    ProcessContext, Result, bail,
 };
 use serde::Deserialize;
 
@@ -55,7 +55,9 @@ pub const MAX_WIDTH: usize = 20;
 enum Part {
     Text(String),
     /// The frame's `seq` in decimal, zero-padded to `width` digits (0: as it is).
-    Seq { width: usize },
+    Seq {
+        width: usize,
+    },
 }
 
 /// A `path` param: text with `{seq}` (the frame's sequence number) or `{seq:0N}` (padded with
@@ -89,7 +91,9 @@ impl Pattern {
                     .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
                     .and_then(|n| n.parse::<usize>().ok())
                     .filter(|n| (1..=MAX_WIDTH).contains(n))
-                    .ok_or_else(|| format!("param `path`: `{{{placeholder}}}` is not a placeholder; {usage}, N in 1..=20"))?,
+                    .ok_or_else(|| {
+                        format!("param `path`: `{{{placeholder}}}` is not a placeholder; {usage}, N in 1..=20")
+                    })?,
                 None => return Err(format!("param `path`: `{{{placeholder}}}` is not a placeholder; {usage}")),
             };
             parts.push(Part::Seq { width });
@@ -175,15 +179,13 @@ impl Png {
     /// Encode `input` and write it to its file.
     fn write(&mut self, input: &InputFrame<'_>) -> Result<()> {
         let path = self.pattern.render(input.info.seq);
-        let plane = input
-            .plane(0)
-            .ok_or_else(|| Error::new("png reads host memory only (cpu domain)"))?;
-        let bytes = encode::encode(self.format.width, self.format.height, self.color, self.compression, |y| plane.row(y));
+        let plane = input.plane(0).ok_or_else(|| Error::new("png reads host memory only (cpu domain)"))?;
+        let bytes =
+            encode::encode(self.format.width, self.format.height, self.color, self.compression, |y| plane.row(y));
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
             && self.made_dir.as_deref() != Some(dir)
         {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
             self.made_dir = Some(dir.to_owned());
         }
         std::fs::write(&path, bytes).map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
@@ -349,10 +351,15 @@ mod tests {
     fn every_nth_frame_is_written_and_decodes_to_its_pixels() {
         let dir = temp_path("png", "frames");
         let _ = std::fs::remove_dir_all(&dir);
-        for (pixel, channels, color) in [(PixelFormat::Rgb8, 3, 2), (PixelFormat::Rgba8, 4, 6), (PixelFormat::Gray8, 1, 0)] {
+        for (pixel, channels, color) in
+            [(PixelFormat::Rgb8, 3, 2), (PixelFormat::Rgba8, 4, 6), (PixelFormat::Gray8, 1, 0)]
+        {
             for compression in ["fast", "none"] {
                 let sub = dir.join(format!("{pixel}-{compression}"));
-                let text = format!("path = \"{}/f-{{seq:04}}.png\"\nevery = 3\ncompression = \"{compression}\"", sub.display());
+                let text = format!(
+                    "path = \"{}/f-{{seq:04}}.png\"\nevery = 3\ncompression = \"{compression}\"",
+                    sub.display()
+                );
                 let params = parse_params::<Png>(&text).unwrap();
                 let format = FrameFormat::new(pixel, 7, 5);
                 assert_eq!(Png::negotiate(&params, &[format]).unwrap(), None);

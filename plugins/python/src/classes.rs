@@ -32,9 +32,14 @@ impl Source {
             (Some(script), None) => Source::Script(script),
             (None, Some(module)) => Source::Module(module),
             (Some(_), Some(_)) => return Err(Error::new("give param `script` or param `module`, not both")),
-            (None, None) => return Err(Error::new("param `script` (a Python file) or `module` (an importable module) is required")),
+            (None, None) => {
+                return Err(Error::new(
+                    "param `script` (a Python file) or `module` (an importable module) is required",
+                ));
+            }
         };
-        let class = text("class")?.ok_or_else(|| Error::new("param `class` (the class in it that does the work) is required"))?;
+        let class = text("class")?
+            .ok_or_else(|| Error::new("param `class` (the class in it that does the work) is required"))?;
         Ok((source, class))
     }
 }
@@ -53,7 +58,9 @@ pub fn load<'py>(py: Python<'py>, params: &toml::Table) -> Result<Bound<'py, PyA
         Source::Module(m) => module_named(py, m)?,
     };
     let key = format!("{}:{class}", module.getattr("__name__").map(|n| n.to_string()).unwrap_or_default());
-    if let Some(found) = LOADED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert_with(HashMap::new).get(&key) {
+    if let Some(found) =
+        LOADED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert_with(HashMap::new).get(&key)
+    {
         return Ok(found.bind(py).clone());
     }
     let found = match module.getattr(class.as_str()) {
@@ -66,7 +73,11 @@ pub fn load<'py>(py: Python<'py>, params: &toml::Table) -> Result<Bound<'py, PyA
             return Err(Error::new(format!("{where_} defines no `{class}`; its classes: {}", classes_in(py, &module))));
         }
     };
-    LOADED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert_with(HashMap::new).insert(key, found.clone().unbind());
+    LOADED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get_or_insert_with(HashMap::new)
+        .insert(key, found.clone().unbind());
     Ok(found)
 }
 
@@ -78,7 +89,10 @@ fn module_of_script<'py>(py: Python<'py>, script: &str) -> Result<Bound<'py, PyA
         let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
         Error::new(format!("script `{script}`: {e} (a relative path is from the folder gpuipc-host runs in, {cwd})"))
     })?;
-    let name = format!("gpuipc_script_{}", full.file_stem().and_then(|s| s.to_str()).unwrap_or("stage").replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
+    let name = format!(
+        "gpuipc_script_{}",
+        full.file_stem().and_then(|s| s.to_str()).unwrap_or("stage").replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+    );
     let modules = py.import("sys").and_then(|s| s.getattr("modules")).map_err(|e| describe(py, e))?;
     if let Ok(m) = modules.get_item(&name) {
         return Ok(m);
@@ -86,7 +100,9 @@ fn module_of_script<'py>(py: Python<'py>, script: &str) -> Result<Bound<'py, PyA
     let folder = full.parent().map(|p| p.display().to_string()).unwrap_or_default();
     put_first_on_path(py, &folder)?;
     let util = py.import("importlib.util").map_err(|e| describe(py, e))?;
-    let spec = util.call_method1("spec_from_file_location", (&name, full.display().to_string())).map_err(|e| describe(py, e))?;
+    let spec = util
+        .call_method1("spec_from_file_location", (&name, full.display().to_string()))
+        .map_err(|e| describe(py, e))?;
     if spec.is_none() {
         return Err(Error::new(format!("script `{script}` is not a Python file Python can load")));
     }
@@ -108,7 +124,11 @@ fn module_named<'py>(py: Python<'py>, name: &str) -> Result<Bound<'py, PyAny>> {
 }
 
 fn put_first_on_path(py: Python<'_>, folder: &str) -> Result<()> {
-    let path = py.import("sys").and_then(|s| s.getattr("path")).and_then(|p| Ok(p.cast_into::<PyList>()?)).map_err(|e| describe(py, e))?;
+    let path = py
+        .import("sys")
+        .and_then(|s| s.getattr("path"))
+        .and_then(|p| Ok(p.cast_into::<PyList>()?))
+        .map_err(|e| describe(py, e))?;
     if !path.contains(folder).map_err(|e| describe(py, e))? {
         path.insert(0, folder).map_err(|e| describe(py, e))?;
     }
@@ -117,7 +137,11 @@ fn put_first_on_path(py: Python<'_>, folder: &str) -> Result<()> {
 
 fn classes_in(py: Python<'_>, module: &Bound<'_, PyAny>) -> String {
     let names = py
-        .eval(c"lambda m: sorted(n for n, v in vars(m).items() if isinstance(v, type) and v.__module__ == m.__name__)", None, None)
+        .eval(
+            c"lambda m: sorted(n for n, v in vars(m).items() if isinstance(v, type) and v.__module__ == m.__name__)",
+            None,
+            None,
+        )
         .and_then(|f| f.call1((module,)))
         .and_then(|l| l.extract::<Vec<String>>());
     match names {

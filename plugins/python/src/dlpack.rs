@@ -76,7 +76,14 @@ unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
 
 /// A `dltensor` capsule viewing `shape` / `strides` (in elements: unsigned integers of `bits`
 /// bits, 8 or 16) at device address `addr` on CUDA device `device`.
-pub fn capsule(py: Python<'_>, addr: u64, shape: &[i64], strides: &[i64], device: i32, bits: u8) -> PyResult<Py<PyAny>> {
+pub fn capsule(
+    py: Python<'_>,
+    addr: u64,
+    shape: &[i64],
+    strides: &[i64],
+    device: i32,
+    bits: u8,
+) -> PyResult<Py<PyAny>> {
     let ndim = shape.len().min(3);
     let mut owned = Box::new(Owned {
         managed: DLManagedTensor {

@@ -48,7 +48,8 @@ impl Format {
     }
 
     pub fn to_frame_format(&self) -> Result<FrameFormat, String> {
-        let pixel = PixelFormat::from_name(&self.pixel).ok_or_else(|| format!("unknown pixel format `{}`", self.pixel))?;
+        let pixel =
+            PixelFormat::from_name(&self.pixel).ok_or_else(|| format!("unknown pixel format `{}`", self.pixel))?;
         Ok(FrameFormat::new(pixel, self.width, self.height))
     }
 }
@@ -126,7 +127,8 @@ impl Frame {
             let (shape, strides) = plane_view(pixel, index, plane);
             let view: Py<PyAny> = match bytes {
                 Bytes::Host { addr, writable } => {
-                    let plane = HostPlane { addr: *addr + plane.offset as usize, shape, strides, dtype, writable: *writable };
+                    let plane =
+                        HostPlane { addr: *addr + plane.offset as usize, shape, strides, dtype, writable: *writable };
                     let plane = Bound::new(py, plane)?.into_any();
                     match asarray {
                         Some(asarray) => asarray.call1((plane,))?.unbind(),
@@ -213,14 +215,23 @@ impl Dtype {
     fn of(pixel: PixelFormat) -> Dtype {
         match pixel {
             PixelFormat::P010 => Dtype::U16_LE,
-            PixelFormat::Rgb8 | PixelFormat::Rgba8 | PixelFormat::Gray8 | PixelFormat::I420 | PixelFormat::Nv12 => Dtype::U8,
+            PixelFormat::Rgb8 | PixelFormat::Rgba8 | PixelFormat::Gray8 | PixelFormat::I420 | PixelFormat::Nv12 => {
+                Dtype::U8
+            }
         }
     }
 }
 
 /// The array interface both kinds of plane give (version 3; elements of `dtype`, read-only
 /// unless `writable`): NumPy's on the CPU, the CUDA one on the GPU, which adds the stream.
-fn array_interface<'py>(py: Python<'py>, addr: u64, shape: &[u64], strides: &[u64], dtype: Dtype, writable: bool) -> PyResult<Bound<'py, PyDict>> {
+fn array_interface<'py>(
+    py: Python<'py>,
+    addr: u64,
+    shape: &[u64],
+    strides: &[u64],
+    dtype: Dtype,
+    writable: bool,
+) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("version", 3)?;
     d.set_item("shape", PyTuple::new(py, shape)?)?;
@@ -277,11 +288,17 @@ impl GpuPlane {
     }
 
     #[pyo3(signature = (stream = None, **_kwargs))]
-    fn __dlpack__(&self, py: Python<'_>, stream: Option<usize>, _kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Py<PyAny>> {
+    fn __dlpack__(
+        &self,
+        py: Python<'_>,
+        stream: Option<usize>,
+        _kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
         if let Some(theirs) = stream.filter(|&s| s != self.stream) {
             // Another stream: ready for it once ours has done what it had enqueued (the
             // wait for the frame), and the stage waits for theirs after the call.
-            gpuipc_plugin_api::cuda::synchronize_stream(self.stream).map_err(|e| PyValueError::new_err(e.to_string()))?;
+            gpuipc_plugin_api::cuda::synchronize_stream(self.stream)
+                .map_err(|e| PyValueError::new_err(e.to_string()))?;
             let mut foreign = self.foreign_streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if !foreign.contains(&theirs) {
                 foreign.push(theirs);
@@ -292,7 +309,9 @@ impl GpuPlane {
         // in a ring's layout, whose pitches are multiples of 64) cannot be described.
         let item = self.dtype.bytes;
         if let Some(odd) = self.strides.iter().find(|&&s| s % item != 0) {
-            return Err(PyValueError::new_err(format!("a stride of {odd} bytes is no whole number of {item}-byte elements")));
+            return Err(PyValueError::new_err(format!(
+                "a stride of {odd} bytes is no whole number of {item}-byte elements"
+            )));
         }
         let strides: Vec<i64> = self.strides.iter().map(|&v| (v / item) as i64).collect();
         crate::dlpack::capsule(py, self.addr, &shape, &strides, self.device, (item * 8) as u8)
@@ -322,4 +341,3 @@ pub struct Context {
     #[pyo3(get)]
     pub cuda_stream: usize,
 }
-

@@ -4,8 +4,8 @@
 use std::sync::{Arc, Mutex};
 
 use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameDataMut, FrameData, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat,
-    Plugin, PluginInfo, ProcessContext, Result, bail,
+    CreateContext, Domain, Error, FrameData, FrameDataMut, FrameFormat, InputFrame, OutputFrame, ParamInfo,
+    PixelFormat, Plugin, PluginInfo, ProcessContext, Result, bail,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -85,18 +85,27 @@ impl Plugin for PythonStage {
             let class = classes::load(py, params)?;
             if !class.hasattr("negotiate").map_err(|e| classes::describe(py, e))? {
                 if inputs.is_empty() {
-                    bail!("class `{}` is a source (no inputs), so it needs a static `negotiate(params, input_formats)` that returns its output format", classes::class_name(params));
+                    bail!(
+                        "class `{}` is a source (no inputs), so it needs a static `negotiate(params, input_formats)` that returns its output format",
+                        classes::class_name(params)
+                    );
                 }
                 return Ok(inputs.first().copied());
             }
-            let formats = PyList::new(py, inputs.iter().map(|f| Format::of(*f))).map_err(|e| classes::describe(py, e))?;
+            let formats =
+                PyList::new(py, inputs.iter().map(|f| Format::of(*f))).map_err(|e| classes::describe(py, e))?;
             let own = class_params(py, params)?;
             let result = class.call_method1("negotiate", (own, formats)).map_err(|e| classes::describe(py, e))?;
             format_from_python(&result).map_err(|e| Error::new(format!("negotiate returned {e}")))
         })
     }
 
-    fn create(params: toml::Table, inputs: &[FrameFormat], output: Option<FrameFormat>, ctx: &CreateContext<'_>) -> Result<PythonStage> {
+    fn create(
+        params: toml::Table,
+        inputs: &[FrameFormat],
+        output: Option<FrameFormat>,
+        ctx: &CreateContext<'_>,
+    ) -> Result<PythonStage> {
         runtime::ensure().map_err(Error::new)?;
         let cuda_stream = if ctx.domain == Domain::Cuda { ctx.cuda_stream } else { 0 };
         Python::attach(|py| {
@@ -105,7 +114,8 @@ impl Plugin for PythonStage {
                 Domain::Cpu => Some(numpy_asarray(py)?),
                 Domain::Cuda => None,
             };
-            let formats = PyList::new(py, inputs.iter().map(|f| Format::of(*f))).map_err(|e| classes::describe(py, e))?;
+            let formats =
+                PyList::new(py, inputs.iter().map(|f| Format::of(*f))).map_err(|e| classes::describe(py, e))?;
             let context = context(ctx.stage, ctx.domain, ctx.device_ordinal, cuda_stream, 0);
             let args = (class_params(py, &params)?, formats, output.map(Format::of), context);
             let instance = class.call1(args).map_err(|e| classes::describe(py, e))?.unbind();
@@ -123,7 +133,12 @@ impl Plugin for PythonStage {
         })
     }
 
-    fn process(&mut self, inputs: &[InputFrame<'_>], mut output: Option<&mut OutputFrame<'_>>, ctx: &ProcessContext) -> Result<()> {
+    fn process(
+        &mut self,
+        inputs: &[InputFrame<'_>],
+        mut output: Option<&mut OutputFrame<'_>>,
+        ctx: &ProcessContext,
+    ) -> Result<()> {
         let result = Python::attach(|py| -> Result<()> {
             let asarray = self.asarray.as_ref().map(|a| a.bind(py).clone());
             let mut frames = Vec::with_capacity(inputs.len());
@@ -157,7 +172,8 @@ impl Plugin for PythonStage {
             Ok(())
         });
         // Work a consumer put on a stream of its own is done before the frame is passed on.
-        let foreign: Vec<usize> = std::mem::take(&mut *self.foreign_streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let foreign: Vec<usize> =
+            std::mem::take(&mut *self.foreign_streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         for stream in foreign {
             gpuipc_plugin_api::cuda::synchronize_stream(stream)?;
         }
@@ -180,8 +196,15 @@ impl PythonStage {
         Bytes::Device { addr, device: self.device.unwrap_or(0) as i32, stream, writable }
     }
 
-    fn frame(&self, py: Python<'_>, info: &gpuipc_plugin_api::FrameInfo, bytes: &Bytes, asarray: Option<&Bound<'_, PyAny>>) -> Result<Py<Frame>> {
-        let frame = Frame::new(py, info, bytes, asarray, &self.foreign_streams).map_err(|e| classes::describe(py, e))?;
+    fn frame(
+        &self,
+        py: Python<'_>,
+        info: &gpuipc_plugin_api::FrameInfo,
+        bytes: &Bytes,
+        asarray: Option<&Bound<'_, PyAny>>,
+    ) -> Result<Py<Frame>> {
+        let frame =
+            Frame::new(py, info, bytes, asarray, &self.foreign_streams).map_err(|e| classes::describe(py, e))?;
         Py::new(py, frame).map_err(|e| classes::describe(py, e))
     }
 }
@@ -209,7 +232,8 @@ fn numpy_asarray(py: Python<'_>) -> Result<Py<PyAny>> {
 fn class_params<'py>(py: Python<'py>, params: &toml::Table) -> Result<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
     for (key, value) in params.iter().filter(|(k, _)| !OWN_KEYS.contains(&k.as_str())) {
-        dict.set_item(key, toml_to_python(py, value).map_err(|e| classes::describe(py, e))?).map_err(|e| classes::describe(py, e))?;
+        dict.set_item(key, toml_to_python(py, value).map_err(|e| classes::describe(py, e))?)
+            .map_err(|e| classes::describe(py, e))?;
     }
     Ok(dict)
 }

@@ -5,10 +5,7 @@ use gpuipc_plugin_api::cuda::{self, DeviceTable, Kernel, KernelArg, Kernels};
 use gpuipc_plugin_api::{CreateContext, DeviceBuffer, FrameInfo, Result};
 
 /// The kernel source, compiled with NVRTC when a cuda stage starts.
-pub const SOURCE: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../kernels/rgb_process.cu"
-));
+pub const SOURCE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels/rgb_process.cu"));
 /// How the source is named in NVRTC's messages and the kernel cache.
 pub const FILE_NAME: &str = "kernels/rgb_process.cu";
 /// The kernel's entry point.

@@ -2,8 +2,8 @@
 //! rows at once.
 
 use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat,
-    Plugin, PluginInfo, ProcessContext, Result, bail,
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin, PluginInfo,
+    ProcessContext, Result, bail,
 };
 use serde::Deserialize;
 
@@ -47,10 +47,7 @@ impl Params {
             problems.push(format!("param `brightness` must be in -1..=1, got {}", self.brightness));
         }
         if !(self.contrast.is_finite() && self.contrast >= 0.0) {
-            problems.push(format!(
-                "param `contrast` must be a finite number >= 0, got {}",
-                self.contrast
-            ));
+            problems.push(format!("param `contrast` must be a finite number >= 0, got {}", self.contrast));
         }
         if !(self.gamma.is_finite() && self.gamma > 0.0) {
             problems.push(format!("param `gamma` must be a finite number > 0, got {}", self.gamma));
@@ -80,12 +77,7 @@ pub fn apply_row(table: &[u8; 256], pixel: PixelFormat, input: &[u8], output: &m
     match pixel {
         PixelFormat::Rgba8 => {
             for (o, i) in output.chunks_exact_mut(4).zip(input.chunks_exact(4)) {
-                o.copy_from_slice(&[
-                    table[i[0] as usize],
-                    table[i[1] as usize],
-                    table[i[2] as usize],
-                    i[3],
-                ]);
+                o.copy_from_slice(&[table[i[0] as usize], table[i[1] as usize], table[i[2] as usize], i[3]]);
             }
         }
         _ => {
@@ -165,7 +157,9 @@ impl Plugin for RgbProcess {
             range: "",
             description: "output = 1 - value, last",
         },
-        bands::threads_param("cpu domain: threads mapping each frame, each a band of rows; 0: this stage's share of the cores (the cores over the cpu stage processes of the pipeline, as validate says), at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain"),
+        bands::threads_param(
+            "cpu domain: threads mapping each frame, each a band of rows; 0: this stage's share of the cores (the cores over the cpu stage processes of the pipeline, as validate says), at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain",
+        ),
     ];
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
@@ -184,9 +178,7 @@ impl Plugin for RgbProcess {
     ) -> Result<RgbProcess> {
         let format = check_input(inputs)?;
         if output != Some(format) {
-            bail!(
-                "rgb-process writes its input format {format}, but the output was set to {output:?}"
-            );
+            bail!("rgb-process writes its input format {format}, but the output was set to {output:?}");
         }
         let table = lut(&params);
         let gpu = match ctx.domain {
@@ -239,9 +231,7 @@ impl Plugin for RgbProcess {
 
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::testing::{
-        check_doc_examples, cpu_context, frame_bytes, packed_planes, padded,
-    };
+    use gpuipc_plugin_api::testing::{check_doc_examples, cpu_context, frame_bytes, packed_planes, padded};
     use gpuipc_plugin_api::{FrameInfo, parse_params};
 
     use super::*;
@@ -301,26 +291,10 @@ mod tests {
     fn tables_match_hand_computed_values() {
         // c = 128, brightness 0.1, contrast 1.2: (128/255 - 0.5) * 1.2 + 0.6 = 0.60235 -> 153.6.
         let t = lut(&params("brightness = 0.1\ncontrast = 1.2"));
-        check(
-            &t,
-            &[
-                (0, 0),
-                (1, 1),
-                (10, 12),
-                (64, 77),
-                (100, 120),
-                (128, 154),
-                (200, 240),
-                (254, 255),
-                (255, 255),
-            ],
-        );
+        check(&t, &[(0, 0), (1, 1), (10, 12), (64, 77), (100, 120), (128, 154), (200, 240), (254, 255), (255, 255)]);
         // gamma 2.2: (128/255)^(1/2.2) = 0.73107 -> 186.4.
         let t = lut(&params("gamma = 2.2"));
-        check(
-            &t,
-            &[(0, 0), (1, 21), (10, 59), (64, 136), (100, 167), (128, 186), (200, 228), (255, 255)],
-        );
+        check(&t, &[(0, 0), (1, 21), (10, 59), (64, 136), (100, 167), (128, 186), (200, 228), (255, 255)]);
         // gamma 0.5 squares: (128/255)^2 = 0.25197 -> 64.25.
         let t = lut(&params("gamma = 0.5"));
         check(&t, &[(1, 0), (10, 0), (64, 16), (100, 39), (128, 64), (200, 157), (254, 253)]);
@@ -401,8 +375,7 @@ mod tests {
     #[test]
     fn a_cpu_stage_refuses_device_frames_and_cuda_needs_a_context() {
         let format = FrameFormat::new(PixelFormat::Rgb8, 4, 4);
-        let mut stage =
-            RgbProcess::create(params(""), &[format], Some(format), &cpu_context()).unwrap();
+        let mut stage = RgbProcess::create(params(""), &[format], Some(format), &cpu_context()).unwrap();
         let info = FrameInfo::new(format, 0, 0).unwrap();
         let buffer = gpuipc_plugin_api::DeviceBuffer { addr: 0x1000, len: info.layout.total_bytes };
         let input = InputFrame::device(info, buffer);
@@ -429,16 +402,13 @@ mod tests {
                 let format = FrameFormat::new(pixel, width, height);
                 for text in settings {
                     let ctx = gpu.create_context("grade").unwrap();
-                    let mut stage =
-                        RgbProcess::create(params(text), &[format], Some(format), &ctx).unwrap();
+                    let mut stage = RgbProcess::create(params(text), &[format], Some(format), &ctx).unwrap();
                     for (in_extra, out_extra) in [(0, 0), (5, 3)] {
                         let mut in_info = FrameInfo::new(format, 1, 0).unwrap();
                         in_info.layout = padded(in_info.layout, in_extra);
                         let mut out_info = FrameInfo::new(format, 1, 0).unwrap();
                         out_info.layout = padded(out_info.layout, out_extra);
-                        let in_bytes: Vec<u8> = (0..in_info.layout.total_bytes)
-                            .map(|i| (i * 31 + 7) as u8)
-                            .collect();
+                        let in_bytes: Vec<u8> = (0..in_info.layout.total_bytes).map(|i| (i * 31 + 7) as u8).collect();
 
                         let input = InputFrame::host(in_info, &in_bytes).unwrap();
                         let mut cpu = vec![SENTINEL; out_info.layout.total_bytes as usize];
@@ -466,11 +436,9 @@ mod tests {
     /// the table's (alpha copied), and no padding byte.
     #[test]
     fn every_thread_count_maps_every_row_once() {
-        let sizes =
-            [(1, 1), (2, 1), (1, 2), (3, 3), (5, 3), (1, 33), (33, 1), (17, 9), (1031, 517)];
+        let sizes = [(1, 1), (2, 1), (1, 2), (3, 3), (5, 3), (1, 33), (33, 1), (17, 9), (1031, 517)];
         for (width, height) in sizes {
-            let formats =
-                [(PixelFormat::Rgb8, 3), (PixelFormat::Rgba8, 4), (PixelFormat::Gray8, 1)];
+            let formats = [(PixelFormat::Rgb8, 3), (PixelFormat::Rgba8, 4), (PixelFormat::Gray8, 1)];
             for (pixel, bpp) in formats {
                 let n = (width * height * bpp) as usize;
                 let pixels: Vec<u8> = (0..n).map(|i| ((i * 2_654_435_761) >> 11) as u8).collect();
@@ -505,8 +473,7 @@ mod tests {
 
     #[test]
     fn formats_it_cannot_take_are_refused() {
-        let e = RgbProcess::negotiate(&params(""), &[FrameFormat::new(PixelFormat::I420, 4, 4)])
-            .unwrap_err();
+        let e = RgbProcess::negotiate(&params(""), &[FrameFormat::new(PixelFormat::I420, 4, 4)]).unwrap_err();
         assert!(e.message().contains("i420 4x4"), "{e}");
     }
 }

@@ -102,17 +102,29 @@ impl Plugin for TcpReceive {
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
         let format = (params.format.as_str(), params.width, params.height);
-        wire::params::checked(wire::params::receiver_problems(&params.listen, &params.link, format, ("reconnect_timeout_s", params.reconnect_timeout_s)))
+        wire::params::checked(wire::params::receiver_problems(
+            &params.listen,
+            &params.link,
+            format,
+            ("reconnect_timeout_s", params.reconnect_timeout_s),
+        ))
     }
 
     fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
         if !inputs.is_empty() {
             bail!("tcp-receive is a source: it takes no inputs, got {}", inputs.len());
         }
-        wire::params::frame_format(&params.format, params.width, params.height).map(Some).map_err(|p| Error::new(p.join("; ")))
+        wire::params::frame_format(&params.format, params.width, params.height)
+            .map(Some)
+            .map_err(|p| Error::new(p.join("; ")))
     }
 
-    fn create(params: Params, _inputs: &[FrameFormat], output: Option<FrameFormat>, ctx: &CreateContext<'_>) -> Result<TcpReceive> {
+    fn create(
+        params: Params,
+        _inputs: &[FrameFormat],
+        output: Option<FrameFormat>,
+        ctx: &CreateContext<'_>,
+    ) -> Result<TcpReceive> {
         if ctx.domain != Domain::Cpu {
             bail!("tcp-receive runs in the cpu domain only (the ring at a network end is in host memory)");
         }
@@ -138,7 +150,12 @@ impl Plugin for TcpReceive {
         })
     }
 
-    fn process(&mut self, _inputs: &[InputFrame<'_>], output: Option<&mut OutputFrame<'_>>, _ctx: &ProcessContext) -> Result<()> {
+    fn process(
+        &mut self,
+        _inputs: &[InputFrame<'_>],
+        output: Option<&mut OutputFrame<'_>>,
+        _ctx: &ProcessContext,
+    ) -> Result<()> {
         let out = output.ok_or("tcp-receive has an output")?;
         // The runner asks for the next frame once the last is published: acknowledge it.
         self.acknowledge_due();
@@ -223,7 +240,10 @@ impl TcpReceive {
 
     fn lost(&mut self, why: &str) {
         if let Some((_, peer)) = self.conn.take() {
-            warn!("link '{}': connection {} from {peer} lost ({why}); waiting for the sender again", self.link, self.connections);
+            warn!(
+                "link '{}': connection {} from {peer} lost ({why}); waiting for the sender again",
+                self.link, self.connections
+            );
         }
     }
 
@@ -288,7 +308,10 @@ impl TcpReceive {
                         .into());
                     }
                     let mut fds = [PollFd::new(&self.listener, PollFlags::IN)];
-                    let timeout = rustix::time::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: i64::from(left.subsec_nanos()) };
+                    let timeout = rustix::time::Timespec {
+                        tv_sec: left.as_secs() as i64,
+                        tv_nsec: i64::from(left.subsec_nanos()),
+                    };
                     match poll(&mut fds, Some(&timeout)) {
                         Ok(_) | Err(rustix::io::Errno::INTR) => {}
                         Err(e) => return Err(ReceiveError::Poll { link: self.link.clone(), source: e.into() }.into()),
@@ -325,7 +348,10 @@ impl TcpReceive {
             }
         };
         let refusal = if hello.link != self.link {
-            Some(format!("the sender at {peer} sends link '{}', this receiver at {} takes link '{}'", hello.link, self.listen, self.link))
+            Some(format!(
+                "the sender at {peer} sends link '{}', this receiver at {} takes link '{}'",
+                hello.link, self.listen, self.link
+            ))
         } else if (hello.format, hello.frame_bytes) != (self.format, self.frame_bytes) {
             Some(format!(
                 "link '{}': the sender sends {}, the receiver expects {}",
@@ -367,10 +393,16 @@ mod tests {
 
     #[test]
     fn check_names_every_bad_param() {
-        let text = "listen = \"7448\"\nlink = \"a\"\nformat = \"rgb9\"\nwidth = 0\nheight = 2\nreconnect_timeout_s = -1.0";
+        let text =
+            "listen = \"7448\"\nlink = \"a\"\nformat = \"rgb9\"\nwidth = 0\nheight = 2\nreconnect_timeout_s = -1.0";
         let params = parse_params::<TcpReceive>(text).unwrap();
         let e = TcpReceive::check(&params, &[]).unwrap_err().to_string();
-        for what in ["param `listen`: \"7448\" is not ADDRESS:PORT", "unknown pixel format \"rgb9\"", "param `width` must be > 0", "param `reconnect_timeout_s`"] {
+        for what in [
+            "param `listen`: \"7448\" is not ADDRESS:PORT",
+            "unknown pixel format \"rgb9\"",
+            "param `width` must be > 0",
+            "param `reconnect_timeout_s`",
+        ] {
             assert!(e.contains(what), "{what} in {e}");
         }
     }

@@ -125,7 +125,8 @@ impl Plugin for TcpSend {
     ];
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
-        let mut problems = wire::params::sender_problems(&params.to, &params.link, ("connect_timeout_s", params.connect_timeout_s));
+        let mut problems =
+            wire::params::sender_problems(&params.to, &params.link, ("connect_timeout_s", params.connect_timeout_s));
         if !(1..=MAX_WINDOW).contains(&params.window) {
             problems.push(format!("param `window` must be 1 to {MAX_WINDOW}, got {}", params.window));
         }
@@ -139,7 +140,12 @@ impl Plugin for TcpSend {
         Ok(None)
     }
 
-    fn create(params: Params, inputs: &[FrameFormat], _output: Option<FrameFormat>, ctx: &CreateContext<'_>) -> Result<TcpSend> {
+    fn create(
+        params: Params,
+        inputs: &[FrameFormat],
+        _output: Option<FrameFormat>,
+        ctx: &CreateContext<'_>,
+    ) -> Result<TcpSend> {
         if ctx.domain != Domain::Cpu {
             bail!("tcp-send runs in the cpu domain only (the ring at a network end is in host memory)");
         }
@@ -163,20 +169,28 @@ impl Plugin for TcpSend {
         Ok(stage)
     }
 
-    fn process(&mut self, inputs: &[InputFrame<'_>], _output: Option<&mut OutputFrame<'_>>, _ctx: &ProcessContext) -> Result<()> {
+    fn process(
+        &mut self,
+        inputs: &[InputFrame<'_>],
+        _output: Option<&mut OutputFrame<'_>>,
+        _ctx: &ProcessContext,
+    ) -> Result<()> {
         self.first_connect()?;
         let input = inputs.first().ok_or("tcp-send takes 1 input")?;
         let bytes = input.host_bytes().ok_or("tcp-send reads host memory only")?;
         let need = self.frame_bytes;
-        let payload = bytes
-            .get(..need as usize)
-            .ok_or_else(|| SendError::ShortFrame { link: self.link.clone(), got: bytes.len(), need })?;
+        let payload = bytes.get(..need as usize).ok_or_else(|| SendError::ShortFrame {
+            link: self.link.clone(),
+            got: bytes.len(),
+            need,
+        })?;
         // At most `window` frames unacknowledged: the receiver's full ring (no acknowledgements)
         // holds this stage here, and through its input ring the producer.
         while self.unacked.len() >= self.window {
             self.settle_one()?;
         }
-        let header = FrameHeader { flags: 0, seq: input.info.seq, timestamp_ns: input.info.timestamp_ns, payload_len: need };
+        let header =
+            FrameHeader { flags: 0, seq: input.info.seq, timestamp_ns: input.info.timestamp_ns, payload_len: need };
         // Kept, because the input slot goes back to the producer when this returns; copied
         // while the frame is sent from the slot, so the copy costs no time where a core is free.
         let mut kept = self.spare.pop().unwrap_or_default();
@@ -253,10 +267,15 @@ impl TcpSend {
             self.conn = None;
             match e {
                 WireError::Lost(io) => {
-                    warn!("link '{}': connection {} to {} lost ({io}); connecting again", self.link, self.epoch, self.to);
+                    warn!(
+                        "link '{}': connection {} to {} lost ({io}); connecting again",
+                        self.link, self.epoch, self.to
+                    );
                     self.connect()?;
                 }
-                WireError::Protocol(what) => return Err(SendError::Protocol { link: self.link.clone(), to: self.to, what }.into()),
+                WireError::Protocol(what) => {
+                    return Err(SendError::Protocol { link: self.link.clone(), to: self.to, what }.into());
+                }
             }
             match self.resend() {
                 Ok(()) => return Ok(()),
@@ -315,7 +334,8 @@ impl TcpSend {
         // kernel but never answers is retried.
         stream.set_read_timeout(Some(left))?;
         self.epoch += 1;
-        let hello = Hello { epoch: self.epoch, format: self.format, frame_bytes: self.frame_bytes, link: self.link.clone() };
+        let hello =
+            Hello { epoch: self.epoch, format: self.format, frame_bytes: self.frame_bytes, link: self.link.clone() };
         hello.write_to(&mut stream)?;
         wire::read_answer(&mut stream)?.map_err(WireError::Protocol)?;
         // Acknowledgements wait for the receiver's ring (backpressure): no timeout on them; a
@@ -343,7 +363,9 @@ fn copy_while_sending(
         return Ok(write_frame(stream, header, payload));
     }
     let copied_aside: Option<std::io::Result<()>> = std::thread::scope(|scope| -> Result<_> {
-        let copier = std::thread::Builder::new().name("tcp-send-copy".into()).spawn_scoped(scope, || kept.extend_from_slice(payload));
+        let copier = std::thread::Builder::new()
+            .name("tcp-send-copy".into())
+            .spawn_scoped(scope, || kept.extend_from_slice(payload));
         match copier {
             Ok(copier) => {
                 let sent = write_frame(stream, header, payload);
@@ -388,14 +410,23 @@ mod tests {
 
     #[test]
     fn declared_params_match_the_params_type_and_the_docs() {
-        gpuipc_plugin_api::param_check::assert_declared::<TcpSend>(include_str!("lib.rs"), "to = \"127.0.0.1:1\"\nlink = \"a->b\"");
+        gpuipc_plugin_api::param_check::assert_declared::<TcpSend>(
+            include_str!("lib.rs"),
+            "to = \"127.0.0.1:1\"\nlink = \"a->b\"",
+        );
     }
 
     #[test]
     fn check_names_every_bad_param() {
-        let params = parse_params::<TcpSend>("to = \"host:7\"\nlink = \"\"\nconnect_timeout_s = 0.0\nwindow = 0").unwrap();
+        let params =
+            parse_params::<TcpSend>("to = \"host:7\"\nlink = \"\"\nconnect_timeout_s = 0.0\nwindow = 0").unwrap();
         let e = TcpSend::check(&params, &[]).unwrap_err().to_string();
-        for what in ["param `to`: \"host:7\" is not ADDRESS:PORT", "param `link`", "param `connect_timeout_s` must be > 0", "param `window` must be 1 to 64, got 0"] {
+        for what in [
+            "param `to`: \"host:7\" is not ADDRESS:PORT",
+            "param `link`",
+            "param `connect_timeout_s` must be > 0",
+            "param `window` must be 1 to 64, got 0",
+        ] {
             assert!(e.contains(what), "{what} in {e}");
         }
     }
@@ -410,7 +441,10 @@ mod tests {
         // It connects at its first frame or its end of stream, whichever comes first.
         let mut stage = TcpSend::create(params, &[format], None, &gpuipc_plugin_api::testing::cpu_context()).unwrap();
         let e = stage.flush().unwrap_err().to_string();
-        assert!(e.contains(&format!("link 'a->b': could not connect to the receiver at 127.0.0.1:{port} within 0.2 s")), "{e}");
+        assert!(
+            e.contains(&format!("link 'a->b': could not connect to the receiver at 127.0.0.1:{port} within 0.2 s")),
+            "{e}"
+        );
     }
 
     /// A receiver played by the test: accept, answer, then read frames (acknowledging them
@@ -464,6 +498,10 @@ mod tests {
         stage.flush().unwrap();
         let (first, second) = receiver.join().unwrap();
         assert_eq!(first, (0..WINDOW as u64).collect::<Vec<_>>());
-        assert_eq!(second, (0..=WINDOW as u64).collect::<Vec<_>>(), "every unacknowledged frame again, in order, then the next");
+        assert_eq!(
+            second,
+            (0..=WINDOW as u64).collect::<Vec<_>>(),
+            "every unacknowledged frame again, in order, then the next"
+        );
     }
 }

@@ -308,7 +308,10 @@ pub fn peer_gone(stream: &std::net::TcpStream) -> bool {
 /// Whether an I/O error means the connection is gone (rather than, say, a bad address).
 pub fn is_disconnect(e: &io::Error) -> bool {
     use io::ErrorKind::*;
-    matches!(e.kind(), UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe | NotConnected | TimedOut | WouldBlock)
+    matches!(
+        e.kind(),
+        UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe | NotConnected | TimedOut | WouldBlock
+    )
 }
 
 #[cfg(test)]
@@ -318,7 +321,12 @@ mod tests {
 
     #[test]
     fn a_hello_an_answer_and_a_header_read_back_as_written() {
-        let hello = Hello { epoch: 3, format: FrameFormat::new(PixelFormat::Rgb8, 64, 48), frame_bytes: 9216, link: "gen->b".into() };
+        let hello = Hello {
+            epoch: 3,
+            format: FrameFormat::new(PixelFormat::Rgb8, 64, 48),
+            frame_bytes: 9216,
+            link: "gen->b".into(),
+        };
         let mut wire = Vec::new();
         hello.write_to(&mut wire).unwrap();
         write_answer(&mut wire, Err("no")).unwrap();
@@ -333,12 +341,16 @@ mod tests {
 
     #[test]
     fn an_nccl_hello_is_refused_by_a_tcp_receiver_and_the_other_way_round() {
-        let hello = Hello { epoch: 1, format: FrameFormat::new(PixelFormat::Gray8, 4, 4), frame_bytes: 16, link: "l".into() };
+        let hello =
+            Hello { epoch: 1, format: FrameFormat::new(PixelFormat::Gray8, 4, 4), frame_bytes: 16, link: "l".into() };
         let mut wire = Vec::new();
         hello.write_for(&mut wire, Payloads::Nccl).unwrap();
         assert_eq!(Hello::read_for(&mut &wire[..], Payloads::Nccl).unwrap(), hello);
         let e = Hello::read_from(&mut &wire[..]).unwrap_err().to_string();
-        assert!(e.contains("the sender is a nccl-send stage, this receiver takes the frames of a tcp-send stage"), "{e}");
+        assert!(
+            e.contains("the sender is a nccl-send stage, this receiver takes the frames of a tcp-send stage"),
+            "{e}"
+        );
         let mut wire = Vec::new();
         hello.write_to(&mut wire).unwrap();
         let e = Hello::read_for(&mut &wire[..], Payloads::Nccl).unwrap_err().to_string();

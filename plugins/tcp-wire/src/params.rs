@@ -100,15 +100,20 @@ pub fn checked(problems: Vec<String>) -> Result<(), Error> {
 
 /// A sender's `to` param as an address.
 pub fn to_address(to: &str) -> Result<SocketAddr, String> {
-    to.parse()
-        .map_err(|_| format!("param `to`: {to:?} is not ADDRESS:PORT (an IP address and a port, e.g. 10.0.0.2:7448 or [fd00::2]:7448)"))
+    to.parse().map_err(|_| {
+        format!(
+            "param `to`: {to:?} is not ADDRESS:PORT (an IP address and a port, e.g. 10.0.0.2:7448 or [fd00::2]:7448)"
+        )
+    })
 }
 
 /// A receiver's `listen` param as an address.
 pub fn listen_address(listen: &str) -> Result<SocketAddr, String> {
-    listen
-        .parse()
-        .map_err(|_| format!("param `listen`: {listen:?} is not ADDRESS:PORT (an IP address and a port, e.g. 0.0.0.0:7448 or [::]:7448)"))
+    listen.parse().map_err(|_| {
+        format!(
+            "param `listen`: {listen:?} is not ADDRESS:PORT (an IP address and a port, e.g. 0.0.0.0:7448 or [::]:7448)"
+        )
+    })
 }
 
 /// What is wrong with a `link` param, if anything (a hello carries at most [`MAX_LINK_NAME`]).

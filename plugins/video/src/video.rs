@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin,
-    PluginInfo, ProcessContext, Result, bail,
-};
 use gpuipc_plugin_api::ffmpeg::Program;
+use gpuipc_plugin_api::{
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin, PluginInfo,
+    ProcessContext, Result, bail,
+};
 use serde::Deserialize;
 
 use crate::container::{Chroma, Index};
@@ -189,7 +189,12 @@ impl Plugin for Video {
         Ok(Some(format))
     }
 
-    fn create(params: Params, _inputs: &[FrameFormat], output: Option<FrameFormat>, ctx: &CreateContext<'_>) -> Result<Video> {
+    fn create(
+        params: Params,
+        _inputs: &[FrameFormat],
+        output: Option<FrameFormat>,
+        ctx: &CreateContext<'_>,
+    ) -> Result<Video> {
         let index = Arc::new(Index::open(&params.path)?);
         let format = output_format(&index, &params.path)?;
         if output != Some(format) {
@@ -216,7 +221,12 @@ impl Plugin for Video {
     }
 
     /// Frame `seq` is display frame `seq % frames` of pass `seq / frames`.
-    fn process(&mut self, _inputs: &[InputFrame<'_>], output: Option<&mut OutputFrame<'_>>, _ctx: &ProcessContext) -> Result<()> {
+    fn process(
+        &mut self,
+        _inputs: &[InputFrame<'_>],
+        output: Option<&mut OutputFrame<'_>>,
+        _ctx: &ProcessContext,
+    ) -> Result<()> {
         let out = output.ok_or_else(|| Error::new("a video source needs an output frame"))?;
         let seq = out.info().seq;
         let frames = self.index.info.frames;
@@ -307,9 +317,15 @@ mod tests {
         let p010 = output_format(&index(Chroma::C420, 10, (642, 362)), path).unwrap();
         assert_eq!(p010, FrameFormat::new(PixelFormat::P010, 642, 362));
         let e = output_format(&index(Chroma::C444, 8, (64, 64)), path).unwrap_err();
-        assert_eq!(e.message(), "in.mp4: HEVC Main 10 has 4:4:4 chroma; the video source makes nv12 and p010 frames (4:2:0) only");
+        assert_eq!(
+            e.message(),
+            "in.mp4: HEVC Main 10 has 4:4:4 chroma; the video source makes nv12 and p010 frames (4:2:0) only"
+        );
         let e = output_format(&index(Chroma::C420, 12, (64, 64)), path).unwrap_err();
-        assert_eq!(e.message(), "in.mp4: HEVC Main 10 is 12-bit; the video source decodes 8-bit (nv12) and 10-bit (p010) video only");
+        assert_eq!(
+            e.message(),
+            "in.mp4: HEVC Main 10 is 12-bit; the video source decodes 8-bit (nv12) and 10-bit (p010) video only"
+        );
     }
 
     #[test]
@@ -325,7 +341,10 @@ mod tests {
     #[test]
     fn the_stream_line_says_what_validate_shows() {
         let info = index(Chroma::C420, 10, (642, 362)).info;
-        assert_eq!(info.to_string(), "HEVC Main 10 in MP4, 642x362, 10-bit 4:2:0, 29.970 frames/s (30000/1001), 3 frames");
+        assert_eq!(
+            info.to_string(),
+            "HEVC Main 10 in MP4, 642x362, 10-bit 4:2:0, 29.970 frames/s (30000/1001), 3 frames"
+        );
     }
 
     #[test]

@@ -43,18 +43,9 @@ impl Header {
         let mut tags = text.split(' ');
         if tags.next() != Some("YUV4MPEG2") {
             let start: String = text.chars().take(20).collect();
-            return Err(format!(
-                "{what} is not a YUV4MPEG2 stream: it starts with {start:?}, not \"YUV4MPEG2 \""
-            ));
+            return Err(format!("{what} is not a YUV4MPEG2 stream: it starts with {start:?}, not \"YUV4MPEG2 \""));
         }
-        let mut header = Header {
-            width: 0,
-            height: 0,
-            rate: (0, 0),
-            interlace: '?',
-            aspect: (0, 0),
-            chroma: None,
-        };
+        let mut header = Header { width: 0, height: 0, rate: (0, 0), interlace: '?', aspect: (0, 0), chroma: None };
         let (mut width, mut height) = (None, None);
         for tag in tags.filter(|t| !t.is_empty()) {
             let mut chars = tag.chars();
@@ -78,7 +69,12 @@ impl Header {
         }
         match (width, height) {
             (Some(w), Some(h)) => (header.width, header.height) = (w, h),
-            _ => return Err(format!("{what}: the header has no {} tag", if width.is_none() { "W (width)" } else { "H (height)" })),
+            _ => {
+                return Err(format!(
+                    "{what}: the header has no {} tag",
+                    if width.is_none() { "W (width)" } else { "H (height)" }
+                ));
+            }
         }
         if let Some(chroma) = &header.chroma
             && !CHROMA_420.contains(&chroma.as_str())
@@ -143,9 +139,7 @@ pub fn read_line(reader: &mut impl Read, what: &str) -> Result<Line, String> {
             Err(e) => return Err(format!("cannot read {what}: {e}")),
         }
         if line.len() >= MAX_LINE {
-            return Err(format!(
-                "{what}: a line longer than {MAX_LINE} bytes; this is not a YUV4MPEG2 stream"
-            ));
+            return Err(format!("{what}: a line longer than {MAX_LINE} bytes; this is not a YUV4MPEG2 stream"));
         }
     }
 }
@@ -199,7 +193,10 @@ mod tests {
     fn other_chroma_is_refused_naming_the_stream_and_the_tag() {
         for tag in ["C444", "C422", "C420p10", "Cmono", "C411"] {
             let e = parse(&format!("YUV4MPEG2 W4 H4 {tag}")).unwrap_err();
-            assert!(e.starts_with(&format!("in.y4m: the stream is {tag}; the y4m source reads 8-bit 4:2:0 only")), "{e}");
+            assert!(
+                e.starts_with(&format!("in.y4m: the stream is {tag}; the y4m source reads 8-bit 4:2:0 only")),
+                "{e}"
+            );
         }
     }
 

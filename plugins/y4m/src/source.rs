@@ -46,10 +46,7 @@ fn stdin_file() -> Result<File> {
              YUV4MPEG2 stream in, e.g. `ffmpeg -i in.mp4 -f yuv4mpegpipe - | gpuipc-host run ...`"
         );
     }
-    let fd = stdin
-        .as_fd()
-        .try_clone_to_owned()
-        .map_err(|e| Error::new(format!("cannot read standard input: {e}")))?;
+    let fd = stdin.as_fd().try_clone_to_owned().map_err(|e| Error::new(format!("cannot read standard input: {e}")))?;
     Ok(File::from(fd))
 }
 
@@ -110,17 +107,7 @@ impl Source {
             let start = reader.stream_position().map_err(|e| Error::new(format!("cannot read {what}: {e}")))?;
             (reader, start)
         };
-        Ok(Source {
-            reader,
-            what,
-            format,
-            data_start,
-            looping,
-            stdin,
-            header_may_come: stdin,
-            in_file: 0,
-            next_seq: 0,
-        })
+        Ok(Source { reader, what, format, data_start, looping, stdin, header_may_come: stdin, in_file: 0, next_seq: 0 })
     }
 
     /// Bytes of one frame's planes: Y, then U and V of `ceil(w/2)` x `ceil(h/2)`.
@@ -166,11 +153,9 @@ impl Source {
                     self.in_file = 0;
                 }
                 Line::End => return Ok(false),
-                Line::Cut(_) => bail!(
-                    "{}: frame {} is truncated: the stream ends inside its FRAME line",
-                    self.what,
-                    self.in_file
-                ),
+                Line::Cut(_) => {
+                    bail!("{}: frame {} is truncated: the stream ends inside its FRAME line", self.what, self.in_file)
+                }
                 Line::Line(line) if self.header_may_come && line.starts_with(b"YUV4MPEG2") => {
                     self.header_may_come = false;
                     let header = Header::parse(&line, &self.what)?;
@@ -207,14 +192,14 @@ impl Source {
         if out.info().format != self.format {
             bail!("output frame is {}, but the stream's header says {}", out.info().format, self.format);
         }
-        let mut planes = out
-            .planes_mut()
-            .ok_or_else(|| Error::new("the y4m source writes host memory only (cpu domain)"))?;
+        let mut planes =
+            out.planes_mut().ok_or_else(|| Error::new("the y4m source writes host memory only (cpu domain)"))?;
         let mut got = 0u64;
         for plane in &mut planes {
             for y in 0..plane.rows() {
                 let row = plane.row_mut(y);
-                let n = gpuipc_plugin_api::read_full(&mut self.reader, row).map_err(|e| Error::new(format!("cannot read {}: {e}", self.what)))?;
+                let n = gpuipc_plugin_api::read_full(&mut self.reader, row)
+                    .map_err(|e| Error::new(format!("cannot read {}: {e}", self.what)))?;
                 got += n as u64;
                 if n < row.len() {
                     return Ok(got);

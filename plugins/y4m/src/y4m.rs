@@ -6,8 +6,8 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat,
-    Plugin, PluginInfo, ProcessContext, Result, bail,
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin, PluginInfo,
+    ProcessContext, Result, bail,
 };
 use serde::Deserialize;
 
@@ -70,7 +70,8 @@ impl Params {
             }
             Role::Source => {
                 if self.path.as_os_str().is_empty() {
-                    problems.push("param `path` is empty; give the file to read, or \"-\" for standard input".to_owned());
+                    problems
+                        .push("param `path` is empty; give the file to read, or \"-\" for standard input".to_owned());
                 }
                 for (key, value) in [("fps", self.fps), ("fps_den", self.fps_den)] {
                     if value.is_some() {
@@ -81,7 +82,9 @@ impl Params {
                     }
                 }
                 if self.looping && source::is_stdin(&self.path) {
-                    problems.push("param `loop` needs a file: standard input (path = \"-\") cannot be read again".to_owned());
+                    problems.push(
+                        "param `loop` needs a file: standard input (path = \"-\") cannot be read again".to_owned(),
+                    );
                 }
             }
         }
@@ -98,9 +101,7 @@ pub fn header(format: FrameFormat, fps: u32, fps_den: u32) -> String {
 pub fn write_frame(out: &mut impl Write, frame: &InputFrame<'_>) -> Result<()> {
     out.write_all(b"FRAME\n")?;
     for index in 0..frame.info.layout.planes().len() {
-        let plane = frame
-            .plane(index)
-            .ok_or_else(|| Error::new("y4m reads host memory only (cpu domain)"))?;
+        let plane = frame.plane(index).ok_or_else(|| Error::new("y4m reads host memory only (cpu domain)"))?;
         for y in 0..plane.rows() {
             out.write_all(plane.row(y))?;
         }
@@ -112,12 +113,8 @@ fn check_input(inputs: &[FrameFormat]) -> Result<FrameFormat> {
     let [input] = inputs else { bail!("y4m takes 1 input, got {}", inputs.len()) };
     match input.pixel_format() {
         Some(PixelFormat::I420) => Ok(*input),
-        Some(other) => bail!(
-            "y4m writes i420 frames; input is {other}, add a yuv420 stage with layout = \"i420\""
-        ),
-        None => bail!(
-            "y4m writes i420 frames; input is {input}, add a yuv420 stage with layout = \"i420\""
-        ),
+        Some(other) => bail!("y4m writes i420 frames; input is {other}, add a yuv420 stage with layout = \"i420\""),
+        None => bail!("y4m writes i420 frames; input is {input}, add a yuv420 stage with layout = \"i420\""),
     }
 }
 
@@ -141,7 +138,8 @@ impl Sink {
         if kept {
             // A restarted stage goes on with the stream its earlier processes wrote: every
             // whole frame stays, what a killed process left of one goes.
-            keep_whole_frames(&mut file, &header, format).map_err(|e| Error::new(format!("{}: {e}", params.path.display())))?;
+            keep_whole_frames(&mut file, &header, format)
+                .map_err(|e| Error::new(format!("{}: {e}", params.path.display())))?;
             return Ok(Sink { out: BufWriter::new(file), path: params.path.clone(), format });
         }
         let mut sink = Sink { out: BufWriter::new(file), path: params.path.clone(), format };
@@ -151,11 +149,7 @@ impl Sink {
 
     fn write(&mut self, input: &InputFrame<'_>) -> Result<()> {
         if input.info.format != self.format {
-            bail!(
-                "input frame is {}, but the file's header says {}",
-                input.info.format,
-                self.format
-            );
+            bail!("input frame is {}, but the file's header says {}", input.info.format, self.format);
         }
         // Each frame reaches the file as it is written, so a stage killed at any moment loses
         // no frame it was done with.
@@ -304,9 +298,7 @@ impl Plugin for Y4m {
 
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::testing::{
-        check_doc_examples, cpu_context, frame_bytes, packed_planes, padded, temp_path,
-    };
+    use gpuipc_plugin_api::testing::{check_doc_examples, cpu_context, frame_bytes, packed_planes, padded, temp_path};
     use gpuipc_plugin_api::{FrameInfo, parse_params};
 
     use super::*;
@@ -320,8 +312,7 @@ mod tests {
         let format = FrameFormat::new(PixelFormat::I420, 5, 3);
         assert_eq!(Y4m::negotiate(&params, &[format]).unwrap(), None);
         let mut stage = Y4m::create(params, &[format], None, &cpu_context()).unwrap();
-        let frames: Vec<Vec<u8>> =
-            (0..2u8).map(|f| (0..27).map(|i| f * 100 + i).collect()).collect();
+        let frames: Vec<Vec<u8>> = (0..2u8).map(|f| (0..27).map(|i| f * 100 + i).collect()).collect();
         for (seq, packed) in frames.iter().enumerate() {
             let mut info = FrameInfo::new(format, seq as u64, 0).unwrap();
             if seq == 1 {
@@ -359,10 +350,7 @@ mod tests {
     fn other_formats_are_refused_with_a_hint() {
         let params = parse_params::<Y4m>("path = \"x.y4m\"").unwrap();
         let e = Y4m::negotiate(&params, &[FrameFormat::new(PixelFormat::Nv12, 4, 4)]).unwrap_err();
-        assert_eq!(
-            e.message(),
-            "y4m writes i420 frames; input is nv12, add a yuv420 stage with layout = \"i420\""
-        );
+        assert_eq!(e.message(), "y4m writes i420 frames; input is nv12, add a yuv420 stage with layout = \"i420\"");
         let e = Y4m::negotiate(&params, &[FrameFormat::new(PixelFormat::Rgb8, 4, 4)]).unwrap_err();
         assert!(e.message().contains("input is rgb8"), "{e}");
     }
@@ -383,7 +371,12 @@ mod tests {
         }
         let params = parse_params::<Y4m>("path = \"/proc/nonexistent/x.y4m\"").unwrap();
         let e = Y4m::create(params, &[format], None, &cpu_context()).unwrap_err();
-        assert!(e.message().starts_with("param `path`: /proc/nonexistent/x.y4m cannot be created: /proc is on the kernel's proc file system"), "{e}");
+        assert!(
+            e.message().starts_with(
+                "param `path`: /proc/nonexistent/x.y4m cannot be created: /proc is on the kernel's proc file system"
+            ),
+            "{e}"
+        );
     }
 
     /// A y4m file of `frames` (each packed Y, U, V of a 5x3 frame: 27 bytes), written by the
@@ -537,7 +530,10 @@ mod tests {
         let path = file("444.y4m", b"YUV4MPEG2 W4 H4 F25:1 C444\nFRAME\n");
         let e = source(&path_param(&path)).unwrap_err();
         let name = path.display();
-        assert!(e.message().starts_with(&format!("{name}: the stream is C444; the y4m source reads 8-bit 4:2:0 only")), "{e}");
+        assert!(
+            e.message().starts_with(&format!("{name}: the stream is C444; the y4m source reads 8-bit 4:2:0 only")),
+            "{e}"
+        );
         std::fs::remove_file(&path).unwrap();
         let e = source("path = \"/nonexistent/in.y4m\"").unwrap_err();
         assert!(e.message().starts_with("param `path`: cannot open /nonexistent/in.y4m:"), "{e}");

@@ -7,10 +7,7 @@ use gpuipc_plugin_api::{CreateContext, DeviceBuffer, FrameInfo, PixelFormat, Res
 use crate::yuv_to_rgb::{Coefficients, sample_bits};
 
 /// The kernel source, compiled with NVRTC when a cuda stage starts.
-pub const SOURCE: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../kernels/yuv_to_rgb.cu"
-));
+pub const SOURCE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels/yuv_to_rgb.cu"));
 /// How the source is named in NVRTC's messages and the kernel cache.
 pub const FILE_NAME: &str = "kernels/yuv_to_rgb.cu";
 /// The entry point for 8-bit input (`i420`, `nv12`).
@@ -41,10 +38,7 @@ impl GpuConverter {
     /// Compile (or take from the cache) and load the kernels.
     pub fn new(ctx: &CreateContext<'_>) -> Result<GpuConverter> {
         let kernels = Kernels::load(ctx, FILE_NAME, SOURCE, &[ENTRY_POINT, P010_ENTRY_POINT])?;
-        Ok(GpuConverter {
-            yuv420: kernels.get(ENTRY_POINT)?.clone(),
-            p010: kernels.get(P010_ENTRY_POINT)?.clone(),
-        })
+        Ok(GpuConverter { yuv420: kernels.get(ENTRY_POINT)?.clone(), p010: kernels.get(P010_ENTRY_POINT)?.clone() })
     }
 
     /// Enqueue converting the i420/nv12/p010 device frame `input` into the rgb8/rgba8 device
@@ -84,11 +78,7 @@ impl GpuConverter {
         let (width, height) = (output.0.width(), output.0.height());
         // One thread per chroma sample: ceil(width / 2) threads a row pair, one block row per
         // row pair (grid-stride beyond).
-        let grid = cuda::row_grid(
-            u64::from(width).div_ceil(2),
-            u64::from(height).div_ceil(2),
-            BLOCK_X,
-        );
+        let grid = cuda::row_grid(u64::from(width).div_ceil(2), u64::from(height).div_ceil(2), BLOCK_X);
         let c = coeffs;
         let coefficients = [c.y_offset, c.y_mul, c.r_v, c.g_u, c.g_v, c.b_u].map(KernelArg::I32);
         let planes = [

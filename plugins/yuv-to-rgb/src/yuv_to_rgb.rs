@@ -2,8 +2,8 @@
 //! which `kernels/yuv_to_rgb.cu` mirrors.
 
 use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat,
-    Plugin, PluginInfo, ProcessContext, Result, bail,
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin, PluginInfo,
+    ProcessContext, Result, bail,
 };
 use serde::Deserialize;
 
@@ -384,7 +384,9 @@ impl Plugin for YuvToRgb {
             range: "",
             description: "output pixel format; rgba8 has alpha 255",
         },
-        bands::threads_param("cpu domain: threads converting each frame, each a band of rows; 0: this stage's share of the cores (the cores over the cpu stage processes of the pipeline, as validate says), at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain"),
+        bands::threads_param(
+            "cpu domain: threads converting each frame, each a band of rows; 0: this stage's share of the cores (the cores over the cpu stage processes of the pipeline, as validate says), at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain",
+        ),
     ];
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
@@ -500,13 +502,25 @@ mod tests {
     #[test]
     fn the_forward_copy_has_yuv420s_integers() {
         let f = Forward::new(Matrix::Bt709, ColorRange::Limited);
-        assert_eq!((f.y_offset, f.y, f.u, f.v), (16, [11966, 40254, 4064], [-6596, -22189, 28784], [28784, -26145, -2639]));
+        assert_eq!(
+            (f.y_offset, f.y, f.u, f.v),
+            (16, [11966, 40254, 4064], [-6596, -22189, 28784], [28784, -26145, -2639])
+        );
         let f = Forward::new(Matrix::Bt709, ColorRange::Full);
-        assert_eq!((f.y_offset, f.y, f.u, f.v), (0, [13933, 46871, 4732], [-7509, -25259, 32768], [32768, -29763, -3005]));
+        assert_eq!(
+            (f.y_offset, f.y, f.u, f.v),
+            (0, [13933, 46871, 4732], [-7509, -25259, 32768], [32768, -29763, -3005])
+        );
         let f = Forward::new(Matrix::Bt601, ColorRange::Limited);
-        assert_eq!((f.y_offset, f.y, f.u, f.v), (16, [16829, 33039, 6416], [-9714, -19071, 28784], [28784, -24103, -4681]));
+        assert_eq!(
+            (f.y_offset, f.y, f.u, f.v),
+            (16, [16829, 33039, 6416], [-9714, -19071, 28784], [28784, -24103, -4681])
+        );
         let f = Forward::new(Matrix::Bt601, ColorRange::Full);
-        assert_eq!((f.y_offset, f.y, f.u, f.v), (0, [19595, 38470, 7471], [-11058, -21710, 32768], [32768, -27439, -5329]));
+        assert_eq!(
+            (f.y_offset, f.y, f.u, f.v),
+            (0, [19595, 38470, 7471], [-11058, -21710, 32768], [32768, -27439, -5329])
+        );
         // And yuv420's known colours.
         let f = Forward::new(Matrix::Bt709, ColorRange::Limited);
         assert_eq!(f.yuv([255, 0, 0]), [63, 102, 240]);
@@ -589,11 +603,15 @@ mod tests {
         };
         let (y, cb, cr) = match (range, bits) {
             (ColorRange::Full, 8) => (y, u - 128.0, v - 128.0),
-            (ColorRange::Limited, 8) => ((y - 16.0) * 255.0 / 219.0, (u - 128.0) * 255.0 / 224.0, (v - 128.0) * 255.0 / 224.0),
+            (ColorRange::Limited, 8) => {
+                ((y - 16.0) * 255.0 / 219.0, (u - 128.0) * 255.0 / 224.0, (v - 128.0) * 255.0 / 224.0)
+            }
             // H.273: full range spans 0..=1023 with chroma around 512; limited range is the
             // 8-bit levels times 4 (Y 64..=940, U, V 64..=960).
             (ColorRange::Full, 10) => (y * 255.0 / 1023.0, (u - 512.0) * 255.0 / 1023.0, (v - 512.0) * 255.0 / 1023.0),
-            (ColorRange::Limited, 10) => ((y - 64.0) * 255.0 / 876.0, (u - 512.0) * 255.0 / 896.0, (v - 512.0) * 255.0 / 896.0),
+            (ColorRange::Limited, 10) => {
+                ((y - 64.0) * 255.0 / 876.0, (u - 512.0) * 255.0 / 896.0, (v - 512.0) * 255.0 / 896.0)
+            }
             _ => unreachable!("{bits}-bit samples"),
         };
         let r = y + 2.0 * (1.0 - kr) * cr;
@@ -630,7 +648,10 @@ mod tests {
                             }
                         }
                     }
-                    assert!(exact as f64 >= 0.999 * total as f64, "{bits} bits {matrix:?} {range:?}: {exact} of {total}");
+                    assert!(
+                        exact as f64 >= 0.999 * total as f64,
+                        "{bits} bits {matrix:?} {range:?}: {exact} of {total}"
+                    );
                 }
             }
         }
@@ -717,7 +738,8 @@ mod tests {
                 })
                 .collect();
             // p010: 10-bit samples of the same kind, each `value << 6`.
-            let ten = |n: usize, a: usize, b: usize| -> Vec<u16> { (0..n).map(|i| ((i * a + b) % 1024) as u16).collect() };
+            let ten =
+                |n: usize, a: usize, b: usize| -> Vec<u16> { (0..n).map(|i| ((i * a + b) % 1024) as u16).collect() };
             let (luma10, u10, v10) = (ten(w * h, 389, 41), ten(cw * ch, 577, 7), ten(cw * ch, 811, 1000));
             let bytes = |s: &[u16]| -> Vec<u8> { s.iter().flat_map(|&s| (s << 6).to_le_bytes()).collect() };
             let uv10: Vec<u16> = u10.iter().zip(&v10).flat_map(|(&u, &v)| [u, v]).collect();
@@ -732,9 +754,21 @@ mod tests {
                 .collect();
             for threads in [1, 2, 3, 4, 7, 64, 0] {
                 let text = format!("matrix = \"bt601\"\nrange = \"full\"\nthreads = {threads}");
-                assert_eq!(run(&text, PixelFormat::I420, w as u32, h as u32, &i420), want, "i420 {w}x{h} threads {threads}");
-                assert_eq!(run(&text, PixelFormat::Nv12, w as u32, h as u32, &nv12), want, "nv12 {w}x{h} threads {threads}");
-                assert_eq!(run(&text, PixelFormat::P010, w as u32, h as u32, &p010), want10, "p010 {w}x{h} threads {threads}");
+                assert_eq!(
+                    run(&text, PixelFormat::I420, w as u32, h as u32, &i420),
+                    want,
+                    "i420 {w}x{h} threads {threads}"
+                );
+                assert_eq!(
+                    run(&text, PixelFormat::Nv12, w as u32, h as u32, &nv12),
+                    want,
+                    "nv12 {w}x{h} threads {threads}"
+                );
+                assert_eq!(
+                    run(&text, PixelFormat::P010, w as u32, h as u32, &p010),
+                    want10,
+                    "p010 {w}x{h} threads {threads}"
+                );
             }
         }
         let too_many = parse_params::<YuvToRgb>("threads = 257").unwrap();
@@ -852,7 +886,10 @@ mod tests {
                     let frame = random_p010(&mut rng, w, h, false);
                     for (format, bpp) in [("rgb8", 3), ("rgba8", 4)] {
                         let names = (format!("{matrix:?}").to_lowercase(), format!("{range:?}").to_lowercase());
-                        let text = format!("matrix = \"{}\"\nrange = \"{}\"\nformat = \"{format}\"\nthreads = 3", names.0, names.1);
+                        let text = format!(
+                            "matrix = \"{}\"\nrange = \"{}\"\nformat = \"{format}\"\nthreads = 3",
+                            names.0, names.1
+                        );
                         let out = run(&text, PixelFormat::P010, w as u32, h as u32, &frame.packed);
                         assert_eq!(out.len(), w * h * bpp);
                         for (i, px) in out.chunks_exact(bpp).enumerate() {
@@ -862,7 +899,10 @@ mod tests {
                             let want = reference(matrix, range, 10, yuv.map(f64::from)).map(round);
                             for (&got, want) in px.iter().zip(want) {
                                 let seed = rng.seed;
-                                assert!((got as i32 - want).abs() <= 1, "seed {seed}: {text:?} {w}x{h} ({x}, {y}) {yuv:?}: {px:?}, want {want:?}");
+                                assert!(
+                                    (got as i32 - want).abs() <= 1,
+                                    "seed {seed}: {text:?} {w}x{h} ({x}, {y}) {yuv:?}: {px:?}, want {want:?}"
+                                );
                                 exact += (got as i32 == want) as usize;
                                 total += 1;
                             }
@@ -872,7 +912,11 @@ mod tests {
                         }
                     }
                 }
-                assert!(exact as f64 >= 0.999 * total as f64, "seed {}: {matrix:?} {range:?}: {exact} of {total}", rng.seed);
+                assert!(
+                    exact as f64 >= 0.999 * total as f64,
+                    "seed {}: {matrix:?} {range:?}: {exact} of {total}",
+                    rng.seed
+                );
             }
         }
     }
@@ -904,8 +948,12 @@ mod tests {
     fn p010_of_8_bit_levels_gives_the_8_bit_bytes() {
         let values: Vec<u16> = (0..=255).step_by(3).chain([255]).collect();
         for matrix in MATRICES {
-            let (c8, c10) = (Coefficients::new(matrix, ColorRange::Limited), Coefficients::for_bits(matrix, ColorRange::Limited, 10));
-            let (f8, f10) = (Coefficients::new(matrix, ColorRange::Full), Coefficients::for_bits(matrix, ColorRange::Full, 10));
+            let (c8, c10) = (
+                Coefficients::new(matrix, ColorRange::Limited),
+                Coefficients::for_bits(matrix, ColorRange::Limited, 10),
+            );
+            let (f8, f10) =
+                (Coefficients::new(matrix, ColorRange::Full), Coefficients::for_bits(matrix, ColorRange::Full, 10));
             for &y in &values {
                 for &u in &values {
                     for &v in &values {
@@ -913,7 +961,10 @@ mod tests {
                         // The 10-bit level nearest the 8-bit one: y 1023/255.
                         let y10 = ((u32::from(y) * 1023 + 127) / 255) as u16;
                         let (a, b) = (f10.rgb(y10, 4 * u, 4 * v), f8.rgb(y, u, v));
-                        assert!(a.iter().zip(b).all(|(&a, b)| a.abs_diff(b) <= 1), "{matrix:?} full {y},{u},{v}: {a:?} {b:?}");
+                        assert!(
+                            a.iter().zip(b).all(|(&a, b)| a.abs_diff(b) <= 1),
+                            "{matrix:?} full {y},{u},{v}: {a:?} {b:?}"
+                        );
                     }
                 }
             }
@@ -1104,7 +1155,10 @@ mod tests {
         let e = parse_params::<YuvToRgb>("layout = \"nv12\"").unwrap_err();
         assert!(e.message().contains("layout"), "{e}");
         let p = parse_params::<YuvToRgb>("").unwrap();
-        assert_eq!(p, Params { matrix: Matrix::Bt709, range: ColorRange::Limited, format: RgbFormat::Rgb8, threads: 0 });
+        assert_eq!(
+            p,
+            Params { matrix: Matrix::Bt709, range: ColorRange::Limited, format: RgbFormat::Rgb8, threads: 0 }
+        );
         let e = YuvToRgb::negotiate(&p, &[FrameFormat::new(PixelFormat::Rgb8, 4, 4)]).unwrap_err();
         assert_eq!(e.message(), "yuv-to-rgb takes i420, nv12 or p010 frames; input is rgb8 4x4");
         let out = YuvToRgb::negotiate(&p, &[FrameFormat::new(PixelFormat::P010, 7, 5)]).unwrap();

@@ -48,8 +48,7 @@ impl RowCoefficients {
     pub fn new(c: &Coefficients) -> Result<RowCoefficients> {
         let chroma = [c.u_r, c.u_g, c.u_b, c.v_r, c.v_g, c.v_b];
         let luma = [c.y_r, c.y_g, c.y_b].map(u16::try_from);
-        let in_range = (0..=255).contains(&c.y_offset)
-            && chroma.iter().all(|m| m.abs() <= MAX_CHROMA_COEFFICIENT);
+        let in_range = (0..=255).contains(&c.y_offset) && chroma.iter().all(|m| m.abs() <= MAX_CHROMA_COEFFICIENT);
         let (true, [Ok(y_r), Ok(y_g), Ok(y_b)]) = (in_range, luma) else {
             bail!("yuv420 coefficients out of the range of the 32-bit loops: {c:?}");
         };
@@ -171,12 +170,7 @@ struct Band<'a> {
 }
 
 /// Convert a band of a frame of `BPP`-byte pixels, `width` of them a row.
-fn convert_band<const BPP: usize>(
-    k: &RowCoefficients,
-    src: &Plane<'_>,
-    width: usize,
-    band: Band<'_>,
-) {
+fn convert_band<const BPP: usize>(k: &RowCoefficients, src: &Plane<'_>, width: usize, band: Band<'_>) {
     let Band { first, mut y, mut chroma } = band;
     let height = src.rows();
     let (mut a, mut b) = (vec![0; width], vec![0; width]);
@@ -205,12 +199,7 @@ fn convert_band<const BPP: usize>(
 
 /// Convert one RGB frame (`rgb8` or `rgba8`, host memory) into `output` (`i420` or `nv12` of
 /// the same size, host memory), with `threads` as the stage's param says.
-pub fn convert(
-    k: &RowCoefficients,
-    threads: u32,
-    input: &InputFrame<'_>,
-    output: &mut OutputFrame<'_>,
-) -> Result<()> {
+pub fn convert(k: &RowCoefficients, threads: u32, input: &InputFrame<'_>, output: &mut OutputFrame<'_>) -> Result<()> {
     let bpp = match input.info.pixel() {
         PixelFormat::Rgb8 => 3,
         PixelFormat::Rgba8 => 4,
@@ -229,12 +218,10 @@ pub fn convert(
     let n = bands::thread_count(threads, width * height / MIN_BAND_PIXELS, pairs);
     let counts: Vec<usize> = bands::even_counts(pairs, bands::band_count(n, pairs)).collect();
     // Every band's luma rows: two a pair, but one for the last pair of an odd height.
-    let luma_counts = bands::starts(&counts)
-        .zip(&counts)
-        .map(|(start, count)| (2 * (start + count)).min(height) - 2 * start);
+    let luma_counts =
+        bands::starts(&counts).zip(&counts).map(|(start, count)| (2 * (start + count)).min(height) - 2 * start);
     let mut planes = planes.into_iter();
-    let mut plane =
-        || planes.next().ok_or_else(|| Error::new("the output frame has too few planes"));
+    let mut plane = || planes.next().ok_or_else(|| Error::new("the output frame has too few planes"));
     let luma = plane()?.split(luma_counts);
     let chroma: Vec<ChromaRows<'_>> = match out_pixel {
         PixelFormat::I420 => {
@@ -248,11 +235,8 @@ pub fn convert(
         }
         other => bail!("yuv420 writes i420 or nv12 frames; output is {other}"),
     };
-    let work: Vec<Band<'_>> = bands::starts(&counts)
-        .zip(luma)
-        .zip(chroma)
-        .map(|((first, y), chroma)| Band { first, y, chroma })
-        .collect();
+    let work: Vec<Band<'_>> =
+        bands::starts(&counts).zip(luma).zip(chroma).map(|((first, y), chroma)| Band { first, y, chroma }).collect();
     bands::run(work, n, |band| {
         match bpp {
             3 => convert_band::<3>(k, &src, width, band),
@@ -318,20 +302,8 @@ mod tests {
 
     /// Sizes with odd widths and heights, one row or column, and row pairs that do not
     /// divide evenly among 2, 3, 4 or 7 threads.
-    const SIZES: [(u32, u32); 12] = [
-        (1, 1),
-        (2, 1),
-        (1, 2),
-        (2, 2),
-        (3, 3),
-        (5, 3),
-        (1, 33),
-        (33, 1),
-        (17, 9),
-        (16, 14),
-        (35, 29),
-        (130, 67),
-    ];
+    const SIZES: [(u32, u32); 12] =
+        [(1, 1), (2, 1), (1, 2), (2, 2), (3, 3), (5, 3), (1, 33), (33, 1), (17, 9), (16, 14), (35, 29), (130, 67)];
 
     #[test]
     fn every_thread_count_writes_the_reference_bytes() {
@@ -407,8 +379,7 @@ mod tests {
             for (i, &p0) in colours.iter().enumerate() {
                 let [p1, q0, q1] = [1, 7, 31].map(|j| colours[(i * j + j) % colours.len()]);
                 let sum = |ps: &[[u8; 3]], ch: usize| ps.iter().map(|p| u32::from(p[ch])).sum();
-                let reference =
-                    |ps: &[[u8; 3]]| c.chroma(sum(ps, 0), sum(ps, 1), sum(ps, 2), ps.len() as u32);
+                let reference = |ps: &[[u8; 3]]| c.chroma(sum(ps, 0), sum(ps, 1), sum(ps, 2), ps.len() as u32);
                 let (w0, w1, w2, w3) = (word(p0, 0xff), word(p1, 0x3c), word(q0, 0), word(q1, 7));
                 assert_eq!(k.chroma(w0, w1, w2, w3), reference(&[p0, p1, q0, q1]));
                 assert_eq!(k.chroma(w0, w1, w0, w1), reference(&[p0, p1]));

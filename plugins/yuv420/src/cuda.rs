@@ -7,10 +7,7 @@ use gpuipc_plugin_api::{CreateContext, DeviceBuffer, FrameInfo, PixelFormat, Res
 use crate::yuv420::{ChromaLayout, Coefficients};
 
 /// The kernel source, compiled with NVRTC when a cuda stage starts.
-pub const SOURCE: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../kernels/yuv420.cu"
-));
+pub const SOURCE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels/yuv420.cu"));
 /// How the source is named in NVRTC's messages and the kernel cache.
 pub const FILE_NAME: &str = "kernels/yuv420.cu";
 /// The kernel's entry point.
@@ -36,9 +33,7 @@ impl GpuConverter {
     /// Compile (or take from the cache) and load the kernel.
     pub fn new(ctx: &CreateContext<'_>) -> Result<GpuConverter> {
         let kernels = Kernels::load(ctx, FILE_NAME, SOURCE, &[ENTRY_POINT])?;
-        Ok(GpuConverter {
-            kernel: kernels.get(ENTRY_POINT)?.clone(),
-        })
+        Ok(GpuConverter { kernel: kernels.get(ENTRY_POINT)?.clone() })
     }
 
     /// Enqueue converting the rgb8/rgba8 device frame `input` into the i420/nv12 device frame
@@ -71,11 +66,7 @@ impl GpuConverter {
         let (width, height) = (output.0.width(), output.0.height());
         // One thread per 16 x 2 pixels: ceil(width / 16) threads a row pair, one block row per
         // row pair (grid-stride beyond).
-        let grid = cuda::row_grid(
-            u64::from(width).div_ceil(16),
-            u64::from(height).div_ceil(2),
-            BLOCK_X,
-        );
+        let grid = cuda::row_grid(u64::from(width).div_ceil(16), u64::from(height).div_ceil(2), BLOCK_X);
         let c = coeffs;
         self.kernel.launch(
             stream,

@@ -2,8 +2,8 @@
 //! loop (the stage runs the faster loops of [`crate::cpu`]).
 
 use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat,
-    Plugin, PluginInfo, ProcessContext, Result, bail,
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin, PluginInfo,
+    ProcessContext, Result, bail,
 };
 use serde::Deserialize;
 
@@ -136,11 +136,7 @@ impl Coefficients {
     /// Y of one pixel: `((y_offset << 16) + y_r R + y_g G + y_b B + 32768) >> 16`, clamped.
     pub fn luma(&self, r: u8, g: u8, b: u8) -> u8 {
         let (r, g, b) = (r as i32, g as i32, b as i32);
-        let sum = (self.y_offset << FRAC_BITS)
-            + self.y_r * r
-            + self.y_g * g
-            + self.y_b * b
-            + (1 << (FRAC_BITS - 1));
+        let sum = (self.y_offset << FRAC_BITS) + self.y_r * r + self.y_g * g + self.y_b * b + (1 << (FRAC_BITS - 1));
         (sum.max(0) >> FRAC_BITS).min(255) as u8
     }
 
@@ -162,11 +158,7 @@ impl Coefficients {
 /// the same size, host memory): the reference, pixel by pixel and block by block on one
 /// thread, that `kernels/yuv420.cu` mirrors. The stage runs [`crate::cpu::convert`], which
 /// writes the same bytes faster (its tests compare the two).
-pub fn convert(
-    coeffs: &Coefficients,
-    input: &InputFrame<'_>,
-    output: &mut OutputFrame<'_>,
-) -> Result<()> {
+pub fn convert(coeffs: &Coefficients, input: &InputFrame<'_>, output: &mut OutputFrame<'_>) -> Result<()> {
     let bpp = match input.info.pixel() {
         PixelFormat::Rgb8 => 3,
         PixelFormat::Rgba8 => 4,
@@ -287,7 +279,9 @@ impl Plugin for Yuv420 {
             range: "",
             description: "i420: Y, U, V planes; nv12: Y plane, then U, V pairs interleaved (U first)",
         },
-        bands::threads_param("cpu domain: threads converting each frame, each a band of row pairs; 0: this stage's share of the cores (the cores over the cpu stage processes of the pipeline, as validate says), at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain"),
+        bands::threads_param(
+            "cpu domain: threads converting each frame, each a band of row pairs; 0: this stage's share of the cores (the cores over the cpu stage processes of the pipeline, as validate says), at most 8 and at most one per 2^18 pixels (1 for 640x360, 3 for 1280x720, 7 for 1920x1080); ignored in the cuda domain",
+        ),
     ];
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
@@ -354,9 +348,7 @@ impl Plugin for Yuv420 {
 
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::testing::{
-        check_doc_examples, cpu_context, frame_bytes, packed_planes, padded,
-    };
+    use gpuipc_plugin_api::testing::{check_doc_examples, cpu_context, frame_bytes, packed_planes, padded};
     use gpuipc_plugin_api::{FrameInfo, parse_params};
 
     use super::*;
@@ -373,9 +365,7 @@ mod tests {
         let cr = (r - y) / (2.0 * (1.0 - kr));
         match range {
             ColorRange::Full => [y, 128.0 + cb, 128.0 + cr],
-            ColorRange::Limited => {
-                [16.0 + y * 219.0 / 255.0, 128.0 + cb * 224.0 / 255.0, 128.0 + cr * 224.0 / 255.0]
-            }
+            ColorRange::Limited => [16.0 + y * 219.0 / 255.0, 128.0 + cb * 224.0 / 255.0, 128.0 + cr * 224.0 / 255.0],
         }
     }
 
@@ -442,11 +432,7 @@ mod tests {
                 let c = Coefficients::new(matrix, range);
                 for v in 0..=255u32 {
                     for n in [1, 2, 4] {
-                        assert_eq!(
-                            c.chroma(v * n, v * n, v * n, n),
-                            (128, 128),
-                            "{matrix:?} {range:?} {v}"
-                        );
+                        assert_eq!(c.chroma(v * n, v * n, v * n, n), (128, 128), "{matrix:?} {range:?} {v}");
                     }
                 }
             }
@@ -463,23 +449,16 @@ mod tests {
                     for g in (0..=255u8).step_by(3) {
                         for b in (0..=255u8).step_by(3) {
                             let got = fixed(&c, [r, g, b]);
-                            let want =
-                                reference(matrix, range, [r, g, b].map(f64::from)).map(round);
+                            let want = reference(matrix, range, [r, g, b].map(f64::from)).map(round);
                             for (got, want) in got.into_iter().zip(want) {
-                                assert!(
-                                    (got - want).abs() <= 1,
-                                    "{matrix:?} {range:?} {r},{g},{b}"
-                                );
+                                assert!((got - want).abs() <= 1, "{matrix:?} {range:?} {r},{g},{b}");
                                 total += 1;
                                 exact += (got == want) as u32;
                             }
                         }
                     }
                 }
-                assert!(
-                    exact as f64 >= 0.998 * total as f64,
-                    "{matrix:?} {range:?}: {exact} of {total}"
-                );
+                assert!(exact as f64 >= 0.998 * total as f64, "{matrix:?} {range:?}: {exact} of {total}");
             }
         }
     }
@@ -530,8 +509,7 @@ mod tests {
         let in_format = FrameFormat::new(pixel, w, h);
         let out_format = Yuv420::negotiate(&params, &[in_format]).unwrap().unwrap();
         assert_eq!((out_format.width, out_format.height), (w, h));
-        let mut stage =
-            Yuv420::create(params, &[in_format], Some(out_format), &cpu_context()).unwrap();
+        let mut stage = Yuv420::create(params, &[in_format], Some(out_format), &cpu_context()).unwrap();
 
         let in_info = FrameInfo::new(in_format, 3, 0).unwrap();
         let in_bytes = frame_bytes(&in_info, pixels, 0x77);
@@ -600,15 +578,11 @@ mod tests {
     fn one_pixel_frames() {
         for layout in ["i420", "nv12"] {
             let planes = run(&format!("layout = \"{layout}\""), PixelFormat::Rgb8, 1, 1, &RED);
-            let want: Vec<Vec<u8>> = if layout == "i420" {
-                vec![vec![63], vec![102], vec![240]]
-            } else {
-                vec![vec![63], vec![102, 240]]
-            };
+            let want: Vec<Vec<u8>> =
+                if layout == "i420" { vec![vec![63], vec![102], vec![240]] } else { vec![vec![63], vec![102, 240]] };
             assert_eq!(planes, want, "{layout}");
         }
-        let planes =
-            run("matrix = \"bt601\"\nrange = \"full\"", PixelFormat::Rgba8, 1, 1, &[0, 0, 0, 255]);
+        let planes = run("matrix = \"bt601\"\nrange = \"full\"", PixelFormat::Rgba8, 1, 1, &[0, 0, 0, 255]);
         assert_eq!(planes, [[0], [128], [128]]);
     }
 
@@ -629,10 +603,8 @@ mod tests {
         let params = parse_params::<Yuv420>("").unwrap();
         let in_format = FrameFormat::new(PixelFormat::Rgb8, 4, 4);
         let out_format = Yuv420::negotiate(&params, &[in_format]).unwrap().unwrap();
-        let mut stage =
-            Yuv420::create(params, &[in_format], Some(out_format), &cpu_context()).unwrap();
-        let (in_info, out_info) =
-            (FrameInfo::new(in_format, 0, 0).unwrap(), FrameInfo::new(out_format, 0, 0).unwrap());
+        let mut stage = Yuv420::create(params, &[in_format], Some(out_format), &cpu_context()).unwrap();
+        let (in_info, out_info) = (FrameInfo::new(in_format, 0, 0).unwrap(), FrameInfo::new(out_format, 0, 0).unwrap());
         let buffer = gpuipc_plugin_api::DeviceBuffer { addr: 0x1000, len: 1 << 20 };
         let input = InputFrame::device(in_info, buffer);
         let mut out = OutputFrame::device(out_info, buffer);
@@ -666,16 +638,14 @@ mod tests {
                     let params = parse_params::<Yuv420>(text).unwrap();
                     let out_format = Yuv420::negotiate(&params, &[in_format]).unwrap().unwrap();
                     let ctx = gpu.create_context("yuv").unwrap();
-                    let mut stage =
-                        Yuv420::create(params, &[in_format], Some(out_format), &ctx).unwrap();
+                    let mut stage = Yuv420::create(params, &[in_format], Some(out_format), &ctx).unwrap();
                     for (in_extra, out_extra) in [(0, 0), (5, 3)] {
                         let mut in_info = FrameInfo::new(in_format, 1, 0).unwrap();
                         in_info.layout = padded(in_info.layout, in_extra);
                         let mut out_info = FrameInfo::new(out_format, 1, 0).unwrap();
                         out_info.layout = padded(out_info.layout, out_extra);
-                        let in_bytes: Vec<u8> = (0..in_info.layout.total_bytes)
-                            .map(|i| ((i * 2_654_435_761) >> 13) as u8)
-                            .collect();
+                        let in_bytes: Vec<u8> =
+                            (0..in_info.layout.total_bytes).map(|i| ((i * 2_654_435_761) >> 13) as u8).collect();
 
                         let input = InputFrame::host(in_info, &in_bytes).unwrap();
                         let mut cpu = vec![SENTINEL; out_info.layout.total_bytes as usize];
@@ -690,9 +660,7 @@ mod tests {
                         stage.process(&[input], Some(&mut out), &gpu.process_context(0)).unwrap();
                         let got = gpu.download(&device_out).unwrap();
                         if let Some(d) = first_difference(&got, &cpu, &out_info.layout) {
-                            panic!(
-                                "{in_format} {text:?} pitch +{in_extra}/+{out_extra}: {d}"
-                            );
+                            panic!("{in_format} {text:?} pitch +{in_extra}/+{out_extra}: {d}");
                         }
                     }
                 }
@@ -711,12 +679,7 @@ mod tests {
         let p = parse_params::<Yuv420>("").unwrap();
         assert_eq!(
             p,
-            Params {
-                matrix: Matrix::Bt709,
-                range: ColorRange::Limited,
-                layout: ChromaLayout::I420,
-                threads: 0,
-            }
+            Params { matrix: Matrix::Bt709, range: ColorRange::Limited, layout: ChromaLayout::I420, threads: 0 }
         );
         let e = Yuv420::negotiate(&p, &[FrameFormat::new(PixelFormat::Gray8, 4, 4)]).unwrap_err();
         assert!(e.message().contains("gray8 4x4"), "{e}");

@@ -82,13 +82,20 @@ impl ReadEnd for DeviceRead {
             }
             let (memory, ready) = handshake::import_part(&self.gpu, part, &mut fds)?;
             if memory.len() != self.part_slots {
-                return Err(HandshakeError::Protocol(format!("a part of {} slots replaced one of {}", memory.len(), self.part_slots)));
+                return Err(HandshakeError::Protocol(format!(
+                    "a part of {} slots replaced one of {}",
+                    memory.len(),
+                    self.part_slots
+                )));
             }
             let range = k * self.part_slots..(k + 1) * self.part_slots;
             self.memory.splice(range.clone(), memory);
             self.ready.splice(range, ready);
             self.generations[k] = part.generation;
-            tracing::info!("took the restarted producer's GPU memory and events{}", if self.generations.len() > 1 { format!(" (replica {k})") } else { String::new() });
+            tracing::info!(
+                "took the restarted producer's GPU memory and events{}",
+                if self.generations.len() > 1 { format!(" (replica {k})") } else { String::new() }
+            );
         }
         Ok(())
     }
@@ -194,7 +201,8 @@ impl WriteEnd for DeviceWrite {
     /// A consumer process died or joined: open every live consumer process's `released`
     /// events again (a fresh process's are fresh events; the others' are the same).
     fn update(&mut self, import: Import, _fds: Vec<OwnedFd>) -> Result<(), HandshakeError> {
-        self.released = import.consumers.iter().map(|c| handshake::open_events(&self.gpu, &c.events)).collect::<Result<_, _>>()?;
+        self.released =
+            import.consumers.iter().map(|c| handshake::open_events(&self.gpu, &c.events)).collect::<Result<_, _>>()?;
         self.current_for = import.epoch;
         tracing::info!("took the current consumers' GPU events ({} consumer processes)", self.released.len());
         Ok(())

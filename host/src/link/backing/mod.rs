@@ -14,11 +14,11 @@
 //!
 //! One conformance suite (`conformance`) runs every backing pair through the same frames.
 
+#[cfg(test)]
+mod conformance;
 pub mod device;
 pub mod host;
 pub mod staged;
-#[cfg(test)]
-mod conformance;
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;

@@ -18,7 +18,8 @@ pub(crate) fn plan_of(text: &str) -> (Plan, String) {
     let text = text.replace("plugin = \"", &format!("plugin = \"{}/libgpuipc_", plugins().display()));
     let source = SourceFile::new(Path::new("/nowhere/p.toml"), text.clone());
     let parsed = crate::config::parse(&source).unwrap_or_else(|d| panic!("{d}"));
-    let plan = crate::plan::build(&source, parsed).unwrap_or_else(|d| panic!("{d}\nbuild the plugins first: cargo build --workspace"));
+    let plan = crate::plan::build(&source, parsed)
+        .unwrap_or_else(|d| panic!("{d}\nbuild the plugins first: cargo build --workspace"));
     (plan, text)
 }
 
@@ -108,7 +109,10 @@ inputs = ["gen"]
     assert_eq!(grade_in["params"]["listen"].as_str(), Some("10.77.0.1:7448"));
     assert_eq!(grade_in["params"]["link"].as_str(), Some("grade->a"));
     assert_eq!(grade_in["params"]["format"].as_str(), Some("rgb8"));
-    assert_eq!((grade_in["params"]["width"].as_integer(), grade_in["params"]["height"].as_integer()), (Some(64), Some(48)));
+    assert_eq!(
+        (grade_in["params"]["width"].as_integer(), grade_in["params"]["height"].as_integer()),
+        (Some(64), Some(48))
+    );
     assert_eq!(stage(&a, "yuv")["inputs"].as_array().unwrap(), &vec![Value::from("grade")]);
     assert_eq!(a.len(), 4, "{a:?}");
 
@@ -181,7 +185,10 @@ inputs = ["gen2"]
     let (a, b) = (stages(&parts[0]), stages(&parts[1]));
     // Each producer's sender sends to the port its receiver on b listens on; the two crossing
     // links into b take its data port and the next, in plan order.
-    let (to_1, to_2) = (stage(&a, "gen-to-b-2")["params"]["to"].as_str().unwrap(), stage(&a, "gen2-to-b")["params"]["to"].as_str().unwrap());
+    let (to_1, to_2) = (
+        stage(&a, "gen-to-b-2")["params"]["to"].as_str().unwrap(),
+        stage(&a, "gen2-to-b")["params"]["to"].as_str().unwrap(),
+    );
     assert_eq!(stage(&b, "gen")["params"]["listen"].as_str(), Some(to_1));
     assert_eq!(stage(&b, "gen2")["params"]["listen"].as_str(), Some(to_2));
     let mut ports = [to_1, to_2];
@@ -271,11 +278,22 @@ inputs = ["gen"]
         "frames into host `a` (its 1st crossing link) and host `b`'s control endpoint both use 127.0.0.1:7712; give host `a` a `data` address on another port (hosts on one address need ports of their own)"
     );
     // Its own data address, elsewhere: no clash. Loopback names are one address.
-    let (plan, text) = plan_of(&hosts.replace("control = \"tcp/127.0.0.1:7711\"", "control = \"tcp/127.0.0.1:7711\"\ndata = \"127.0.0.1:7800\""));
+    let (plan, text) = plan_of(
+        &hosts
+            .replace("control = \"tcp/127.0.0.1:7711\"", "control = \"tcp/127.0.0.1:7711\"\ndata = \"127.0.0.1:7800\""),
+    );
     split(&plan, &text).unwrap();
-    let (plan, text) = plan_of(&hosts.replace("control = \"tcp/127.0.0.1:7711\"", "control = \"tcp/127.0.0.1:7711\"\ndata = \"localhost:7712\""));
+    let (plan, text) = plan_of(
+        &hosts
+            .replace("control = \"tcp/127.0.0.1:7711\"", "control = \"tcp/127.0.0.1:7711\"\ndata = \"localhost:7712\""),
+    );
     let e = split(&plan, &text).unwrap_err().to_string();
-    assert!(e.starts_with("frames into host `a` (its 1st crossing link) and host `b`'s control endpoint both use 127.0.0.1:7712"), "{e}");
+    assert!(
+        e.starts_with(
+            "frames into host `a` (its 1st crossing link) and host `b`'s control endpoint both use 127.0.0.1:7712"
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -335,8 +353,14 @@ fn nccl_links_get_nccl_bridges_on_each_ends_device_and_the_rings_stay_in_device_
     assert_eq!(receiver["device"].as_str(), Some("cuda:0"));
     assert_eq!(receiver["params"]["listen"].as_str(), Some("10.77.0.2:9000"));
     assert_eq!(receiver["params"]["format"].as_str(), Some("rgb8"));
-    assert_eq!((stage(&b, "grade-to-a")["plugin"].as_str(), stage(&b, "grade-to-a")["device"].as_str()), (Some("nccl-send"), Some("cuda:0")));
-    assert_eq!((stage(&a, "grade")["plugin"].as_str(), stage(&a, "grade")["device"].as_str()), (Some("nccl-receive"), Some("cuda:1")));
+    assert_eq!(
+        (stage(&b, "grade-to-a")["plugin"].as_str(), stage(&b, "grade-to-a")["device"].as_str()),
+        (Some("nccl-send"), Some("cuda:0"))
+    );
+    assert_eq!(
+        (stage(&a, "grade")["plugin"].as_str(), stage(&a, "grade")["device"].as_str()),
+        (Some("nccl-receive"), Some("cuda:1"))
+    );
     // The consumers read their receivers on their own host: the key has done its work.
     assert!(stage(&b, "grade").get("input_transport").is_none());
     assert!(stage(&a, "yuv").get("input_transport").is_none());
@@ -345,7 +369,8 @@ fn nccl_links_get_nccl_bridges_on_each_ends_device_and_the_rings_stay_in_device_
 
 #[test]
 fn tcp_is_the_default_and_keeps_a_cuda_producers_ring_in_host_memory() {
-    let text = format!("{HOSTS}\n{NCCL_CHAIN}").replace("device = \"cpu\"\n", "").replace("input_transport = \"nccl\"\n", "");
+    let text =
+        format!("{HOSTS}\n{NCCL_CHAIN}").replace("device = \"cpu\"\n", "").replace("input_transport = \"nccl\"\n", "");
     let (plan, text) = plan_of(&text);
     for link in &plan.links {
         assert!(matches!(link.memory, crate::plan::LinkMemory::HostStaged { .. }), "{:?}", link.memory);

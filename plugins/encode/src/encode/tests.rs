@@ -38,7 +38,10 @@ fn doc_examples_are_valid_params() {
 fn the_defaults_are_libx264_at_30_fps_overwriting() {
     let p = params("path = \"out/clip.mp4\"");
     assert_eq!((p.codec.as_str(), p.rate(), p.overwrite), ("libx264", (30, 1), true));
-    assert_eq!((&p.format, &p.bitrate, p.crf, &p.preset, &p.pix_fmt, &p.ffmpeg), (&None, &None, None, &None, &None, &None));
+    assert_eq!(
+        (&p.format, &p.bitrate, p.crf, &p.preset, &p.pix_fmt, &p.ffmpeg),
+        (&None, &None, None, &None, &None, &None)
+    );
     assert!(p.options.is_empty());
     assert_eq!(p.output(), Output::File(Path::new("out/clip.mp4")));
 }
@@ -112,7 +115,10 @@ fn an_existing_file_is_refused_only_without_overwrite() {
     let e = problems(&format!("{text}\noverwrite = false"));
     assert_eq!(
         e,
-        format!("param `path`: {} exists and param `overwrite` is false; remove it or leave `overwrite` out", path.display())
+        format!(
+            "param `path`: {} exists and param `overwrite` is false; remove it or leave `overwrite` out",
+            path.display()
+        )
     );
     std::fs::remove_file(&path).unwrap();
     params(&format!("{text}\noverwrite = false")).validate().unwrap();
@@ -127,7 +133,12 @@ fn check_finds_the_program_or_names_the_param() {
     // Bad params and a missing program in one message.
     let p = params("path = \"x.mp4\"\nfps = 0\nffmpeg = \"no-such-ffmpeg-here\"");
     let e = Encode::check(&p, &[format]).unwrap_err();
-    assert!(e.message().starts_with("param `fps` must be at least 1, got 0; param `ffmpeg`: `no-such-ffmpeg-here` is not found on PATH"), "{e}");
+    assert!(
+        e.message().starts_with(
+            "param `fps` must be at least 1, got 0; param `ffmpeg`: `no-such-ffmpeg-here` is not found on PATH"
+        ),
+        "{e}"
+    );
     let p = params("path = \"x.mp4\"\nffmpeg = \"/bin/sh\"");
     Encode::check(&p, &[format]).unwrap();
 }
@@ -160,7 +171,9 @@ fn script(name: &str, body: &str) -> PathBuf {
 fn stage(params: &str, format: FrameFormat) -> Result<CpuStage<Encode>> {
     for _ in 0..50 {
         match CpuStage::<Encode>::new(params, &[format]) {
-            Err(e) if e.message().contains("Text file busy") => std::thread::sleep(std::time::Duration::from_millis(20)),
+            Err(e) if e.message().contains("Text file busy") => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
             other => return other,
         }
     }
@@ -238,7 +251,10 @@ fn ffmpeg_failing_at_the_start_is_reported_in_its_words_not_as_a_broken_pipe() {
 
 #[test]
 fn ffmpeg_failing_at_the_end_fails_the_flush_with_its_message() {
-    let program = script("trailer.sh", "cat > /dev/null\necho 'av_interleaved_write_frame(): No space left on device' >&2\nexit 1");
+    let program = script(
+        "trailer.sh",
+        "cat > /dev/null\necho 'av_interleaved_write_frame(): No space left on device' >&2\nexit 1",
+    );
     let out = temp_path("encode", "full-disk.mp4");
     let format = FrameFormat::new(PixelFormat::Nv12, 6, 4);
     let mut s = stage(&settings(&program, &out, ""), format).unwrap();
@@ -246,7 +262,10 @@ fn ffmpeg_failing_at_the_end_fails_the_flush_with_its_message() {
     assert_eq!(at, None);
     assert_eq!(
         e.message(),
-        format!("ffmpeg (encoding to {}) exited with code 1: av_interleaved_write_frame(): No space left on device", out.display())
+        format!(
+            "ffmpeg (encoding to {}) exited with code 1: av_interleaved_write_frame(): No space left on device",
+            out.display()
+        )
     );
     std::fs::remove_file(&program).unwrap();
 }
@@ -270,7 +289,8 @@ fn a_stage_dropped_before_its_flush_kills_ffmpeg() {
     let pid_file = temp_path("encode", "waits.pid");
     let _ = std::fs::remove_file(&pid_file);
     // `exec`: a grandchild would hold ffmpeg's standard error open after the kill.
-    let program = script("waits.sh", &format!("echo $$ > {}.tmp && mv {0}.tmp {0}\nexec sleep 600", pid_file.display()));
+    let program =
+        script("waits.sh", &format!("echo $$ > {}.tmp && mv {0}.tmp {0}\nexec sleep 600", pid_file.display()));
     let out = temp_path("encode", "dropped.mp4");
     let format = FrameFormat::new(PixelFormat::Gray8, 4, 4);
     let s = stage(&settings(&program, &out, ""), format).unwrap();
@@ -350,6 +370,9 @@ fn the_real_ffmpeg_refusing_a_codec_is_quoted() {
     let format = FrameFormat::new(PixelFormat::I420, 320, 240);
     let mut s = stage(&format!("path = {:?}\ncodec = \"nope\"", out.to_str().unwrap()), format).unwrap();
     let (_, e) = feed(&mut s, format, 30).unwrap_err();
-    assert_eq!(e.message(), format!("ffmpeg (encoding to {}) exited with code 1: Unknown encoder 'nope'", out.display()));
+    assert_eq!(
+        e.message(),
+        format!("ffmpeg (encoding to {}) exited with code 1: Unknown encoder 'nope'", out.display())
+    );
     let _ = std::fs::remove_file(&out);
 }

@@ -110,11 +110,20 @@ impl Plugin for Faulty {
             Mode::HangOnCreate => loop {
                 std::thread::park();
             },
-            _ => Ok(Faulty { mode: params.mode, at: params.at, delay: std::time::Duration::from_micros(params.delay_us) }),
+            _ => Ok(Faulty {
+                mode: params.mode,
+                at: params.at,
+                delay: std::time::Duration::from_micros(params.delay_us),
+            }),
         }
     }
 
-    fn process(&mut self, inputs: &[InputFrame<'_>], output: Option<&mut OutputFrame<'_>>, ctx: &ProcessContext) -> Result<()> {
+    fn process(
+        &mut self,
+        inputs: &[InputFrame<'_>],
+        output: Option<&mut OutputFrame<'_>>,
+        ctx: &ProcessContext,
+    ) -> Result<()> {
         if ctx.frame_index == self.at {
             match self.mode {
                 Mode::ErrorAt => bail!("failing at frame {}, as asked", ctx.frame_index),
@@ -202,7 +211,8 @@ fn spawn_child() -> Result<()> {
                 .flatten()
                 .filter_map(|e| {
                     let fd = e.file_name().to_str()?.parse().ok()?;
-                    let target = std::fs::read_link(e.path()).map_or_else(|e| format!("({e})"), |t| t.display().to_string());
+                    let target =
+                        std::fs::read_link(e.path()).map_or_else(|e| format!("({e})"), |t| t.display().to_string());
                     Some((fd, target))
                 })
                 .collect();
@@ -219,15 +229,19 @@ fn spawn_child() -> Result<()> {
     let _ = child.wait();
     match held {
         Ok(fds) => {
-            let extra: Vec<String> = fds.iter().filter(|(fd, _)| *fd > 2).map(|(fd, target)| format!("{fd} -> {target}")).collect();
+            let extra: Vec<String> =
+                fds.iter().filter(|(fd, _)| *fd > 2).map(|(fd, target)| format!("{fd} -> {target}")).collect();
             if !extra.is_empty() {
-                problems.push(format!("a child of the stage holds descriptors beyond 0, 1 and 2: {}", extra.join(", ")));
+                problems
+                    .push(format!("a child of the stage holds descriptors beyond 0, 1 and 2: {}", extra.join(", ")));
             }
         }
         Err(e) => problems.push(format!("cannot list the descriptors of a child of the stage: {e}")),
     }
     if problems.is_empty() {
-        gpuipc_plugin_api::log::info("a child of the stage holds descriptors 0, 1 and 2 only, and no stop signal is blocked");
+        gpuipc_plugin_api::log::info(
+            "a child of the stage holds descriptors 0, 1 and 2 only, and no stop signal is blocked",
+        );
         Ok(())
     } else {
         bail!("{}", problems.join("; "))
@@ -238,10 +252,15 @@ fn spawn_child() -> Result<()> {
 /// as a problem of `whose`.
 fn blocked_stop_signals(status: &str, whose: &str) -> Vec<String> {
     let text = std::fs::read_to_string(status).unwrap_or_default();
-    let Some(mask) = text.lines().find_map(|l| l.strip_prefix("SigBlk:")).and_then(|m| u64::from_str_radix(m.trim(), 16).ok()) else {
+    let Some(mask) =
+        text.lines().find_map(|l| l.strip_prefix("SigBlk:")).and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+    else {
         return vec![format!("no signal mask in {status}")];
     };
-    let blocked: Vec<&str> =
-        [(1, "SIGHUP"), (2, "SIGINT"), (15, "SIGTERM")].into_iter().filter(|(n, _)| mask & (1 << (n - 1)) != 0).map(|(_, name)| name).collect();
+    let blocked: Vec<&str> = [(1, "SIGHUP"), (2, "SIGINT"), (15, "SIGTERM")]
+        .into_iter()
+        .filter(|(n, _)| mask & (1 << (n - 1)) != 0)
+        .map(|(_, name)| name)
+        .collect();
     if blocked.is_empty() { Vec::new() } else { vec![format!("{whose} blocks {}", blocked.join(", "))] }
 }

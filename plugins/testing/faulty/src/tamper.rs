@@ -36,22 +36,35 @@ pub fn tamper(input: &InputFrame<'_>) -> Vec<String> {
     let mut report = Vec::new();
     let fds = descriptors_of(&backing);
     if fds.is_empty() {
-        report.push(format!("mmap(PROT_WRITE) of the input's memory: no descriptor of {} is open in this process", backing.path));
+        report.push(format!(
+            "mmap(PROT_WRITE) of the input's memory: no descriptor of {} is open in this process",
+            backing.path
+        ));
     }
     for (fd, file) in &fds {
         let at = backing.offset + (addr - backing.start) as u64;
-        report.push(format!("mmap(PROT_WRITE) of fd {fd} ({}): {}", backing.path, outcome(map_and_write(file.as_fd(), at, &inverted))));
+        report.push(format!(
+            "mmap(PROT_WRITE) of fd {fd} ({}): {}",
+            backing.path,
+            outcome(map_and_write(file.as_fd(), at, &inverted))
+        ));
         let reopened = std::fs::OpenOptions::new().read(true).write(true).open(format!("/proc/self/fd/{fd}"));
         let got = match reopened {
             Ok(file) => match map_and_write(file.as_fd(), at, &inverted) {
                 Ok(()) => "opened, and mmap(PROT_WRITE) of it succeeded: wrote the frame".to_owned(),
                 Err(e) => format!("opened, but mmap(PROT_WRITE) of it was {}", refusal(e)),
             },
-            Err(e) => format!("refused ({})", e.raw_os_error().map_or_else(|| e.to_string(), |n| name(Errno::from_raw_os_error(n)))),
+            Err(e) => format!(
+                "refused ({})",
+                e.raw_os_error().map_or_else(|| e.to_string(), |n| name(Errno::from_raw_os_error(n)))
+            ),
         };
         report.push(format!("open(/proc/self/fd/{fd}, O_RDWR): {got}"));
     }
-    report.push(format!("mprotect(PROT_READ|PROT_WRITE) of the input's page: {}", outcome(protect_and_write(addr, &inverted))));
+    report.push(format!(
+        "mprotect(PROT_READ|PROT_WRITE) of the input's page: {}",
+        outcome(protect_and_write(addr, &inverted))
+    ));
     report
 }
 
@@ -127,7 +140,9 @@ fn map_and_write(fd: BorrowedFd<'_>, at: u64, bytes: &[u8]) -> Result<(), Errno>
         return Err(Errno::RANGE);
     }
     // SAFETY: the attack: a new shared mapping of memory other processes read.
-    let ptr = unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd, 0)? };
+    let ptr = unsafe {
+        rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd, 0)?
+    };
     // SAFETY: the attack: `at..at + bytes.len()` is inside the mapping (checked above).
     unsafe {
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), (ptr as *mut u8).add(at as usize), bytes.len());

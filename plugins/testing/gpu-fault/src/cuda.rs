@@ -5,10 +5,7 @@ use gpuipc_plugin_api::cuda::{self, Kernel, KernelArg, Kernels};
 use gpuipc_plugin_api::{CreateContext, DeviceBuffer, Error, FrameInfo, Result, bail};
 
 /// The kernel source, compiled with NVRTC when a cuda stage starts.
-pub const SOURCE: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../kernels/gpu_fault.cu"
-));
+pub const SOURCE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../kernels/gpu_fault.cu"));
 /// How the source is named in NVRTC's messages and the kernel cache.
 pub const FILE_NAME: &str = "kernels/gpu_fault.cu";
 /// The entry point copying one plane.
@@ -71,8 +68,7 @@ impl GpuFault {
                     dst.row_bytes
                 );
             }
-            let too_big =
-                |what: &str| Error::new(format!("plane {index}: {what} does not fit in 32 bits"));
+            let too_big = |what: &str| Error::new(format!("plane {index}: {what} does not fit in 32 bits"));
             let row_bytes = u32::try_from(dst.row_bytes).map_err(|_| too_big("row_bytes"))?;
             let rows = u32::try_from(dst.rows).map_err(|_| too_big("rows"))?;
             // One thread per 16 bytes of a row, one block row per row (grid-stride beyond).
@@ -102,24 +98,12 @@ impl GpuFault {
             Poison::IllegalAddress => (0, 1),
             Poison::Trap => (0, 2),
         };
-        self.poison.launch(
-            stream,
-            (1, 1, 1),
-            (1, 1, 1),
-            0,
-            &[KernelArg::DevicePtr(target), KernelArg::U32(how)],
-        )
+        self.poison.launch(stream, (1, 1, 1), (1, 1, 1), 0, &[KernelArg::DevicePtr(target), KernelArg::U32(how)])
     }
 
     /// Enqueue a kernel of `blocks` blocks of one warp each that spin for `micros`
     /// microseconds on `stream`.
     pub fn busy(&self, micros: u64, blocks: u32, stream: usize) -> Result<()> {
-        self.busy.launch(
-            stream,
-            (blocks, 1, 1),
-            (32, 1, 1),
-            0,
-            &[KernelArg::U64(micros.saturating_mul(1000))],
-        )
+        self.busy.launch(stream, (blocks, 1, 1), (32, 1, 1), 0, &[KernelArg::U64(micros.saturating_mul(1000))])
     }
 }

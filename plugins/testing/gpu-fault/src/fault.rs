@@ -1,8 +1,8 @@
 //! The test-gpu-fault stage: its params, the copy, and when to fault.
 
 use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, PixelFormat, Plugin,
-    PluginInfo, ProcessContext, Result, bail, log,
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, PixelFormat, Plugin, PluginInfo,
+    ProcessContext, Result, bail, log,
 };
 use serde::Deserialize;
 
@@ -92,9 +92,7 @@ pub struct GpuFaultStage {
 }
 
 fn check_input(inputs: &[FrameFormat]) -> Result<FrameFormat> {
-    let [input] = inputs else {
-        bail!("test-gpu-fault takes 1 input, got {}", inputs.len())
-    };
+    let [input] = inputs else { bail!("test-gpu-fault takes 1 input, got {}", inputs.len()) };
     match input.pixel_format() {
         Some(_) => Ok(*input),
         None => bail!("test-gpu-fault cannot copy {input}: unknown pixel format"),
@@ -156,9 +154,7 @@ impl Plugin for GpuFaultStage {
         output: Option<&mut OutputFrame<'_>>,
         ctx: &ProcessContext,
     ) -> Result<()> {
-        let [input] = inputs else {
-            bail!("test-gpu-fault takes 1 input, got {}", inputs.len())
-        };
+        let [input] = inputs else { bail!("test-gpu-fault takes 1 input, got {}", inputs.len()) };
         let output = output.ok_or_else(|| Error::new("test-gpu-fault needs an output frame"))?;
         for frame in [&input.info, output.info()] {
             if frame.format != self.format {
@@ -166,11 +162,7 @@ impl Plugin for GpuFaultStage {
             }
         }
         let seq = input.info.seq;
-        let fault = if seq == self.at {
-            self.mode.poison()
-        } else {
-            None
-        };
+        let fault = if seq == self.at { self.mode.poison() } else { None };
         if !self.delay.is_zero() {
             std::thread::sleep(self.delay);
         }
@@ -202,8 +194,7 @@ impl Plugin for GpuFaultStage {
         while started.elapsed() < self.busy {
             std::hint::spin_loop();
         }
-        let host_only =
-            || Error::new("the input is in device memory but the output in host memory");
+        let host_only = || Error::new("the input is in device memory but the output in host memory");
         let mut planes = output.planes_mut().ok_or_else(host_only)?;
         for (i, plane) in planes.iter_mut().enumerate() {
             let src = input.plane(i).ok_or_else(host_only)?;
@@ -217,9 +208,7 @@ impl Plugin for GpuFaultStage {
 
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::testing::{
-        check_doc_examples, cpu_context, frame_bytes, packed_planes, padded,
-    };
+    use gpuipc_plugin_api::testing::{check_doc_examples, cpu_context, frame_bytes, packed_planes, padded};
     use gpuipc_plugin_api::{DeviceBuffer, FrameInfo, parse_params};
 
     use super::*;
@@ -235,9 +224,7 @@ mod tests {
     /// Packed pixels for every plane of `format`, none of them zero.
     fn pixels(format: FrameFormat, salt: u64) -> Vec<u8> {
         let layout = FrameInfo::new(format, 0, 0).unwrap().layout;
-        (0..layout.pixel_bytes())
-            .map(|i| ((i * 31 + salt * 7) % 255 + 1) as u8)
-            .collect()
+        (0..layout.pixel_bytes()).map(|i| ((i * 31 + salt * 7) % 255 + 1) as u8).collect()
     }
 
     /// Run a cpu stage with `text` on frame `seq` of `format` with `pixels`; the input and the
@@ -245,10 +232,7 @@ mod tests {
     /// its padding was not written.
     fn run_cpu(text: &str, format: FrameFormat, seq: u64, pixels: &[u8]) -> Vec<u8> {
         let p = params(text);
-        assert_eq!(
-            GpuFaultStage::negotiate(&p, &[format]).unwrap(),
-            Some(format)
-        );
+        assert_eq!(GpuFaultStage::negotiate(&p, &[format]).unwrap(), Some(format));
         let mut stage = GpuFaultStage::create(p, &[format], Some(format), &cpu_context()).unwrap();
         let mut in_info = FrameInfo::new(format, seq, 0).unwrap();
         in_info.layout = padded(in_info.layout, 5);
@@ -258,45 +242,21 @@ mod tests {
         let out_info = FrameInfo::new(format, seq, 0).unwrap();
         let mut out_bytes = vec![SENTINEL; out_info.layout.total_bytes as usize];
         let mut output = OutputFrame::host(out_info, &mut out_bytes).unwrap();
-        let pc = ProcessContext {
-            frame_index: 0,
-            cuda_stream: 0,
-        };
+        let pc = ProcessContext { frame_index: 0, cuda_stream: 0 };
         stage.process(&[input], Some(&mut output), &pc).unwrap();
         packed_planes(&out_info.layout, &out_bytes, SENTINEL).concat()
     }
 
     #[test]
     fn params_default_to_ok_at_0() {
-        assert_eq!(
-            params(""),
-            Params {
-                mode: Mode::Ok,
-                at: 0,
-                delay_us: 0,
-                gpu_busy_us: 0,
-                gpu_busy_blocks: 0
-            }
-        );
+        assert_eq!(params(""), Params { mode: Mode::Ok, at: 0, delay_us: 0, gpu_busy_us: 0, gpu_busy_blocks: 0 });
         assert_eq!(
             params("mode = \"illegal_address\"\nat = 500"),
-            Params {
-                mode: Mode::IllegalAddress,
-                at: 500,
-                delay_us: 0,
-                gpu_busy_us: 0,
-                gpu_busy_blocks: 0
-            }
+            Params { mode: Mode::IllegalAddress, at: 500, delay_us: 0, gpu_busy_us: 0, gpu_busy_blocks: 0 }
         );
         assert_eq!(
             params("mode = \"trap\"\nat = 3\ndelay_us = 250\ngpu_busy_us = 2000"),
-            Params {
-                mode: Mode::Trap,
-                at: 3,
-                delay_us: 250,
-                gpu_busy_us: 2000,
-                gpu_busy_blocks: 0
-            }
+            Params { mode: Mode::Trap, at: 3, delay_us: 250, gpu_busy_us: 2000, gpu_busy_blocks: 0 }
         );
         for mode in [Mode::Ok, Mode::IllegalAddress, Mode::Trap] {
             assert_eq!(params(&format!("mode = \"{}\"", mode.name())).mode, mode);
@@ -332,10 +292,7 @@ mod tests {
             fault_message(Poison::IllegalAddress, 500),
             "launching a kernel that writes to an illegal address at frame 500, as asked"
         );
-        assert_eq!(
-            fault_message(Poison::Trap, 7),
-            "launching a kernel that executes __trap() at frame 7, as asked"
-        );
+        assert_eq!(fault_message(Poison::Trap, 7), "launching a kernel that executes __trap() at frame 7, as asked");
         assert_eq!(Mode::IllegalAddress.poison(), Some(Poison::IllegalAddress));
         assert_eq!(Mode::Trap.poison(), Some(Poison::Trap));
         assert_eq!(Mode::Ok.poison(), None);
@@ -363,16 +320,9 @@ mod tests {
     fn a_fault_in_the_cpu_domain_copies_the_frame() {
         let format = FrameFormat::new(PixelFormat::Nv12, 17, 9);
         let pixels = pixels(format, 1);
-        for text in [
-            "mode = \"illegal_address\"\nat = 3",
-            "mode = \"trap\"\nat = 3",
-        ] {
+        for text in ["mode = \"illegal_address\"\nat = 3", "mode = \"trap\"\nat = 3"] {
             for seq in [2, 3, 4] {
-                assert_eq!(
-                    run_cpu(text, format, seq, &pixels),
-                    pixels,
-                    "{text:?} seq {seq}"
-                );
+                assert_eq!(run_cpu(text, format, seq, &pixels), pixels, "{text:?} seq {seq}");
             }
         }
     }
@@ -382,33 +332,19 @@ mod tests {
         let format = FrameFormat::new(PixelFormat::Rgb8, 4, 4);
         let other = FrameFormat::new(PixelFormat::Gray8, 4, 4);
         assert!(GpuFaultStage::negotiate(&params(""), &[format, format]).is_err());
-        let e =
-            GpuFaultStage::create(params(""), &[format], Some(other), &cpu_context()).unwrap_err();
-        assert!(
-            e.message().contains("writes its input format rgb8 4x4"),
-            "{e}"
-        );
+        let e = GpuFaultStage::create(params(""), &[format], Some(other), &cpu_context()).unwrap_err();
+        assert!(e.message().contains("writes its input format rgb8 4x4"), "{e}");
 
-        let mut stage =
-            GpuFaultStage::create(params(""), &[format], Some(format), &cpu_context()).unwrap();
+        let mut stage = GpuFaultStage::create(params(""), &[format], Some(format), &cpu_context()).unwrap();
         let info = FrameInfo::new(format, 0, 0).unwrap();
-        let buffer = DeviceBuffer {
-            addr: 0x1000,
-            len: info.layout.total_bytes,
-        };
+        let buffer = DeviceBuffer { addr: 0x1000, len: info.layout.total_bytes };
         let input = InputFrame::device(info, buffer);
         let mut out = OutputFrame::device(info, buffer);
-        let pc = ProcessContext {
-            frame_index: 0,
-            cuda_stream: 0,
-        };
+        let pc = ProcessContext { frame_index: 0, cuda_stream: 0 };
         let e = stage.process(&[input], Some(&mut out), &pc).unwrap_err();
         assert!(e.message().contains("runs in the cpu domain"), "{e}");
 
-        let cuda = CreateContext {
-            domain: Domain::Cuda,
-            ..cpu_context()
-        };
+        let cuda = CreateContext { domain: Domain::Cuda, ..cpu_context() };
         let e = GpuFaultStage::create(params(""), &[format], Some(format), &cuda).unwrap_err();
         assert!(e.message().contains("kernels/gpu_fault.cu"), "{e}");
     }
@@ -426,11 +362,8 @@ mod tests {
             for pixel in PixelFormat::ALL {
                 let format = FrameFormat::new(pixel, width, height);
                 let ctx = gpu.create_context("copy").unwrap();
-                let mut stage =
-                    GpuFaultStage::create(params("at = 1"), &[format], Some(format), &ctx).unwrap();
-                for (seq, (in_extra, out_extra)) in
-                    [(0, 0), (5, 3), (16, 0)].into_iter().enumerate()
-                {
+                let mut stage = GpuFaultStage::create(params("at = 1"), &[format], Some(format), &ctx).unwrap();
+                for (seq, (in_extra, out_extra)) in [(0, 0), (5, 3), (16, 0)].into_iter().enumerate() {
                     let mut in_info = FrameInfo::new(format, seq as u64, 0).unwrap();
                     in_info.layout = padded(in_info.layout, in_extra);
                     let mut out_info = FrameInfo::new(format, seq as u64, 0).unwrap();
@@ -469,48 +402,23 @@ mod tests {
             return;
         };
         drop(gpu);
-        let child = format!(
-            "{}::fault_child",
-            module_path!().split_once("::").unwrap().1
-        );
+        let child = format!("{}::fault_child", module_path!().split_once("::").unwrap().1);
         for (mode, line, error) in [
             (
                 Mode::IllegalAddress,
                 "launching a kernel that writes to an illegal address at frame 2, as asked",
                 "CUDA_ERROR_ILLEGAL_ADDRESS",
             ),
-            (
-                Mode::Trap,
-                "launching a kernel that executes __trap() at frame 2, as asked",
-                "CUDA_ERROR",
-            ),
+            (Mode::Trap, "launching a kernel that executes __trap() at frame 2, as asked", "CUDA_ERROR"),
         ] {
             let run = std::process::Command::new(std::env::current_exe().unwrap())
-                .args([
-                    &child,
-                    "--exact",
-                    "--ignored",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
+                .args([&child, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
                 .env(CHILD_ENV, mode.name())
                 .output()
                 .unwrap();
-            let output = format!(
-                "{}{}",
-                String::from_utf8_lossy(&run.stdout),
-                String::from_utf8_lossy(&run.stderr)
-            );
-            assert!(
-                run.status.success(),
-                "mode {}: the child failed:\n{output}",
-                mode.name()
-            );
-            assert!(
-                output.contains(line),
-                "mode {}: no line {line:?} in:\n{output}",
-                mode.name()
-            );
+            let output = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+            assert!(run.status.success(), "mode {}: the child failed:\n{output}", mode.name());
+            assert!(output.contains(line), "mode {}: no line {line:?} in:\n{output}", mode.name());
             let surfaced = output
                 .lines()
                 .find(|l| l.contains("fault surfaced"))
@@ -534,15 +442,10 @@ mod tests {
         let format = FrameFormat::new(PixelFormat::Rgb8, 64, 16);
         let ctx = gpu.create_context("fault").unwrap();
         let text = format!("mode = \"{mode}\"\nat = 2");
-        let mut stage =
-            GpuFaultStage::create(params(&text), &[format], Some(format), &ctx).unwrap();
+        let mut stage = GpuFaultStage::create(params(&text), &[format], Some(format), &ctx).unwrap();
         let info = FrameInfo::new(format, 0, 0).unwrap();
-        let device_in = gpu
-            .upload(&vec![7; info.layout.total_bytes as usize])
-            .unwrap();
-        let device_out = gpu
-            .upload(&vec![0; info.layout.total_bytes as usize])
-            .unwrap();
+        let device_in = gpu.upload(&vec![7; info.layout.total_bytes as usize]).unwrap();
+        let device_out = gpu.upload(&vec![0; info.layout.total_bytes as usize]).unwrap();
         let mut surfaced = None;
         for seq in 0..6 {
             let info = FrameInfo { seq, ..info };
@@ -560,9 +463,7 @@ mod tests {
             }
         }
         if surfaced.is_none() {
-            let e = gpu
-                .download(&device_out)
-                .expect_err("the fault did not surface");
+            let e = gpu.download(&device_out).expect_err("the fault did not surface");
             surfaced = Some(format!("by cuStreamSynchronize after frame 5: {e}"));
         }
         println!("fault surfaced {}", surfaced.unwrap());

@@ -90,7 +90,11 @@ fn scan(reader: &mut impl Read, codec: Codec) -> std::io::Result<Scan> {
             if let Some(nal) = out.nals.last_mut().filter(|_| filled < 3) {
                 nal.header[filled] = byte;
                 filled += 1;
-                if filled == 1 && out.sps.is_none() && capture.is_none() && nal_type(codec, nal.header) == sps_type(codec) {
+                if filled == 1
+                    && out.sps.is_none()
+                    && capture.is_none()
+                    && nal_type(codec, nal.header) == sps_type(codec)
+                {
                     capture = Some(Vec::new());
                 }
             }
@@ -202,7 +206,9 @@ fn access_units(codec: Codec, nals: &[Nal]) -> Vec<AccessUnit> {
                 let after_picture = units.last().is_some_and(|u| u.picture);
                 match next_start.as_mut() {
                     Some((_, seen)) => *seen |= param,
-                    None if after_picture && starts_access_unit(codec, nal.header) => next_start = Some((nal.at, param)),
+                    None if after_picture && starts_access_unit(codec, nal.header) => {
+                        next_start = Some((nal.at, param))
+                    }
                     None => {
                         if let Some(last) = units.last_mut() {
                             last.params |= param;
@@ -283,7 +289,8 @@ mod tests {
     #[test]
     fn start_codes_of_three_and_four_bytes_are_found() {
         // SPS (4-byte start code), PPS (3-byte), an IDR slice, a trailing zero, a P slice.
-        let stream = [0, 0, 0, 1, 0x67, 0x42, 0xaa, 0, 0, 1, 0x68, 0xce, 0, 0, 1, 0x65, 0x88, 0x80, 0, 0, 0, 0, 1, 0x41, 0x9a];
+        let stream =
+            [0, 0, 0, 1, 0x67, 0x42, 0xaa, 0, 0, 1, 0x68, 0xce, 0, 0, 1, 0x65, 0x88, 0x80, 0, 0, 0, 0, 1, 0x41, 0x9a];
         let scan = nals_of(&stream, Codec::H264);
         let at: Vec<u64> = scan.nals.iter().map(|n| n.at).collect();
         assert_eq!(at, [0, 7, 12, 19]);

@@ -206,7 +206,8 @@ pub struct Packets {
 
 impl Packets {
     pub fn open(path: &Path) -> Result<Packets> {
-        let file = File::open(path).map_err(|e| Error::new(format!("param `path`: cannot open {}: {e}", path.display())))?;
+        let file =
+            File::open(path).map_err(|e| Error::new(format!("param `path`: cannot open {}: {e}", path.display())))?;
         Ok(Packets { file, next: 0, start: 0, what: path.display().to_string() })
     }
 
@@ -221,17 +222,14 @@ impl Packets {
         let Some(sample) = index.samples.get(self.next) else { return Ok(None) };
         let n = self.next;
         let mut raw = vec![0u8; sample.size as usize];
-        self.file
-            .seek(SeekFrom::Start(sample.offset))
-            .and_then(|_| self.file.read_exact(&mut raw))
-            .map_err(|e| {
-                Error::new(format!(
-                    "{}: cannot read sample {n} (bytes {}..{}): {e}",
-                    self.what,
-                    sample.offset,
-                    sample.offset + sample.size
-                ))
-            })?;
+        self.file.seek(SeekFrom::Start(sample.offset)).and_then(|_| self.file.read_exact(&mut raw)).map_err(|e| {
+            Error::new(format!(
+                "{}: cannot read sample {n} (bytes {}..{}): {e}",
+                self.what,
+                sample.offset,
+                sample.offset + sample.size
+            ))
+        })?;
         buf.clear();
         match &index.packing {
             Packing::AnnexB => buf.extend_from_slice(&raw),
@@ -242,9 +240,8 @@ impl Packets {
                         buf.extend_from_slice(set);
                     }
                 }
-                length_prefixed_to_annexb(&raw, *length_size, buf).map_err(|e| {
-                    Error::new(format!("{}: sample {n} at byte {}: {e}", self.what, sample.offset))
-                })?;
+                length_prefixed_to_annexb(&raw, *length_size, buf)
+                    .map_err(|e| Error::new(format!("{}: sample {n} at byte {}: {e}", self.what, sample.offset)))?;
             }
             Packing::Raw { av1_header } => {
                 if n == self.start && !av1_header.is_empty() && !params::av1_has_sequence_header(&raw) {
@@ -273,7 +270,10 @@ pub fn length_prefixed_to_annexb(sample: &[u8], length_size: u8, out: &mut Vec<u
         let len = field.iter().fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
         at += size;
         let Some(nal) = sample.get(at..at + len) else {
-            return Err(format!("a NAL unit of {len} bytes at byte {at} runs past the sample's {} bytes", sample.len()));
+            return Err(format!(
+                "a NAL unit of {len} bytes at byte {at} runs past the sample's {} bytes",
+                sample.len()
+            ));
         };
         out.extend_from_slice(&[0, 0, 0, 1]);
         out.extend_from_slice(nal);

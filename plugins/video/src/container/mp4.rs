@@ -81,7 +81,15 @@ pub fn index(file: File, len: u64, path: &Path) -> Result<Index> {
             };
             let profile = format!("Profile {}", vpcc.profile);
             let packing = Packing::Raw { av1_header: Vec::new() };
-            (Codec::Vp9, profile, chroma, u32::from(vpcc.bit_depth), packing, u32::from(vp09.width), u32::from(vp09.height))
+            (
+                Codec::Vp9,
+                profile,
+                chroma,
+                u32::from(vpcc.bit_depth),
+                packing,
+                u32::from(vp09.width),
+                u32::from(vp09.height),
+            )
         }
         StsdBoxContent::Av01(av01) => {
             let av1c = &av01.av1c.contents;
@@ -100,12 +108,24 @@ pub fn index(file: File, len: u64, path: &Path) -> Result<Index> {
             // The sequence header the decoders need before the first frame: from the sample
             // entry, for a first sample that brings none of its own.
             let packing = Packing::Raw { av1_header: av1c.config_obus.clone() };
-            (Codec::Av1, profile, chroma, u32::from(av1c.bit_depth), packing, u32::from(av01.width), u32::from(av01.height))
+            (
+                Codec::Av1,
+                profile,
+                chroma,
+                u32::from(av1c.bit_depth),
+                packing,
+                u32::from(av01.width),
+                u32::from(av01.height),
+            )
         }
-        StsdBoxContent::Vp08(_) => bail!("{what}: its video track is VP8; the video source decodes H.264, HEVC, VP9 and AV1"),
+        StsdBoxContent::Vp08(_) => {
+            bail!("{what}: its video track is VP8; the video source decodes H.264, HEVC, VP9 and AV1")
+        }
         other => {
             let name = other.codec_string().unwrap_or_else(|| format!("{other:?}"));
-            bail!("{what}: its video track's codec ({name}) is not supported; the video source decodes H.264, HEVC, VP9 and AV1")
+            bail!(
+                "{what}: its video track's codec ({name}) is not supported; the video source decodes H.264, HEVC, VP9 and AV1"
+            )
         }
     };
     let samples: Vec<Sample> = track.samples.iter().map(|s| Sample { offset: s.offset, size: s.size }).collect();

@@ -31,7 +31,8 @@ pub fn h264_sps(nal: &[u8]) -> Result<SpsFacts, String> {
     let body = nal.get(1..).ok_or("an empty H.264 sequence parameter set")?;
     let sps = SeqParameterSet::from_bits(BitReader::new(ByteReader::without_skip(body)))
         .map_err(|e| format!("cannot read its H.264 sequence parameter set: {e:?}"))?;
-    let (width, height) = sps.pixel_dimensions().map_err(|e| format!("its H.264 sequence parameter set gives no picture size: {e:?}"))?;
+    let (width, height) =
+        sps.pixel_dimensions().map_err(|e| format!("its H.264 sequence parameter set gives no picture size: {e:?}"))?;
     let chroma = match sps.chroma_info.chroma_format {
         ChromaFormat::Monochrome => Chroma::Mono,
         ChromaFormat::YUV420 => Chroma::C420,

@@ -87,13 +87,16 @@ impl CpuDecoder {
     pub fn next_frame(&mut self, out: Option<&mut OutputFrame<'_>>) -> Result<Read1> {
         let Some(pass) = self.pass.as_mut() else { bail!("no pass of the decoder is under way") };
         let stdout = pass.child.stdout().expect("the command pipes standard output");
-        let got = gpuipc_plugin_api::read_full(stdout, &mut self.planar).map_err(|e| pass.child.error(format!("cannot read frames from ffmpeg: {e}")))?;
+        let got = gpuipc_plugin_api::read_full(stdout, &mut self.planar)
+            .map_err(|e| pass.child.error(format!("cannot read frames from ffmpeg: {e}")))?;
         if got == 0 {
             return self.end_pass().map(|()| Read1::End);
         }
         if got < self.planar.len() {
             let (read, size) = (pass.read, self.planar.len());
-            return Err(pass.child.error(format!("ffmpeg's frame {read} is cut short: {got} of its {size} bytes came")));
+            return Err(pass
+                .child
+                .error(format!("ffmpeg's frame {read} is cut short: {got} of its {size} bytes came")));
         }
         pass.read += 1;
         let errors = pass.child.stderr_lines();
@@ -233,7 +236,8 @@ pub fn interleave(index: &Index, planar: &[u8], out: &mut OutputFrame<'_>) -> Re
         let dst = &mut uv.row_mut(row)[..2 * cw * sample];
         if wide {
             for (i, pair) in dst.chunks_exact_mut(4).enumerate() {
-                let (a, b) = (u16::from_le_bytes([us[2 * i], us[2 * i + 1]]), u16::from_le_bytes([vs[2 * i], vs[2 * i + 1]]));
+                let (a, b) =
+                    (u16::from_le_bytes([us[2 * i], us[2 * i + 1]]), u16::from_le_bytes([vs[2 * i], vs[2 * i + 1]]));
                 pair[..2].copy_from_slice(&(a << 6).to_le_bytes());
                 pair[2..].copy_from_slice(&(b << 6).to_le_bytes());
             }

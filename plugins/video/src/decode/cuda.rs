@@ -91,11 +91,8 @@ impl GpuDecoder {
     pub fn start_pass(&mut self, entry: Entry) -> Result<()> {
         // The old decoder's pictures and surfaces go first.
         self.decoder = None;
-        let options = nvdec::DecoderOptions {
-            codec: self.index.info.codec,
-            stream: self.stream,
-            display_delay: DECODE_AHEAD,
-        };
+        let options =
+            nvdec::DecoderOptions { codec: self.index.info.codec, stream: self.stream, display_delay: DECODE_AHEAD };
         let mut decoder = nvdec::Decoder::new(options).map_err(|e| nvdec_error(&self.what, e))?;
         // Each packet is one access unit (an MP4 sample, or one cut here from an elementary
         // stream): the parser decodes it at once instead of when the next one starts.
@@ -173,7 +170,9 @@ impl GpuDecoder {
             }
             None => {
                 let packet = nvdec::Packet { data: &[], pts: 0, end_of_stream: true };
-                decoder.push(packet).map_err(|e| Error::new(format!("{}: at the end of the stream: {e}", self.what)))?;
+                decoder
+                    .push(packet)
+                    .map_err(|e| Error::new(format!("{}: at the end of the stream: {e}", self.what)))?;
                 self.flushed = true;
             }
         }
