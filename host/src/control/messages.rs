@@ -195,6 +195,15 @@ pub struct OutputSetup {
     pub memory: LinkMemoryWire,
 }
 
+/// A stage's failure that came from the CUDA driver: on which device, the driver's code, and
+/// whether it is a fatal fault (the context is lost; under MPS, every client's on the device).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuFailure {
+    pub device: Option<u32>,
+    pub code: u32,
+    pub fatal: bool,
+}
+
 /// Stage to host.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum FromStage {
@@ -205,8 +214,13 @@ pub enum FromStage {
     Exported(Box<Export>),
     /// Stream ended and flushed; the stage exits 0 next.
     Finished,
-    /// The stage failed; it exits non-zero next.
-    Failed { error: String },
+    /// The stage failed; it exits non-zero next. `gpu`: the CUDA error it failed with, if
+    /// it did (the host decides by it, not by the words of `error`).
+    Failed {
+        error: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        gpu: Option<GpuFailure>,
+    },
     /// The run was aborted because of another stage; this one stopped.
     Aborted,
 }

@@ -7,7 +7,7 @@ mod messages;
 mod socket;
 
 pub use messages::{
-    Export, FromStage, Handle64, Import, InputSetup, LinkEnd, LinkMemoryWire, OutputSetup, ReplicaSetup, RingWire,
-    SlotMemory, StageSetup, ToStage,
+    Export, FromStage, GpuFailure, Handle64, Import, InputSetup, LinkEnd, LinkMemoryWire, OutputSetup, ReplicaSetup,
+    RingWire, SlotMemory, StageSetup, ToStage,
 };
 pub use socket::{ControlSocket, SocketError};

@@ -1,73 +1,22 @@
 //! The frame loop of a stage: take aligned inputs, take an output slot, run the plugin,
 //! publish, release, count.
 
-use std::sync::atomic::Ordering;
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use gpuipc_plugin_api::abi::RawProcessContext;
 
+use super::error::StageError;
 use super::inputs::acquire_aligned;
-use super::measure::Phase;
+use super::measure::{Phase, now_ns};
 use super::output::Output;
 use super::replica::Take;
 use crate::gpu::Gpu;
 use crate::link::backing::ReadEnd;
 use crate::link::queue::{Held, Turn};
 use crate::link::stats::{PHASE_FLUSH, PHASE_PROCESS, PHASE_WAITING_INPUT, PHASE_WAITING_OUTPUT};
-use crate::link::{Consumer, LinkError, ReadSlot, StatsMap, stats};
+use crate::link::{Consumer, ReadSlot, StatsMap, stats};
 use crate::plugin::{Instance, PluginCallError, Processed};
-
-#[derive(Debug, thiserror::Error)]
-pub enum StageError {
-    #[error("setup failed: {0}")]
-    Setup(String),
-    /// The plugin's `during` call (create, process, flush) returned an error or panicked;
-    /// `frame`: the sequence number it was processing.
-    #[error("got an error from the plugin's `{during}`{}: {error}", at_frame(*.frame))]
-    Plugin { during: &'static str, frame: Option<u64>, error: PluginCallError },
-    /// A source relayed a frame (`OutputFrame::relay`) under a number it had passed already.
-    #[error(
-        "relayed frame {relayed}, but the next frame must be {expected} or later: a source's frame numbers only go up"
-    )]
-    RelayedBackwards { relayed: u64, expected: u64 },
-    #[error("link failed: {0}")]
-    Link(LinkError),
-    #[error("CUDA: {0}")]
-    Gpu(String),
-    #[error("aborted")]
-    Aborted,
-}
-
-fn at_frame(frame: Option<u64>) -> String {
-    frame.map_or_else(String::new, |seq| format!(" at frame {seq}"))
-}
-
-impl From<crate::gpu::GpuError> for StageError {
-    fn from(e: crate::gpu::GpuError) -> StageError {
-        StageError::Gpu(e.to_string())
-    }
-}
-
-impl From<crate::control::handshake::HandshakeError> for StageError {
-    fn from(e: crate::control::handshake::HandshakeError) -> StageError {
-        use crate::control::handshake::HandshakeError;
-        match e {
-            HandshakeError::Gpu(e) => e.into(),
-            HandshakeError::Protocol(what) => StageError::Setup(what),
-        }
-    }
-}
-
-impl From<LinkError> for StageError {
-    fn from(e: LinkError) -> StageError {
-        match e {
-            LinkError::Aborted => StageError::Aborted,
-            other => StageError::Link(other),
-        }
-    }
-}
 
 /// Why the loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,10 +79,6 @@ enum Done {
     SourceEnded,
     /// A replica gave the frame back for a sibling's owed one to go first.
     Yielded,
-}
-
-pub fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 impl FrameLoop<'_, '_> {

@@ -12,7 +12,6 @@ use crate::gpu::{Gpu, TimingEvent};
 use crate::link::StatsMap;
 
 use super::StageError;
-use super::frame_loop::now_ns;
 
 /// The CPU time of a stage since its first frame, stored in its statistics block every
 /// `EVERY` frames and at the end (a clock read is a system call: not every frame).
@@ -313,4 +312,9 @@ pub fn read_latencies(dir: &Path, stage: &str) -> Vec<u64> {
     std::fs::read_to_string(latency_path(dir, stage))
         .map(|text| text.lines().filter_map(|l| l.parse().ok()).collect())
         .unwrap_or_default()
+}
+
+/// The wall clock in nanoseconds since the Unix epoch (0 if the clock is before it).
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }

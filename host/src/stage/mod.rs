@@ -2,6 +2,7 @@
 //! setup over the inherited control socket, loads exactly one plugin, maps its links and runs
 //! the frame loop.
 
+mod error;
 mod follow;
 mod frame_loop;
 pub mod gpu_lead;
@@ -25,7 +26,9 @@ use crate::link::{Consumer, FrameAccess, Producer, RingFds, RingMap, RingParams,
 use crate::plugin::LoadedPlugin;
 
 use crate::link::backing::{ReadEnd, WriteEnd, host::Host, staged::Staged};
-pub use frame_loop::{FrameLoop, LoopEnd, StageError, now_ns, only_sources_end};
+pub use error::StageError;
+pub use frame_loop::{FrameLoop, LoopEnd, only_sources_end};
+pub use measure::now_ns;
 
 /// The descriptor number the control socket has in a stage process.
 pub const CONTROL_FD: i32 = 3;
@@ -62,7 +65,7 @@ pub fn main() -> i32 {
     let (message, code) = match outcome {
         Ok(()) => (FromStage::Finished, 0),
         Err(StageError::Aborted) => (FromStage::Aborted, 3),
-        Err(e) => (FromStage::Failed { error: e.to_string() }, 1),
+        Err(e) => (FromStage::Failed { error: e.to_string(), gpu: e.gpu_failure() }, 1),
     };
     // The host may be gone already; the exit code still tells the story.
     match socket.send(&message, &[]) {
@@ -177,6 +180,15 @@ fn stream_priority_for(setting: Option<&str>, source: bool, last: bool) -> crate
     }
 }
 
+/// A failure of a cuda stage whose context has faulted is that fault, whatever reported it
+/// first: a plugin's own CUDA call reports it in words only.
+fn with_gpu_fault(e: StageError, gpu: Option<&Gpu>) -> StageError {
+    match (&e, e.gpu_error(), gpu.and_then(Gpu::fault)) {
+        (StageError::Aborted, _, _) | (_, Some(_), _) | (_, _, None) => e,
+        (_, None, Some(fault)) => StageError::Faulted { fault, error: Box::new(e) },
+    }
+}
+
 /// How often a cuda stage looks for a fault of its context while it may make no CUDA call.
 const FAULT_LOOK: std::time::Duration = std::time::Duration::from_millis(20);
 
@@ -196,9 +208,10 @@ fn watch_for_gpu_fault(gpu: std::sync::Weak<Gpu>, socket: &ControlSocket) -> Res
                 std::thread::sleep(FAULT_LOOK);
                 let Some(gpu) = gpu.upgrade() else { return };
                 if let Some(fault) = gpu.fault() {
-                    let error = StageError::from(fault).to_string();
-                    tracing::debug!("the GPU faulted while this stage made no CUDA call: {error}");
-                    let _ = socket.send(&FromStage::Failed { error }, &[]);
+                    let failed = StageError::from(fault);
+                    tracing::debug!("the GPU faulted while this stage made no CUDA call: {failed}");
+                    let _ =
+                        socket.send(&FromStage::Failed { error: failed.to_string(), gpu: failed.gpu_failure() }, &[]);
                     // No destructor, no exit handler: either could wait on the faulted GPU.
                     let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
                 }
@@ -496,7 +509,7 @@ fn run_frames(
             None => None,
         },
     };
-    let end = frame_loop.run();
+    let end = frame_loop.run().map_err(|e| with_gpu_fault(e, gpu.as_deref()));
     // Let the GPU finish what was enqueued before the context goes (consumers hold their own
     // mappings of our memory, which outlive us).
     if let Some(gpu) = &gpu

@@ -55,7 +55,7 @@ impl StageOutcome {
             (Some(0), Some(FromStage::Finished)) => StageOutcome::Finished,
             (_, Some(FromStage::Aborted)) => StageOutcome::Stopped,
             _ if after_failure => StageOutcome::Stopped,
-            (_, Some(FromStage::Failed { error })) => StageOutcome::Failed(error.clone()),
+            (_, Some(FromStage::Failed { error, .. })) => StageOutcome::Failed(error.clone()),
             (Some(0), last) => StageOutcome::Failed(format!(
                 "exited without finishing its stream (exit code 0; its last message: {})",
                 last.map_or("none".to_owned(), |m| format!("{m:?}"))

@@ -21,7 +21,7 @@ use super::standstill::{self, Standstill};
 use super::watchdog::StallWatch;
 use std::os::fd::OwnedFd;
 
-use crate::control::{Export, FromStage, ToStage};
+use crate::control::{Export, FromStage, GpuFailure, ToStage};
 use crate::link::stats;
 
 /// How long stages get to stop on their own after an abort before they are killed.
@@ -318,6 +318,13 @@ fn reach<'s>(launch: &'s Launch<'_>, stages: &'s Stages) -> super::broker::Reach
     super::broker::Reach { stages: &stages.0, stats: launch.stats, procs: launch.procs, rings: launch.rings }
 }
 
+/// Why a process failed: the words for people, and the CUDA driver's failure it came from, if
+/// it did (as the stage said it in types: `FromStage::Failed`).
+struct Failure {
+    cause: String,
+    gpu: Option<GpuFailure>,
+}
+
 impl Watch<'_, '_> {
     fn abort(&mut self) {
         if !matches!(self.ending, Ending::Aborting { .. }) {
@@ -340,7 +347,6 @@ impl Watch<'_, '_> {
 
     fn fail(&mut self, i: usize, why: String) {
         if self.first_failure.is_none() {
-            let why = if i < self.slots.len() { self.mps_fault(i, &why).unwrap_or(why) } else { why };
             self.first_failure = Some((i, why));
         }
         self.abort();
@@ -382,17 +388,21 @@ impl Watch<'_, '_> {
         drain_messages(p, &mut self.slots[i].track);
         let slot = &mut self.slots[i];
         let judged = StageOutcome::judge(status, slot.track.last_message.as_ref(), self.first_failure.is_some());
-        let outcome = match std::mem::replace(&mut slot.life, Life::Ended) {
-            Life::Killed { why: Some(why) } => StageOutcome::Failed(why),
+        let said_gpu = match &slot.track.last_message {
+            Some(FromStage::Failed { gpu, .. }) => *gpu,
+            _ => None,
+        };
+        let (outcome, gpu) = match std::mem::replace(&mut slot.life, Life::Ended) {
+            Life::Killed { why: Some(why) } => (StageOutcome::Failed(why), None),
             // Killed to restart with its group: not a failure of its own.
             Life::Killed { why: None } if !matches!(self.ending, Ending::Aborting { .. }) => {
                 self.reclaim_and_schedule(stages, i, None);
                 return;
             }
-            _ => judged,
+            _ => (judged, said_gpu),
         };
         match outcome {
-            StageOutcome::Failed(cause) => self.after_failure(stages, i, cause),
+            StageOutcome::Failed(cause) => self.after_failure(stages, i, Failure { cause, gpu }),
             other => {
                 // Its link objects died with it: a neighbour restarted later must not get them.
                 self.broker.forget(plan, &reach(self.launch, stages), i, true);
@@ -402,28 +412,28 @@ impl Watch<'_, '_> {
     }
 
     /// Stage `i` failed: restart it (and its group) by its policy, or stop the run.
-    fn after_failure(&mut self, stages: &mut Stages, i: usize, cause: String) {
+    fn after_failure(&mut self, stages: &mut Stages, i: usize, failure: Failure) {
         let supervision = self.launch.stage(i).supervision;
         let slot = &mut self.slots[i];
         let restartable =
             !matches!(self.ending, Ending::Aborting { .. }) && restart::wants_restart(supervision.restart, slot.ran);
         if !restartable {
-            self.lose(stages, i, cause);
+            self.lose(stages, i, failure);
             return;
         }
         let wait = match slot.budget.take(&supervision, Instant::now()) {
             Ok(wait) => wait,
             Err(gave_up) => {
-                self.lose(stages, i, format!("{cause}; {gave_up}"));
+                self.lose(stages, i, Failure { cause: format!("{}; {gave_up}", failure.cause), ..failure });
                 return;
             }
         };
-        let gpu_fault = cause.contains("CUDA_ERROR");
-        let mut group = self.restart_group(gpu_fault, i);
+        let mut group = self.restart_group(failure.gpu.is_some(), i);
         // A member that already finished its stream has nothing left to do: it is not
         // started again, and the group does not wait for it to die (it never would).
         group.retain(|&m| m == i || !matches!(self.slots[m].life, Life::Ended));
-        self.explain_mps_fault(i, &cause);
+        self.explain_mps_fault(i, &failure);
+        let cause = failure.cause;
         let now = Instant::now();
         for &m in &group {
             self.slots[m].failed_at = Some(now);
@@ -447,22 +457,24 @@ impl Watch<'_, '_> {
     /// Under MPS a fatal GPU fault ends every client of the GPU: each reports the fault,
     /// and the MPS server's log names the first client that saw it, not the one that caused
     /// it (measured: it named the source when the stage after it faulted). Say so.
-    fn explain_mps_fault(&self, i: usize, cause: &str) {
-        if let Some(text) = self.mps_fault(i, cause) {
+    fn explain_mps_fault(&self, i: usize, failure: &Failure) {
+        if let Some(text) = self.mps_fault(i, failure) {
             tracing::warn!("stage '{}' {text}", self.launch.name(i));
         }
     }
 
-    /// What a GPU fault stage `i` reported (`cause`) means under MPS, where the stage that
+    /// What a GPU fault stage `i` reported (`failure`) means under MPS, where the stage that
     /// reports a fault first is not the one that caused it: which stages it ended, and that
     /// any of them may be the culprit. `None` when the run does not use MPS, or `cause` is not
     /// a GPU fault.
-    fn mps_fault(&self, i: usize, cause: &str) -> Option<String> {
+    fn mps_fault(&self, i: usize, failure: &Failure) -> Option<String> {
         let plan = self.launch.plan;
         let stage = self.launch.stage(i);
-        if !(self.launch.mps() && stage.domain == gpuipc_plugin_api::Domain::Cuda && cause.contains("CUDA_ERROR")) {
+        let fatal = failure.gpu.is_some_and(|g| g.fatal);
+        if !(self.launch.mps() && stage.domain == gpuipc_plugin_api::Domain::Cuda && fatal) {
             return None;
         }
+        let cause = &failure.cause;
         let device = stage.device.unwrap_or(0);
         let sharing: Vec<String> = plan
             .stages
@@ -503,17 +515,19 @@ impl Watch<'_, '_> {
 
     /// Process `i` failed and will not run again: the run stops, unless it is a replica with
     /// siblings still running, whose stage goes on without it.
-    fn lose(&mut self, stages: &mut Stages, i: usize, cause: String) {
+    fn lose(&mut self, stages: &mut Stages, i: usize, failure: Failure) {
+        let why = self.mps_fault(i, &failure).unwrap_or_else(|| failure.cause.clone());
+        let cause = failure.cause;
         self.slots[i].outcome = Some(StageOutcome::Failed(cause.clone()));
         let stage = self.launch.procs[i].stage;
         let siblings_left =
             self.launch.processes_of(stage).filter(|&p| p != i && !matches!(self.slots[p].life, Life::Ended)).count();
         let queue = self.launch.queues.get(stage).and_then(Option::as_ref);
         let (Some(queue), true) = (queue, siblings_left > 0 && !matches!(self.ending, Ending::Aborting { .. })) else {
-            if cause.contains("CUDA_ERROR") {
+            if failure.gpu.is_some_and(|g| g.fatal) {
                 self.kill_stalled_by_fault(stages, i);
             }
-            self.fail(i, cause);
+            self.fail(i, why);
             return;
         };
         let replica = self.launch.procs[i].replica.expect("a stage with a queue block runs replicas");

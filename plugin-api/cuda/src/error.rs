@@ -118,6 +118,15 @@ impl CudaError {
         }
     }
 
+    /// The device a failed driver call was about, where it names one.
+    pub fn device(&self) -> Option<u32> {
+        match self {
+            CudaError::Driver { device, .. } => *device,
+            CudaError::Load { source, .. } | CudaError::Kernel { source, .. } => source.device(),
+            _ => None,
+        }
+    }
+
     /// Whether this says there is no usable device here at all: no driver, no device the
     /// driver sees (`CUDA_ERROR_NO_DEVICE`, 100), or no such ordinal.
     pub fn no_device(&self) -> bool {
