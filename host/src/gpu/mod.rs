@@ -10,9 +10,9 @@
 
 pub use gpuipc_cuda::CudaError as GpuError;
 pub use gpuipc_cuda::{
-    ComputeMode, DeviceInfo, DeviceMemory, Gpu, IpcEvent, MemoryKind, PinnedHost, SleepEvent, StreamPriority,
-    TimingEvent, built_for_cuda, can_access_peer, count_devices, devices, driver_available, driver_version,
-    memory_in_use, vmm_fd_supported,
+    ComputeMode, DeviceInfo, DeviceMemory, Gpu, IpcEvent, MemoryKind, PinnedHost, SleepEvent, TimingEvent,
+    built_for_cuda, can_access_peer, count_devices, devices, driver_available, driver_version, memory_in_use,
+    vmm_fd_supported,
 };
 
 /// Seconds `copies` device-to-device copies of `bytes` from `src` to `dst` take on `gpu`'s

@@ -10,9 +10,9 @@
 //! bottleneck the GPU is never that far behind and the check costs one event record per
 //! `CHECK_EVERY` frames.
 //!
-//! `GPUIPC_GPU_LEAD` (0: no bound), `GPUIPC_GPU_LEAD_CHECK` and `GPUIPC_GPU_LEAD_WAIT`
-//! (`poll`, the default, or `sync`: the driver's blocking wait) set it; docs/benchmarks.md has
-//! what each was measured to cost and buy.
+//! `GPUIPC_GPU_LEAD` (0: no bound) sets it; docs/benchmarks.md has what it was measured to
+//! cost and buy. The sleep polls the event: the driver's blocking wait cost more host CPU on an
+//! H100 (4K: 136 % against 110 % of a core summed over three stages; removed since).
 
 use std::sync::Arc;
 
@@ -46,10 +46,6 @@ pub struct GpuLead {
     checks: usize,
     frames: usize,
     check_every: usize,
-    /// Query and sleep between queries (the default), or the driver's blocking wait
-    /// (`GPUIPC_GPU_LEAD_WAIT=sync`), which cost more host CPU on an H100 (4K: 136 % against
-    /// 110 % of a core summed over three stages).
-    poll: bool,
 }
 
 impl GpuLead {
@@ -61,15 +57,10 @@ impl GpuLead {
         }
         // Events recorded `frames` back must still hold that record: one per check in the
         // window, and one more for the check being made.
-        let check_every = std::env::var("GPUIPC_GPU_LEAD_CHECK")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(CHECK_EVERY)
-            .clamp(1, frames);
+        let check_every = CHECK_EVERY.min(frames);
         let count = frames.div_ceil(check_every) + 1;
         let events = (0..count).map(|_| SleepEvent::create(gpu)).collect::<Result<_, _>>()?;
-        let poll = std::env::var("GPUIPC_GPU_LEAD_WAIT").map_or(true, |v| v != "sync");
-        Ok(Some(GpuLead { gpu: gpu.clone(), events, checks: 0, frames, check_every, poll }))
+        Ok(Some(GpuLead { gpu: gpu.clone(), events, checks: 0, frames, check_every }))
     }
 
     /// A frame's work is enqueued (`index`: frames this process enqueued before it). Every
@@ -89,13 +80,9 @@ impl GpuLead {
                 return Ok(());
             }
             before_sleep();
-            if self.poll {
-                // Asks for 10 µs; Linux's timer slack makes it about 60.
-                while !event.query()? {
-                    std::thread::sleep(std::time::Duration::from_micros(10));
-                }
-            } else {
-                event.synchronize()?;
+            // Asks for 10 µs; Linux's timer slack makes it about 60.
+            while !event.query()? {
+                std::thread::sleep(std::time::Duration::from_micros(10));
             }
         }
         Ok(())

@@ -154,32 +154,6 @@ pub extern "C" fn plugin_log(level: u32, message: RawStr) {
     }
 }
 
-/// The stage's stream priority: `GPUIPC_STREAM_PRIORITY` in its environment (an experiment,
-/// see [`stream_priority_for`]).
-fn stream_priority(setup: &StageSetup) -> crate::gpu::StreamPriority {
-    let last = setup.output.as_ref().is_none_or(|o| o.link.is_none());
-    stream_priority_for(std::env::var("GPUIPC_STREAM_PRIORITY").ok().as_deref(), setup.inputs.is_empty(), last)
-}
-
-/// `upstream` gives a source's stream the greatest priority, a stage whose output nobody reads
-/// the least and the others the middle one; `downstream` the reverse; anything else (unset),
-/// every stream the default. Measured on an H100 under MPS, 1080p generator → rgb-process →
-/// yuv420: upstream 82.6 % of one process against 94.3 % with the default, downstream 90.3 %
-/// (docs/benchmarks.md), so the default stays.
-fn stream_priority_for(setting: Option<&str>, source: bool, last: bool) -> crate::gpu::StreamPriority {
-    use crate::gpu::StreamPriority::{Default, Greatest, Least, Middle};
-    let (first, end) = match setting {
-        Some("upstream") => (Greatest, Least),
-        Some("downstream") => (Least, Greatest),
-        _ => return Default,
-    };
-    match (source, last) {
-        (true, _) => first,
-        (false, true) => end,
-        (false, false) => Middle,
-    }
-}
-
 /// A failure of a cuda stage whose context has faulted is that fault, whatever reported it
 /// first: a plugin's own CUDA call reports it in words only.
 fn with_gpu_fault(e: StageError, gpu: Option<&Gpu>) -> StageError {
@@ -227,7 +201,7 @@ fn setup_error(what: impl std::fmt::Display) -> StageError {
 
 fn run(setup: &StageSetup, fds: Vec<OwnedFd>, socket: &ControlSocket) -> Result<(), StageError> {
     let gpu = match setup.domain.as_str() {
-        "cuda" => Some(Arc::new(Gpu::open_with_priority(setup.device.unwrap_or(0), stream_priority(setup))?)),
+        "cuda" => Some(Arc::new(Gpu::open(setup.device.unwrap_or(0))?)),
         _ => None,
     };
     let links = map_links(setup, fds)?;
@@ -598,23 +572,4 @@ fn link_ends(
         }
     }
     Ok((inputs.into_iter().map(|e| e.expect("every input end is set up")).collect(), output))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::stream_priority_for;
-    use crate::gpu::StreamPriority::{Default, Greatest, Least, Middle};
-
-    /// (source, filter, last stage) under each setting.
-    #[test]
-    fn stream_priorities_follow_the_stage_s_place() {
-        let places = |setting| {
-            [(true, false), (false, false), (false, true)]
-                .map(|(source, last)| stream_priority_for(setting, source, last))
-        };
-        assert_eq!(places(None), [Default; 3]);
-        assert_eq!(places(Some("sideways")), [Default; 3]);
-        assert_eq!(places(Some("upstream")), [Greatest, Middle, Least]);
-        assert_eq!(places(Some("downstream")), [Least, Middle, Greatest]);
-    }
 }

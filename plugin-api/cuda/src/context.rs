@@ -37,37 +37,6 @@ impl Stream {
     }
 }
 
-/// Where a stage's stream stands among the device's stream priorities.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamPriority {
-    /// `cuStreamCreate`'s (the least).
-    Default,
-    Least,
-    /// Halfway between the least and the greatest.
-    Middle,
-    Greatest,
-}
-
-impl StreamPriority {
-    /// The driver's number for it in the current context (`None`: create the stream without
-    /// one). Lower numbers are greater priorities.
-    fn level(self, ordinal: u32) -> Result<Option<i32>, CudaError> {
-        if self == StreamPriority::Default {
-            return Ok(None);
-        }
-        let (mut least, mut greatest) = (0, 0);
-        // SAFETY: a context is current (the caller's); writes two ints.
-        check("cuCtxGetStreamPriorityRange", Some(ordinal), unsafe {
-            sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest)
-        })?;
-        Ok(Some(match self {
-            StreamPriority::Default | StreamPriority::Least => least,
-            StreamPriority::Middle => least + (greatest - least) / 2,
-            StreamPriority::Greatest => greatest,
-        }))
-    }
-}
-
 /// One device's primary context and a non-blocking stream on it.
 ///
 /// Every method makes the context current on the calling thread first (a thread-local
@@ -99,12 +68,6 @@ impl Gpu {
     /// on this thread and create one non-blocking stream (`CU_STREAM_NON_BLOCKING`: it does
     /// not synchronise with the legacy default stream that a plugin might use by mistake).
     pub fn open(ordinal: u32) -> Result<Gpu, CudaError> {
-        Gpu::open_with_priority(ordinal, StreamPriority::Default)
-    }
-
-    /// As [`Gpu::open`], with the stream at `priority` among the device's stream priorities
-    /// (the block scheduler starts work of a higher-priority stream first).
-    pub fn open_with_priority(ordinal: u32, priority: StreamPriority) -> Result<Gpu, CudaError> {
         let device = driver::device(ordinal)?;
         let support = driver::support(device, ordinal)?;
         let mut context: CUcontext = std::ptr::null_mut();
@@ -125,17 +88,8 @@ impl Gpu {
         check("cuCtxSetCurrent", Some(ordinal), unsafe { sys::cuCtxSetCurrent(context) }).map_err(release)?;
         let mut stream: CUstream = std::ptr::null_mut();
         let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-        match priority.level(ordinal).map_err(release)? {
-            // SAFETY: the context is current; writes one CUstream.
-            None => check("cuStreamCreate", Some(ordinal), unsafe { sys::cuStreamCreate(&mut stream, flags) })
-                .map_err(release)?,
-            // SAFETY: the context is current; writes one CUstream; `level` is within the
-            // context's range (the driver clamps one that is not).
-            Some(level) => check("cuStreamCreateWithPriority", Some(ordinal), unsafe {
-                sys::cuStreamCreateWithPriority(&mut stream, flags, level)
-            })
-            .map_err(release)?,
-        }
+        // SAFETY: the context is current; writes one CUstream.
+        check("cuStreamCreate", Some(ordinal), unsafe { sys::cuStreamCreate(&mut stream, flags) }).map_err(release)?;
         Ok(Gpu {
             ordinal,
             device,

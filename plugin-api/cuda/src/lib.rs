@@ -82,7 +82,7 @@ mod timing;
 
 pub use args::{KernelArg, MAX_KERNEL_PARAMS};
 pub use cache::dir as kernel_cache_dir;
-pub use context::{Gpu, RawStream, Stream, StreamPriority, synchronize_stream};
+pub use context::{Gpu, RawStream, Stream, synchronize_stream};
 pub use driver::{
     ComputeMode, DeviceInfo, built_for_cuda, can_access_peer, count_devices, devices, driver_version, vmm_fd_supported,
 };
@@ -134,21 +134,6 @@ mod tests {
     fn built_for_matches_the_cudarc_feature() {
         // The workspace pins cudarc's `cuda-13000` feature.
         assert_eq!(built_for_cuda(), (13, 0));
-    }
-
-    /// On a GPU: a stream of each priority is made and carries a copy.
-    #[test]
-    fn gpu_streams_of_every_priority_carry_work() {
-        let Some(_gpu) = testing::gpu_for_test() else { return };
-        for priority in [StreamPriority::Least, StreamPriority::Middle, StreamPriority::Greatest] {
-            let gpu = Arc::new(Gpu::open_with_priority(0, priority).unwrap());
-            let bytes: Vec<u8> = (0..=255).rev().collect();
-            let a = DeviceMemory::private(&gpu, bytes.len()).unwrap();
-            gpu.upload(a.addr(), &bytes).unwrap();
-            let mut back = vec![0u8; bytes.len()];
-            gpu.download(a.addr(), &mut back).unwrap();
-            assert_eq!(back, bytes, "{priority:?}");
-        }
     }
 
     /// On a GPU: copies, fills, an interprocess event within one process, and a kernel with a

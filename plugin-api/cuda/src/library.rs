@@ -124,8 +124,6 @@ const DRIVER: Symbols = Symbols {
         "cuCtxSetCurrent",
         "cuCtxGetDevice",
         "cuStreamCreate",
-        "cuStreamCreateWithPriority",
-        "cuCtxGetStreamPriorityRange",
         "cuStreamDestroy_v2",
         "cuStreamSynchronize",
         "cuStreamQuery",
