@@ -116,6 +116,8 @@ pub struct StageBench {
     /// and as a separate process (the whole process), in the median round of each.
     pub cpu_in_process: f64,
     pub cpu_separate: f64,
+    /// The knobs it ran with (`plan::tuning`), so a figure says what it was measured with.
+    pub tuning: Option<crate::plan::tuning::Tuning>,
 }
 
 /// Run the benchmark and print it; the exit code says whether it ran through.
@@ -166,7 +168,7 @@ fn bench(plan: &Plan, args: &BenchArgs) -> Result<BenchReport, String> {
     let (_, timed) = in_process(plan, args.frames.min(1000), Probe { gpu_time: true, ..Probe::default() })?;
     report.copy_gb_per_s =
         gpu.as_ref().map(|g| copy_bandwidth(g, largest_frame(plan))).transpose().map_err(|e| e.to_string())?;
-    report.stages = stage_table(plan, &timed, &inproc, &sep, report.copy_gb_per_s);
+    report.stages = stage_table(plan, &timed, &inproc, &sep, report.copy_gb_per_s, args.spin_us);
 
     latency(plan, args, &scratch, &shutdown, &mut report)?;
     Ok(report)
@@ -399,7 +401,9 @@ fn stage_table(
     inproc: &RunReport,
     sep: &RunReport,
     copy: Option<f64>,
+    spin_us: Option<u32>,
 ) -> Vec<StageBench> {
+    let overrides = crate::plan::tuning::Overrides::from_env(spin_us);
     plan.stages
         .iter()
         .enumerate()
@@ -417,6 +421,7 @@ fn stage_table(
                 share_of_copy: gb_per_s.zip(copy).map(|(g, c)| g / c),
                 cpu_in_process: inproc.stages[i].cpu,
                 cpu_separate: sep.stages[i].cpu,
+                tuning: Some(crate::plan::tuning::Tuning::resolve(plan, i, &overrides)),
             }
         })
         .collect()

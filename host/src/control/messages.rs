@@ -134,7 +134,8 @@ pub struct StageSetup {
     pub frames: Option<u64>,
     pub inputs: Vec<InputSetup>,
     pub output: Option<OutputSetup>,
-    pub spin_us: u32,
+    /// Every performance knob, as the plan decided it (`plan::tuning`).
+    pub tuning: crate::plan::tuning::Tuning,
     /// Write `seq hash` of every output frame to `<dir>/<stage>.sum` (`run --checksums`).
     pub checksums: Option<PathBuf>,
     /// A stage whose output nobody reads writes, for each frame, the nanoseconds from the

@@ -140,6 +140,9 @@ pub fn render_text(plan: &Plan) -> String {
     if let Some(share) = plan.cpu_threads() {
         let _ = writeln!(out, "{}", cpu_threads_line(&share));
     }
+    if let Some(line) = tuning_line(plan.spin_us, &super::tuning::Overrides::from_env(None)) {
+        let _ = writeln!(out, "{line}");
+    }
     if !plan.hosts.is_empty() {
         let _ = writeln!(out, "hosts (each runs an agent: docs/multi-host.md):");
         for h in &plan.hosts {
@@ -180,6 +183,15 @@ pub fn render_text(plan: &Plan) -> String {
 }
 
 /// How the cpu stages share the cores, in words.
+/// The knobs set away from their defaults (`plan::tuning`): the file's `spin_us` and the
+/// environment's variables; `None` when nothing is.
+pub fn tuning_line(file_spin_us: Option<u32>, overrides: &super::tuning::Overrides) -> Option<String> {
+    let mut set: Vec<String> = file_spin_us.map(|us| format!("spin_us = {us} (pipeline file)")).into_iter().collect();
+    set.extend(overrides.describe());
+    (!set.is_empty())
+        .then(|| format!("tuning, for every stage: {} (docs/pipeline-file.md, \"Tuning\")", set.join(", ")))
+}
+
 pub fn cpu_threads_line(share: &super::CpuThreads) -> String {
     format!(
         "cpu threads: {} in the cpu domain on {}: a cpu stage's `threads = 0` takes {} (at most {})",

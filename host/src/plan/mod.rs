@@ -11,6 +11,7 @@ mod input_transport;
 mod resolve;
 pub mod split;
 mod supervision;
+pub mod tuning;
 
 pub use display::{render_dot, render_text};
 pub use domain::{remote_domain, resolve_domain};

@@ -20,23 +20,6 @@ use crate::gpu::{Gpu, GpuError, SleepEvent};
 
 /// Frames between two checks of the lead: each check records one event and may sleep once.
 const CHECK_EVERY: usize = 16;
-/// The lead, for a stage whose frames (any input or its output) are large
-/// ([`crate::plan::LARGE_FRAME_BYTES`], 4K RGB and up): 64 frames is more than a millisecond of
-/// GPU work queued there, far more than a sleeping host needs to wake and enqueue the next
-/// frames. On an H100 it took a 4K chain's host CPU from 156–171 % to 108 % of a core, for
-/// 3–4 % of its frames/s. Smaller frames get no bound: there it cost 5–9 % of the frames/s
-/// (1080p, 720p, 256x256) and saved little CPU, except on long chains (an 8-stage 1080p chain:
-/// 636 % -> 269 % for 3 % of its frames/s), where `GPUIPC_GPU_LEAD=64` is a choice for a
-/// machine short of cores. A tight bound cost more (8 frames checked every 4: 1080p 53,519 ->
-/// 42,376 frames/s). docs/benchmarks.md has the figures.
-const LARGE_FRAMES_LEAD: usize = 64;
-
-/// The most frames a stage's host runs ahead of its GPU (0: no bound); `GPUIPC_GPU_LEAD` sets
-/// it for every stage.
-pub fn frames(large_frames: bool) -> usize {
-    let default = if large_frames { LARGE_FRAMES_LEAD } else { 0 };
-    std::env::var("GPUIPC_GPU_LEAD").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 /// One stage's bound: a ring of sleep events, one recorded every `check_every` frames.
 pub struct GpuLead {
@@ -49,9 +32,8 @@ pub struct GpuLead {
 }
 
 impl GpuLead {
-    /// `None` where the lead is unbounded (see [`frames`]).
-    pub fn new(gpu: &Arc<Gpu>, large_frames: bool) -> Result<Option<GpuLead>, GpuError> {
-        let frames = frames(large_frames);
+    /// A bound of `frames` (the stage's tuning, `plan::tuning`); `None` where it has none.
+    pub fn new(gpu: &Arc<Gpu>, frames: usize) -> Result<Option<GpuLead>, GpuError> {
         if frames == 0 {
             return Ok(None);
         }

@@ -266,8 +266,8 @@ fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, Stage
     let mut fds = fds.into_iter();
     let stats =
         Arc::new(StatsMap::open(fds.next().expect("counted")).map_err(|e| setup_error(format!("stats block: {e}")))?);
-    let waiter = Waiter::with_pulse(setup.spin_us, stats.clone());
-    let waiter = match wake_batch(setup.domain != "cpu") {
+    let waiter = Waiter::with_pulse(setup.tuning.spin_us, stats.clone());
+    let waiter = match setup.tuning.wake_batch as usize {
         batch if batch > 1 => waiter.holding_wakes(HeldWakes::new(batch)),
         _ => waiter,
     };
@@ -298,7 +298,7 @@ fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, Stage
         (None, _) => None,
     };
     // Waiting for inputs, a stage woken ahead of a frame wakes its own consumers ahead too.
-    let input_waiter = match wake_ahead(setup.domain != "cpu") {
+    let input_waiter = match wake_ahead(&setup.tuning) {
         Some(w) => waiter
             .clone()
             .waking_ahead(w.spin, w.idle, producer.as_ref().map(Producer::wake_ahead_fn))
@@ -328,53 +328,23 @@ fn map_links(setup: &StageSetup, fds: Vec<OwnedFd>) -> Result<MappedLinks, Stage
     Ok(MappedLinks { stats, consumers, producer, replica })
 }
 
-/// How many wake-ups of sleeping neighbours a stage sends at once (see [`HeldWakes`]; at most
-/// half a ring's slots): 4 for cuda stages, whose `process` only enqueues work, 1 (each at
-/// once) for cpu stages, which would hold a neighbour for a whole frame's work.
-/// `GPUIPC_WAKE_BATCH` sets it for every stage.
-pub fn wake_batch(cuda: bool) -> usize {
-    const CUDA_BATCH: usize = 4;
-    match std::env::var("GPUIPC_WAKE_BATCH").ok().and_then(|v| v.parse::<usize>().ok()) {
-        Some(batch) => batch,
-        None if cuda => CUDA_BATCH,
-        None => 1,
-    }
-}
-
-/// Waking ahead (see [`crate::link::wait::Waiter::waking_ahead`]): how long a stage woken
-/// ahead of a frame spins for it, and how long a sleep (or a source's gap between frames)
-/// counts as idle.
+/// Waking ahead (see [`crate::link::wait::Waiter::waking_ahead`]) as the stage's tuning has
+/// it: how long a stage woken ahead of a frame spins for it, how long a sleep (or a source's
+/// gap between frames) counts as idle, and how long before a steadily paced frame is due it
+/// wakes; `None` where the stage does not wake ahead.
 #[derive(Debug, Clone, Copy)]
 pub struct WakeAhead {
     pub spin: std::time::Duration,
     pub idle: std::time::Duration,
-    /// How long before a frame of a steady, idle pace is due a stage waiting for it wakes
-    /// (`link::wait::Waiter::waking_before_due`; zero: not before it is there).
     pub before_due: std::time::Duration,
 }
 
-/// Where stages wake ahead: cuda stages, whose hosts otherwise add a futex wake-up to every hop
-/// of a frame's way through an idle pipeline (measured on an H100 at 1,000 frames/s,
-/// docs/benchmarks.md). Cpu stages spend milliseconds on a large frame, which a wake-up does
-/// not change. `GPUIPC_WAKE_AHEAD_US` sets the spin for every stage (0: none),
-/// `GPUIPC_WAKE_AHEAD_IDLE_US` the idle mark (default 500 µs: with 100 µs, stalls of a busy
-/// pipeline counted as idle and 1080p lost frames/s in some runs).
-pub fn wake_ahead(cuda: bool) -> Option<WakeAhead> {
-    const CUDA_SPIN_US: u64 = 200;
-    const IDLE_US: u64 = 500;
-    const BEFORE_DUE_US: u64 = 150;
-    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-    let spin = match env("GPUIPC_WAKE_AHEAD_US") {
-        Some(us) => us,
-        None if cuda => CUDA_SPIN_US,
-        None => 0,
-    };
-    let idle = env("GPUIPC_WAKE_AHEAD_IDLE_US").unwrap_or(IDLE_US);
-    let before_due = env("GPUIPC_WAKE_BEFORE_DUE_US").unwrap_or(BEFORE_DUE_US);
-    (spin > 0).then(|| WakeAhead {
-        spin: std::time::Duration::from_micros(spin),
-        idle: std::time::Duration::from_micros(idle),
-        before_due: std::time::Duration::from_micros(before_due),
+pub fn wake_ahead(tuning: &crate::plan::tuning::Tuning) -> Option<WakeAhead> {
+    let us = std::time::Duration::from_micros;
+    (tuning.wake_ahead_us > 0).then(|| WakeAhead {
+        spin: us(tuning.wake_ahead_us),
+        idle: us(tuning.wake_idle_us),
+        before_due: us(tuning.wake_before_due_us),
     })
 }
 
@@ -448,16 +418,6 @@ fn run_frames(
     let cpu = if socket.is_some() { measure::CpuClock::process() } else { measure::CpuClock::thread() };
     let pace = setup.pace_fps.filter(|_| setup.inputs.is_empty()).map(measure::Pace::new);
     let held_wakes = consumers.iter().find_map(|c| c.held_wakes()).or_else(|| output.held_wakes()).cloned();
-    let output_bytes = setup
-        .output
-        .as_ref()
-        .and_then(|o| gpuipc_plugin_api::FrameLayout::for_format(o.format.into()))
-        .map(|l| l.total_bytes);
-    let large_frames = consumers
-        .iter()
-        .map(|c| c.ring().layout().total_bytes)
-        .chain(output_bytes)
-        .any(|b| b >= crate::plan::LARGE_FRAME_BYTES);
     let mut frame_loop = FrameLoop {
         held_wakes,
         follow,
@@ -476,10 +436,10 @@ fn run_frames(
         pace,
         phases: measure::PhaseClock::from_env(&setup.stage),
         replica,
-        wake_ahead_after_idle: wake_ahead(gpu.is_some()).map(|w| w.idle.as_nanos() as u64),
+        wake_ahead_after_idle: wake_ahead(&setup.tuning).map(|w| w.idle.as_nanos() as u64),
         last_end_ns: 0,
         lead: match &gpu {
-            Some(g) => gpu_lead::GpuLead::new(g, large_frames)?,
+            Some(g) => gpu_lead::GpuLead::new(g, setup.tuning.gpu_lead as usize)?,
             None => None,
         },
     };

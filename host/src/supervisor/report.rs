@@ -97,6 +97,9 @@ pub struct StageReport {
     /// CPU time of the stage's process per unit of its active time (1.0: one core).
     pub cpu: f64,
     pub outcome: StageOutcome,
+    /// The knobs it ran with (`plan::tuning`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<crate::plan::tuning::Tuning>,
 }
 
 /// What became of the frames of one link at one of its consumers. Every frame the producer
@@ -242,6 +245,16 @@ impl RunReport {
         self
     }
 
+    /// Each row's knobs, as its process was given them (`plan::tuning`; `spin_us` from the
+    /// command line, if it set one).
+    pub fn with_tuning(mut self, plan: &Plan, procs: &[ProcessPlan], spin_us: Option<u32>) -> RunReport {
+        let overrides = crate::plan::tuning::Overrides::from_env(spin_us);
+        for (row, p) in self.stages.iter_mut().zip(procs) {
+            row.tuning = Some(crate::plan::tuning::Tuning::resolve(plan, p.stage, &overrides));
+        }
+        self
+    }
+
     pub fn succeeded(&self) -> bool {
         self.failure.is_none()
             && self.stages.iter().all(|s| matches!(s.outcome, StageOutcome::Finished | StageOutcome::Gone(_)))
@@ -374,6 +387,7 @@ impl StageReport {
             busy: if active == 0 { 0.0 } else { (snap.busy_ns as f64 / active as f64).min(1.0) },
             cpu: snap.cpu_share(),
             outcome,
+            tuning: None,
         }
     }
 }

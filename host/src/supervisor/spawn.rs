@@ -169,10 +169,11 @@ impl Launch<'_> {
                 ring: o.link.map(|l| ring_wire(plan, l)),
                 memory: o.link.map_or(crate::control::LinkMemoryWire::Host, |l| wire_memory(&plan.links[l].memory)),
             }),
-            spin_us: self.options.spin_us.or(plan.spin_us).unwrap_or(match stage.domain {
-                gpuipc_plugin_api::Domain::Cuda => crate::plan::CUDA_SPIN_US,
-                _ => crate::plan::DEFAULT_SPIN_US,
-            }),
+            tuning: crate::plan::tuning::Tuning::resolve(
+                plan,
+                self.procs[p].stage,
+                &crate::plan::tuning::Overrides::from_env(self.options.spin_us),
+            ),
             checksums: self.options.checksums.clone(),
             latency: self.options.latency.clone(),
             pace_fps: self.options.pace_fps,

@@ -311,6 +311,7 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
         w.started.map(|s| s.elapsed()),
     )
     .with_links(plan, launch.procs, launch.rings)
+    .with_tuning(plan, launch.procs, launch.options.spin_us)
 }
 
 /// What the broker reaches the processes through.

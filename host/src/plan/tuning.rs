@@ -1,0 +1,232 @@
+//! Every performance knob of a stage, decided in one place: what the pipeline file says, then
+//! the command line, then the documented `GPUIPC_*` environment variables (read here and
+//! nowhere else), over defaults chosen by the stage's domain and frame sizes. The result,
+//! [`Tuning`], travels to the stage in its setup, is printed by `validate` where something set
+//! it, and is written in `run --report` and `bench --json` (docs/pipeline-file.md,
+//! "Environment variables", has the table).
+
+use serde::{Deserialize, Serialize};
+
+use super::{CUDA_SPIN_US, DEFAULT_SPIN_US, LARGE_FRAME_BYTES, LinkMemory, Plan};
+use gpuipc_plugin_api::Domain;
+
+/// A stage's knobs, as decided for it. Times in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tuning {
+    /// How long a wait spins before it sleeps (`spin_us`).
+    pub spin_us: u32,
+    /// How many wake-ups of sleeping neighbours the stage sends at once: 4 for cuda stages,
+    /// whose `process` only enqueues work, 1 (each at once) for cpu stages, which would hold a
+    /// neighbour for a whole frame's work (`link::wait::HeldWakes`).
+    pub wake_batch: u32,
+    /// Waking ahead (`link::wait::Waiter::waking_ahead`): a stage woken from idle spins this
+    /// long for its frame (0: it does not wake ahead). Cuda stages, whose hosts otherwise add
+    /// a futex wake-up to every hop of a frame through an idle pipeline (measured on an H100
+    /// at 1,000 frames/s, docs/benchmarks.md); cpu stages spend milliseconds on a large frame,
+    /// which a wake-up does not change.
+    pub wake_ahead_us: u64,
+    /// How long a sleep (or a source's gap between frames) counts as idle for waking ahead: 500
+    /// (with 100, stalls of a busy pipeline counted as idle and 1080p lost frames/s).
+    pub wake_idle_us: u64,
+    /// How long before a frame of a steady, idle pace is due a stage waiting for it wakes.
+    pub wake_before_due_us: u64,
+    /// The most frames a cuda stage's host runs ahead of its GPU (0: no bound): 64 for a stage
+    /// with large frames, none for others (`stage::gpu_lead` has the measurements).
+    pub gpu_lead: u32,
+    /// How long a consumer of a GPU ring polls a frame's `ready` event on its host before it
+    /// leaves the wait to its GPU: 200 for frames under [`LARGE_FRAME_BYTES`], 0 (the GPU
+    /// waits) for larger ones, whose kernels hide the GPU wait's stalls
+    /// (`link::backing::device`).
+    pub ready_spin_us: u64,
+}
+
+/// Knobs set from outside the pipeline file: the command line's, then the environment's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `run` / `bench --spin-us` (over the file's `spin_us`; no variable sets it).
+    pub spin_us: Option<u32>,
+    pub wake_batch: Option<u32>,
+    pub wake_ahead_us: Option<u64>,
+    pub wake_idle_us: Option<u64>,
+    pub wake_before_due_us: Option<u64>,
+    pub gpu_lead: Option<u32>,
+    pub ready_spin_us: Option<u64>,
+}
+
+/// The environment variables that set knobs, with the field each sets (the docs' table lists
+/// the same names; `validate` names the one that set a value).
+pub const VARIABLES: [&str; 6] = [
+    "GPUIPC_WAKE_BATCH",
+    "GPUIPC_WAKE_AHEAD_US",
+    "GPUIPC_WAKE_AHEAD_IDLE_US",
+    "GPUIPC_WAKE_BEFORE_DUE_US",
+    "GPUIPC_GPU_LEAD",
+    "GPUIPC_READY_SPIN_US",
+];
+
+impl Overrides {
+    /// The command line's `spin_us`, and the environment's knobs. A variable that does not
+    /// parse as a number is ignored, as it always was.
+    pub fn from_env(spin_us: Option<u32>) -> Overrides {
+        Overrides::from_vars(spin_us, |name| std::env::var(name).ok())
+    }
+
+    fn from_vars(spin_us: Option<u32>, var: impl Fn(&str) -> Option<String>) -> Overrides {
+        let number = |name: &str| var(name).and_then(|v| v.parse::<u64>().ok());
+        let small = |name: &str| number(name).and_then(|v| u32::try_from(v).ok());
+        Overrides {
+            spin_us,
+            wake_batch: small(VARIABLES[0]),
+            wake_ahead_us: number(VARIABLES[1]),
+            wake_idle_us: number(VARIABLES[2]),
+            wake_before_due_us: number(VARIABLES[3]),
+            gpu_lead: small(VARIABLES[4]),
+            ready_spin_us: number(VARIABLES[5]),
+        }
+    }
+
+    /// What was set from outside the file, as `validate` says it.
+    pub fn describe(&self) -> Vec<String> {
+        let mut set = Vec::new();
+        if let Some(us) = self.spin_us {
+            set.push(format!("spin_us = {us} (command line)"));
+        }
+        let vars = [
+            self.wake_batch.map(u64::from),
+            self.wake_ahead_us,
+            self.wake_idle_us,
+            self.wake_before_due_us,
+            self.gpu_lead.map(u64::from),
+            self.ready_spin_us,
+        ];
+        for (name, value) in VARIABLES.iter().zip(vars) {
+            if let Some(v) = value {
+                set.push(format!("{name}={v}"));
+            }
+        }
+        set
+    }
+}
+
+const CUDA_WAKE_BATCH: u32 = 4;
+const CUDA_WAKE_AHEAD_US: u64 = 200;
+const WAKE_IDLE_US: u64 = 500;
+const WAKE_BEFORE_DUE_US: u64 = 150;
+/// The lead for a stage whose frames (any input or its output) are large (4K RGB and up): 64
+/// frames is more than a millisecond of GPU work queued there, far more than a sleeping host
+/// needs to wake and enqueue the next frames. On an H100 it took a 4K chain's host CPU from
+/// 156–171 % to 108 % of a core, for 3–4 % of its frames/s. Smaller frames get no bound: there
+/// it cost 5–9 % of the frames/s (1080p, 720p, 256x256) and saved little CPU, except on long
+/// chains (an 8-stage 1080p chain: 636 % -> 269 % for 3 % of its frames/s), where
+/// `GPUIPC_GPU_LEAD=64` is a choice for a machine short of cores (docs/benchmarks.md).
+const LARGE_FRAMES_LEAD: u32 = 64;
+const SMALL_FRAMES_READY_SPIN_US: u64 = 200;
+
+/// What a stage's defaults depend on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Facts {
+    cuda: bool,
+    /// Any of its frames (inputs, output) is at least [`LARGE_FRAME_BYTES`].
+    large_frames: bool,
+    /// Any of its inputs on a GPU ring is.
+    large_gpu_inputs: bool,
+}
+
+impl Tuning {
+    /// Stage `stage`'s knobs in `plan`, with `overrides` over the file's and the defaults.
+    pub fn resolve(plan: &Plan, stage: usize, overrides: &Overrides) -> Tuning {
+        let s = &plan.stages[stage];
+        let input_bytes = |gpu_only: bool| {
+            s.inputs
+                .iter()
+                .filter(move |i| !gpu_only || matches!(plan.links[i.link].memory, LinkMemory::Device { .. }))
+                .map(|i| plan.links[i.link].layout.total_bytes)
+        };
+        // A stage's output counts whether anyone reads it or not (its frames are made anyway).
+        let output_bytes =
+            s.output.as_ref().and_then(|o| gpuipc_plugin_api::FrameLayout::for_format(o.format)).map(|l| l.total_bytes);
+        let facts = Facts {
+            cuda: s.domain == Domain::Cuda,
+            large_frames: input_bytes(false).chain(output_bytes).any(|b| b >= LARGE_FRAME_BYTES),
+            large_gpu_inputs: input_bytes(true).any(|b| b >= LARGE_FRAME_BYTES),
+        };
+        Tuning::decide(facts, plan.spin_us, overrides)
+    }
+
+    fn decide(f: Facts, file_spin_us: Option<u32>, o: &Overrides) -> Tuning {
+        Tuning {
+            spin_us: o.spin_us.or(file_spin_us).unwrap_or(if f.cuda { CUDA_SPIN_US } else { DEFAULT_SPIN_US }),
+            wake_batch: o.wake_batch.unwrap_or(if f.cuda { CUDA_WAKE_BATCH } else { 1 }),
+            wake_ahead_us: o.wake_ahead_us.unwrap_or(if f.cuda { CUDA_WAKE_AHEAD_US } else { 0 }),
+            wake_idle_us: o.wake_idle_us.unwrap_or(WAKE_IDLE_US),
+            wake_before_due_us: o.wake_before_due_us.unwrap_or(WAKE_BEFORE_DUE_US),
+            gpu_lead: o.gpu_lead.unwrap_or(if f.large_frames { LARGE_FRAMES_LEAD } else { 0 }),
+            ready_spin_us: o.ready_spin_us.unwrap_or(if f.large_gpu_inputs { 0 } else { SMALL_FRAMES_READY_SPIN_US }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::split::tests::plan_of;
+
+    fn chain(spin: &str) -> Plan {
+        plan_of(&format!(
+            "[pipeline]\ndevice = \"cpu\"\n{spin}\n[[stage]]\nname = \"gen\"\nplugin = \"generator.so\"\nparams = {{ width = 3840, height = 2160 }}\n[[stage]]\nname = \"grade\"\nplugin = \"rgb_process.so\"\ninputs = [\"gen\"]\n"
+        ))
+        .0
+    }
+
+    #[test]
+    fn defaults_follow_the_domain_and_the_frame_size() {
+        let none = Overrides::default();
+        let cuda = |large_frames, large_gpu_inputs| {
+            Tuning::decide(Facts { cuda: true, large_frames, large_gpu_inputs }, None, &none)
+        };
+        assert_eq!(
+            cuda(true, true),
+            Tuning {
+                spin_us: CUDA_SPIN_US,
+                wake_batch: 4,
+                wake_ahead_us: 200,
+                wake_idle_us: 500,
+                wake_before_due_us: 150,
+                gpu_lead: 64,
+                ready_spin_us: 0
+            }
+        );
+        let hd = cuda(false, false);
+        assert_eq!((hd.gpu_lead, hd.ready_spin_us), (0, 200));
+        // A 4K cpu chain, planned: no wake-ups held or ahead, the cpu spin, a lead nobody uses.
+        let cpu = Tuning::resolve(&chain(""), 1, &none);
+        assert_eq!((cpu.spin_us, cpu.wake_batch, cpu.wake_ahead_us, cpu.gpu_lead), (DEFAULT_SPIN_US, 1, 0, 64));
+    }
+
+    #[test]
+    fn the_command_line_wins_over_the_file_and_variables_over_the_defaults() {
+        let plan = chain("spin_us = 7");
+        assert_eq!(Tuning::resolve(&plan, 0, &Overrides::default()).spin_us, 7);
+        assert_eq!(Tuning::resolve(&plan, 0, &Overrides { spin_us: Some(3), ..Overrides::default() }).spin_us, 3);
+        let set = Overrides { wake_batch: Some(2), gpu_lead: Some(16), ..Overrides::default() };
+        let t = Tuning::resolve(&plan, 1, &set);
+        assert_eq!((t.wake_batch, t.gpu_lead), (2, 16));
+    }
+
+    #[test]
+    fn variables_are_read_by_name_and_a_number_or_ignored() {
+        let vars = |name: &str| match name {
+            "GPUIPC_WAKE_BATCH" => Some("8".to_owned()),
+            "GPUIPC_GPU_LEAD" => Some("lots".to_owned()),
+            "GPUIPC_READY_SPIN_US" => Some("0".to_owned()),
+            _ => None,
+        };
+        let o = Overrides::from_vars(Some(5), vars);
+        assert_eq!(
+            o,
+            Overrides { spin_us: Some(5), wake_batch: Some(8), ready_spin_us: Some(0), ..Overrides::default() }
+        );
+        assert_eq!(o.describe(), ["spin_us = 5 (command line)", "GPUIPC_WAKE_BATCH=8", "GPUIPC_READY_SPIN_US=0"]);
+        assert!(Overrides::default().describe().is_empty());
+    }
+}
