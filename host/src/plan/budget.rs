@@ -35,11 +35,11 @@ pub fn needs(plan: &Plan) -> Needs {
                 let slot = frame.next_multiple_of(GPU_GRANULE);
                 let producer = &plan.stages[link.producer];
                 // Each replica's part of the ring on the GPU that replica runs on.
-                match producer.replica_devices.as_slice() {
+                match producer.replica_devices() {
                     [] => *n.gpu.entry(*device).or_default() += slot * link.depth as u64,
                     spread => {
                         for &d in spread {
-                            *n.gpu.entry(d).or_default() += slot * producer.replica_slots as u64;
+                            *n.gpu.entry(d).or_default() += slot * producer.slots_each() as u64;
                         }
                     }
                 }
@@ -57,7 +57,7 @@ pub fn needs(plan: &Plan) -> Needs {
         if !matches!(link.memory, LinkMemory::Device { .. }) {
             for &s in std::iter::once(&link.producer).chain(&link.consumers) {
                 if plan.stages[s].domain == Domain::Cuda && plan.stages[s].host.is_none() {
-                    for r in 0..plan.stages[s].replicas {
+                    for r in 0..plan.stages[s].replicas() {
                         *n.gpu.entry(plan.stages[s].device_of(Some(r)).unwrap_or(0)).or_default() += frame;
                     }
                 }

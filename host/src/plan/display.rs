@@ -37,24 +37,24 @@ fn replicas(s: &super::StagePlan, device: &str) -> String {
     } else {
         ""
     };
-    let lost = match s.on_loss {
+    let lost = match s.on_loss() {
         crate::config::OnLoss::Retry => "a sibling takes it again",
         crate::config::OnLoss::Drop => "it is counted as dropped",
     };
-    let on = if s.replica_devices.is_empty() {
+    let on = if s.replica_devices().is_empty() {
         format!("each on {device}")
     } else {
         let each: Vec<String> =
-            s.replica_devices.iter().enumerate().map(|(r, d)| format!("#{r} on cuda:{d}")).collect();
+            s.replica_devices().iter().enumerate().map(|(r, d)| format!("#{r} on cuda:{d}")).collect();
         each.join(", ")
     };
     format!(
         "x{} replicas (processes {}#0..{}#{}, {on}): each frame goes to the first free one{merge}; the frame of a replica that dies: {lost} (on_loss = \"{}\")",
-        s.replicas,
+        s.replicas(),
         s.name.as_str(),
         s.name.as_str(),
-        s.replicas - 1,
-        s.on_loss.name()
+        s.replicas() - 1,
+        s.on_loss().name()
     )
 }
 
@@ -127,7 +127,7 @@ pub fn render_text(plan: &Plan) -> String {
             s.plugin.version,
             supervision(&s.supervision)
         );
-        if s.replicas > 1 {
+        if s.replicas() > 1 {
             let _ = writeln!(out, "  {:width$}  {}", "", replicas(s, &device));
         }
     }
@@ -160,11 +160,11 @@ pub fn render_text(plan: &Plan) -> String {
     for (i, l) in plan.links.iter().enumerate() {
         let memory = link_memory(plan, i);
         let producer = &plan.stages[l.producer];
-        let parts = match (&l.memory, producer.replicas > 1) {
+        let parts = match (&l.memory, producer.replicas() > 1) {
             (LinkMemory::Device { .. }, true) => {
-                format!(" ({} per replica, each in that replica's own GPU memory)", producer.replica_slots)
+                format!(" ({} per replica, each in that replica's own GPU memory)", producer.slots_each())
             }
-            (_, true) => format!(" ({} per replica)", producer.replica_slots),
+            (_, true) => format!(" ({} per replica)", producer.slots_each()),
             _ => String::new(),
         };
         let _ = writeln!(

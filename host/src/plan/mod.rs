@@ -97,8 +97,6 @@ pub struct StagePlan {
     pub domain: Domain,
     /// CUDA device ordinal in the cuda domain (the first replica's, where a list spreads them).
     pub device: Option<u32>,
-    /// Each replica's device, where `device = [...]` spreads them over GPUs (else empty).
-    pub replica_devices: Vec<u32>,
     /// The `[[host]]` it runs on (an index into [`Plan::hosts`]); `None`: the machine `run`
     /// starts on.
     pub host: Option<usize>,
@@ -113,18 +111,48 @@ pub struct StagePlan {
     pub transport: Transport,
     /// How frames from inputs on other hosts reach this stage.
     pub input_transport: crate::config::InputTransport,
-    /// Processes running this stage, sharing its frames (1: no replicas).
-    pub replicas: u32,
-    /// Slots of the output ring each replica writes (all `depth` of them without replicas):
-    /// replica `r` writes `r * replica_slots .. (r + 1) * replica_slots`.
-    pub replica_slots: u32,
-    /// What becomes of a dead replica's frame.
-    pub on_loss: OnLoss,
+    /// Set where the stage runs as several processes sharing its frames.
+    pub replication: Option<Replication>,
     /// Restart policy and watchdog.
     pub supervision: Supervision,
 }
 
+/// A stage run as several processes, its replicas, that share its frames: each frame goes to
+/// one of them, and their outputs merge in order into one stream (docs/links.md, "Replicas").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replication {
+    /// Processes (2 or more).
+    pub count: u32,
+    /// Slots of the output ring each replica writes: replica `r` writes
+    /// `r * slots_each .. (r + 1) * slots_each`.
+    pub slots_each: u32,
+    /// Each replica's device, where `device = [...]` spreads them over GPUs (else empty).
+    pub devices: Vec<u32>,
+    /// What becomes of a dead replica's frame.
+    pub on_loss: OnLoss,
+}
+
 impl StagePlan {
+    /// Processes running this stage (1: no replicas).
+    pub fn replicas(&self) -> u32 {
+        self.replication.as_ref().map_or(1, |r| r.count)
+    }
+
+    /// Slots of the output ring each process writes (all of them without replicas).
+    pub fn slots_each(&self) -> u32 {
+        self.replication.as_ref().map_or(self.depth, |r| r.slots_each)
+    }
+
+    /// What becomes of a dead replica's frame (the default, for a stage of one process).
+    pub fn on_loss(&self) -> OnLoss {
+        self.replication.as_ref().map_or_else(OnLoss::default, |r| r.on_loss)
+    }
+
+    /// Each replica's device, where they are spread over GPUs (else empty).
+    pub fn replica_devices(&self) -> &[u32] {
+        self.replication.as_ref().map_or(&[], |r| r.devices.as_slice())
+    }
+
     pub fn is_source(&self) -> bool {
         self.inputs.is_empty()
     }
@@ -136,7 +164,7 @@ impl StagePlan {
     /// The device replica `replica` runs on (`None`: the stage's one process).
     pub fn device_of(&self, replica: Option<u32>) -> Option<u32> {
         match replica {
-            Some(r) if !self.replica_devices.is_empty() => self.replica_devices.get(r as usize).copied(),
+            Some(r) if !self.replica_devices().is_empty() => self.replica_devices().get(r as usize).copied(),
             _ => self.device,
         }
     }
@@ -144,10 +172,10 @@ impl StagePlan {
     /// Every device the stage's processes run on, in replica order, each once (none in the
     /// cpu domain).
     pub fn devices(&self) -> Vec<u32> {
-        let mut all: Vec<u32> = if self.replica_devices.is_empty() {
+        let mut all: Vec<u32> = if self.replica_devices().is_empty() {
             self.device.into_iter().collect()
         } else {
-            self.replica_devices.clone()
+            self.replica_devices().to_vec()
         };
         let mut seen = Vec::new();
         all.retain(|d| {
@@ -264,10 +292,10 @@ impl Plan {
     pub fn processes(&self) -> Vec<ProcessPlan> {
         let mut out = Vec::new();
         for (stage, s) in self.stages.iter().enumerate() {
-            if s.replicas == 1 {
+            if s.replicas() == 1 {
                 out.push(ProcessPlan { stage, replica: None, name: s.name.to_string() });
             } else {
-                out.extend((0..s.replicas).map(|r| ProcessPlan {
+                out.extend((0..s.replicas()).map(|r| ProcessPlan {
                     stage,
                     replica: Some(r),
                     name: format!("{}#{r}", s.name),

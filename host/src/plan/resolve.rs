@@ -14,7 +14,7 @@ use toml::Spanned;
 use super::domain::{Driver, link_memory, transport_problem};
 use super::{
     DEFAULT_DEPTH, InputPlan, LARGE_FRAME_BYTES, LARGE_FRAME_DEPTH, LinkMemory, LinkPlan, MAX_CONSUMERS, MAX_DEPTH,
-    OutputPlan, Plan, PluginRef, SMALL_FRAME_GPU_DEPTH, StagePlan, Supervision, TIME_SLICED_DEPTH,
+    OutputPlan, Plan, PluginRef, Replication, SMALL_FRAME_GPU_DEPTH, StagePlan, Supervision, TIME_SLICED_DEPTH,
 };
 use crate::config::{DeviceSpec, Diagnostics, PipelineFile, SourceFile, StageName, StageSection};
 use crate::plugin::{self, LoadedPlugin};
@@ -44,6 +44,8 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
 
     let graph = stage_graph(stages.len(), &edges);
     let order = topological_order(source, &stages, &graph)?;
+    let position: HashMap<usize, usize> = order.iter().enumerate().map(|(pos, &i)| (i, pos)).collect();
+    let wiring = number_links(&edges, &order, &position);
 
     let mut diags = Diagnostics::default();
     let base_dir = source.path().parent().map(Path::to_owned).unwrap_or_default();
@@ -53,28 +55,26 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
         let stage = stages[i].get_ref();
         let Some(plugin) = &plugins[i] else { continue };
         let Some(inputs) = input_formats(source, &stages, &planned, i, &edges[i], &mut diags) else { continue };
-        let remote = stage_hosts[i].map(|h| hosts[h].name.as_str());
-        planned[i] = plan_stage(
-            source,
-            stage,
-            plugin,
-            &names[i],
-            &inputs,
-            (settings.device, remote),
-            depths[i],
-            &stages,
-            &mut diags,
-        )
-        .map(|p| StagePlan { supervision: supervision[i], host: stage_hosts[i], ..p });
+        let context = StageContext {
+            name: &names[i],
+            inputs: &inputs,
+            wired: &wiring.inputs[i],
+            output_link: wiring.output_link[position[&i]],
+            default_device: settings.device,
+            host: stage_hosts[i],
+            remote: stage_hosts[i].map(|h| hosts[h].name.as_str()),
+            depth: depths[i],
+            supervision: supervision[i],
+        };
+        planned[i] = plan_stage(source, stage, plugin, &context, &stages, &mut diags);
     }
     diags.into_result()?;
 
-    // Re-order by topological order, then wire links.
-    let position: HashMap<usize, usize> = order.iter().enumerate().map(|(pos, &i)| (i, pos)).collect();
+    // In topological order; their links as numbered before planning.
     let mut stages_out: Vec<StagePlan> =
         order.iter().map(|&i| planned[i].take().expect("every stage planned when no error was found")).collect();
-    let mut links = wire_links(&mut stages_out, &edges, &order, &position);
-    let replicas_of: Vec<u32> = stages_out.iter().map(|s| s.replicas).collect();
+    let mut links = wire_links(&stages_out);
+    let replicas_of: Vec<u32> = stages_out.iter().map(StagePlan::replicas).collect();
     // A replicated stage's ring is already sized by its parts.
     let left_to_plan =
         |producer: usize| stages[order[producer]].get_ref().depth.is_none() && replicas_of[producer] == 1;
@@ -405,18 +405,32 @@ fn load_plugins(
 }
 
 /// Check one stage against its plugin and negotiate its output.
-#[allow(clippy::too_many_arguments)]
+/// What planning one stage needs besides its section and plugin.
+struct StageContext<'a> {
+    name: &'a str,
+    /// Each input's producer (file index) and format.
+    inputs: &'a [(usize, FrameFormat)],
+    /// Each input's place among the links (see [`number_links`]).
+    wired: &'a [InputWire],
+    /// The link its output feeds, if anyone reads it.
+    output_link: Option<usize>,
+    default_device: DeviceSpec,
+    /// The `[[host]]` it runs on, and that host's name.
+    host: Option<usize>,
+    remote: Option<&'a str>,
+    depth: u32,
+    supervision: Supervision,
+}
+
 fn plan_stage(
     source: &SourceFile,
     stage: &StageSection,
     plugin: &LoadedPlugin,
-    name: &str,
-    inputs: &[(usize, FrameFormat)],
-    (default_device, remote): (DeviceSpec, Option<&str>),
-    depth: u32,
+    context: &StageContext<'_>,
     stages: &[&Spanned<StageSection>],
     diags: &mut Diagnostics,
 ) -> Option<StagePlan> {
+    let StageContext { name, inputs, default_device, remote, depth, .. } = *context;
     let meta = plugin.meta();
     let at_stage = |message: String| source.error_at(stage.name.span(), message);
     let n = inputs.len() as u32;
@@ -552,22 +566,25 @@ fn plan_stage(
         params,
         domain,
         device,
-        replica_devices,
-        host: None,
+        host: context.host,
         domain_note,
         inputs: inputs
             .iter()
-            .map(|&(from, format)| InputPlan { link: usize::MAX, consumer: usize::MAX, from, format, policy })
+            .zip(context.wired)
+            .map(|(&(_, format), w)| InputPlan { link: w.link, consumer: w.consumer, from: w.from, format, policy })
             .collect(),
-        output: output.map(|(format, layout)| OutputPlan { format, layout, link: None }),
+        output: output.map(|(format, layout)| OutputPlan { format, layout, link: context.output_link }),
         depth,
         policy,
         transport: stage.transport.as_ref().map(|t| *t.get_ref()).unwrap_or_default(),
         input_transport: stage.input_transport.as_ref().map(|t| *t.get_ref()).unwrap_or_default(),
-        replicas,
-        replica_slots,
-        on_loss,
-        supervision: Supervision::default(),
+        replication: (replicas > 1).then(|| Replication {
+            count: replicas,
+            slots_each: replica_slots,
+            devices: replica_devices,
+            on_loss,
+        }),
+        supervision: context.supervision,
     })
 }
 
@@ -741,7 +758,7 @@ fn deepen_links_into_replicas(
     depth_left_to_plan: impl Fn(usize) -> bool,
 ) {
     for link in links.iter_mut() {
-        let replicas = link.consumers.iter().map(|&c| stages[c].replicas).max().unwrap_or(1);
+        let replicas = link.consumers.iter().map(|&c| stages[c].replicas()).max().unwrap_or(1);
         if replicas > 1 && depth_left_to_plan(link.producer) {
             let depth = link.depth.max((replicas + 2).min(MAX_DEPTH));
             link.depth = depth;
@@ -750,42 +767,78 @@ fn deepen_links_into_replicas(
     }
 }
 
-/// Make one link per stage whose output somebody reads, and point inputs at it. Stage indices
-/// in `edges` are file order; `position` maps them to plan order.
-fn wire_links(
-    stages: &mut [StagePlan],
+/// Where one input of a stage comes from: its producer's place in plan order, the link, and
+/// which of the link's consumers it is.
+#[derive(Debug, Clone, Copy)]
+struct InputWire {
+    from: usize,
+    link: usize,
+    consumer: usize,
+}
+
+/// The links, numbered before any stage is planned (they depend on the graph alone): one per
+/// stage whose output somebody reads, in the plan order of their producers' first readers;
+/// each link's consumers in plan order. So a stage plan is built whole, its inputs and output
+/// already pointing at their links.
+struct Wiring {
+    /// By file index: each input's place.
+    inputs: Vec<Vec<InputWire>>,
+    /// By plan position: the link the stage's output feeds.
+    output_link: Vec<Option<usize>>,
+}
+
+fn number_links(
     edges: &[Vec<(usize, std::ops::Range<usize>)>],
     order: &[usize],
     position: &HashMap<usize, usize>,
-) -> Vec<LinkPlan> {
-    let mut links: Vec<LinkPlan> = Vec::new();
-    let mut link_of: HashMap<usize, usize> = HashMap::new();
-    for (pos, &file_index) in order.iter().enumerate() {
-        for (k, &(from_file, _)) in edges[file_index].iter().enumerate() {
-            let producer = position[&from_file];
-            let link = *link_of.entry(producer).or_insert_with(|| {
-                let out = stages[producer].output.as_ref().expect("inputs come from stages with outputs");
-                links.push(LinkPlan {
-                    producer,
-                    consumers: Vec::new(),
-                    policies: Vec::new(),
-                    format: out.format,
-                    layout: out.layout,
-                    depth: stages[producer].depth,
-                    memory: LinkMemory::Host,
-                });
-                links.len() - 1
+) -> Wiring {
+    let mut inputs = vec![Vec::new(); edges.len()];
+    let mut output_link = vec![None; order.len()];
+    let mut consumers: Vec<usize> = Vec::new();
+    for &file_index in order {
+        for &(from_file, _) in &edges[file_index] {
+            let from = position[&from_file];
+            let link = *output_link[from].get_or_insert_with(|| {
+                consumers.push(0);
+                consumers.len() - 1
             });
-            let input = &mut stages[pos].inputs[k];
-            input.from = producer;
-            input.link = link;
-            input.consumer = links[link].consumers.len();
-            links[link].consumers.push(pos);
-            links[link].policies.push(input.policy);
+            inputs[file_index].push(InputWire { from, link, consumer: consumers[link] });
+            consumers[link] += 1;
         }
     }
-    for (li, link) in links.iter_mut().enumerate() {
-        stages[link.producer].output.as_mut().expect("a link has a producer with output").link = Some(li);
+    Wiring { inputs, output_link }
+}
+
+/// The links of stages planned with [`number_links`]' numbering, with their memory.
+fn wire_links(stages: &[StagePlan]) -> Vec<LinkPlan> {
+    let mut producers: Vec<(usize, usize)> = stages
+        .iter()
+        .enumerate()
+        .filter_map(|(producer, s)| s.output.as_ref().and_then(|o| o.link).map(|link| (link, producer)))
+        .collect();
+    producers.sort_unstable();
+    let mut links: Vec<LinkPlan> = Vec::new();
+    for (link, producer) in producers {
+        debug_assert_eq!(link, links.len(), "links are numbered 0, 1, 2...");
+        let (s, out) = (&stages[producer], stages[producer].output.as_ref().expect("found by its output"));
+        links.push(LinkPlan {
+            producer,
+            consumers: Vec::new(),
+            policies: Vec::new(),
+            format: out.format,
+            layout: out.layout,
+            depth: s.depth,
+            memory: LinkMemory::Host,
+        });
+    }
+    for (pos, s) in stages.iter().enumerate() {
+        for input in &s.inputs {
+            debug_assert_eq!(links[input.link].consumers.len(), input.consumer);
+            links[input.link].consumers.push(pos);
+            links[input.link].policies.push(input.policy);
+        }
+    }
+    for link in links.iter_mut() {
         // Every process is an end: replicas spread over GPUs read and write from each of them.
         let ends = |s: usize| -> Vec<(gpuipc_plugin_api::Domain, Option<u32>)> {
             match stages[s].devices() {

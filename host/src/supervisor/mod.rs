@@ -122,8 +122,8 @@ fn create_queues(plan: &Plan) -> Result<Vec<Option<QueueMap>>, RunError> {
     plan.stages
         .iter()
         .map(|s| {
-            (s.replicas > 1)
-                .then(|| QueueMap::create(&format!("gpuipc-{}-queue-{}", std::process::id(), s.name), s.replicas))
+            (s.replicas() > 1)
+                .then(|| QueueMap::create(&format!("gpuipc-{}-queue-{}", std::process::id(), s.name), s.replicas()))
                 .transpose()
                 .map_err(|e| RunError::Setup(format!("stage '{}': queue block: {e}", s.name)))
         })
@@ -162,7 +162,7 @@ fn start_isolation(plan: &Plan) -> Result<Option<mps::MpsDaemon>, RunError> {
     use crate::config::Isolation;
     let mut per_device = std::collections::HashMap::new();
     for s in plan.stages.iter().filter(|s| s.domain == gpuipc_plugin_api::Domain::Cuda) {
-        for r in 0..s.replicas {
+        for r in 0..s.replicas() {
             *per_device.entry(s.device_of(Some(r))).or_insert(0) += 1;
         }
     }

@@ -111,7 +111,7 @@ pub fn reclaim_replica(
     let untracked = if died_taking { stray.first().and_then(|seqs| seqs.iter().max().copied()) } else { None };
     let output = s.output.as_ref().and_then(|o| o.link);
     let published_below = output.map(|l| rings[l].header().producer.0.seq_end.load(Ordering::Acquire));
-    let retry = s.on_loss == crate::config::OnLoss::Retry;
+    let retry = s.on_loss() == crate::config::OnLoss::Retry;
     let settled = queue.settle_dead(replica, pid, retry, published_below, counted, untracked, process_is_dead);
     if let Settled::Published(held) = settled
         && counted != Some(held.seq)
@@ -140,7 +140,7 @@ pub fn reclaim_replica(
         _ => 0,
     };
     if let Some(link) = output {
-        let each = s.replica_slots as usize;
+        let each = s.slots_each() as usize;
         let part = replica as usize * each..(replica as usize + 1) * each;
         rings[link].reclaim_producer_slots(part.clone());
         if matches!(plan.links[link].memory, LinkMemory::Device { .. }) {

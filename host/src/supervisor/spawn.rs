@@ -180,8 +180,8 @@ impl Launch<'_> {
             incarnation,
             replica: self.procs[p].replica.map(|index| crate::control::ReplicaSetup {
                 index,
-                count: stage.replicas,
-                slots_each: stage.replica_slots,
+                count: stage.replicas(),
+                slots_each: stage.slots_each(),
             }),
         }
     }
