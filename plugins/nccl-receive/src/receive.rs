@@ -4,33 +4,19 @@
 //! `gpuipc_tcp_wire::receiver`'s.
 
 use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use gpuipc_plugin_api::cuda::{NcclId, NcclPair, RawStream, nccl_available};
 use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameFormat, FrameLayout, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin,
-    PluginInfo, ProcessContext, Result, bail,
+    CreateContext, Domain, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin, PluginInfo,
+    ProcessContext, Result, bail,
 };
-use gpuipc_tcp_wire::receiver::{ReceiveCarrier, Received, ReceiverSession, ReceiverSetup};
+use gpuipc_tcp_wire::params::ReceiverParams;
+use gpuipc_tcp_wire::receiver::{ReceiveCarrier, Received, ReceiverSession};
 use gpuipc_tcp_wire::{self as wire, Connection, Payloads};
-use serde::Deserialize;
 
-/// The `params` table of an nccl-receive stage.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Params {
-    pub listen: String,
-    pub link: String,
-    pub format: String,
-    pub width: u32,
-    pub height: u32,
-    #[serde(default = "default_timeout")]
-    pub reconnect_timeout_s: f64,
-}
-
-fn default_timeout() -> f64 {
-    30.0
-}
+/// The `params` table of an nccl-receive stage: a receiver's.
+pub type Params = ReceiverParams;
 
 /// Payloads by NCCL: for each connection a fresh unique id, sent after the accepting answer,
 /// and the two-rank communicator both ends join on it.
@@ -103,22 +89,14 @@ impl Plugin for NcclReceive {
     ];
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
-        let format = (params.format.as_str(), params.width, params.height);
-        wire::params::checked(wire::params::receiver_problems(
-            &params.listen,
-            &params.link,
-            format,
-            ("reconnect_timeout_s", params.reconnect_timeout_s),
-        ))
+        params.check()
     }
 
     fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
         if !inputs.is_empty() {
             bail!("nccl-receive is a source: it takes no inputs, got {}", inputs.len());
         }
-        wire::params::frame_format(&params.format, params.width, params.height)
-            .map(Some)
-            .map_err(|p| Error::new(p.join("; ")))
+        params.frame_format().map(Some)
     }
 
     fn create(
@@ -137,14 +115,7 @@ impl Plugin for NcclReceive {
             NcclId::new()?;
         }
         let format = output.ok_or("nccl-receive has an output")?;
-        let layout = FrameLayout::for_format(format).ok_or_else(|| Error::new(format!("no layout for {format}")))?;
-        let setup = ReceiverSetup {
-            listen: wire::params::listen_address(&params.listen).map_err(Error::new)?,
-            link: params.link,
-            timeout: Duration::from_secs_f64(params.reconnect_timeout_s),
-            format,
-            frame_bytes: layout.total_bytes,
-        };
+        let setup = params.setup(format)?;
         let carrier = NcclCarrier { on: RawStream { context: ctx.cuda_context, stream: ctx.cuda_stream } };
         Ok(NcclReceive { session: ReceiverSession::bind(carrier, setup)? })
     }

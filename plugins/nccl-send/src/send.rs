@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use gpuipc_plugin_api::cuda::{NcclId, NcclPair, RawStream, ScratchBuffer, nccl_available};
 use gpuipc_plugin_api::{
-    CreateContext, DeviceBuffer, Domain, Error, FrameFormat, FrameLayout, InputFrame, OutputFrame, ParamInfo,
-    PixelFormat, Plugin, PluginInfo, ProcessContext, Result, bail,
+    CreateContext, DeviceBuffer, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin,
+    PluginInfo, ProcessContext, Result, bail,
 };
-use gpuipc_tcp_wire::sender::{Broken, SendCarrier, SendError, SenderSession, SenderSetup};
+use gpuipc_tcp_wire::sender::{Broken, SendCarrier, SendError, SenderSession};
 use gpuipc_tcp_wire::{self as wire, Connection, FrameHeader, Payloads, WireError};
 use serde::Deserialize;
 
@@ -132,16 +132,8 @@ impl Plugin for NcclSend {
             NcclId::new()?;
         }
         let format = *inputs.first().ok_or("nccl-send takes 1 input")?;
-        let layout = FrameLayout::for_format(format).ok_or_else(|| Error::new(format!("no layout for {format}")))?;
-        let bytes = usize::try_from(layout.total_bytes).map_err(|_| Error::new("frame too large"))?;
-        let setup = SenderSetup {
-            to: wire::params::to_address(&params.to).map_err(Error::new)?,
-            link: params.link,
-            timeout: Duration::from_secs_f64(params.connect_timeout_s),
-            format,
-            frame_bytes: layout.total_bytes,
-            window: 1,
-        };
+        let setup = wire::params::sender_setup(&params.to, params.link, params.connect_timeout_s, format, 1)?;
+        let bytes = usize::try_from(setup.frame_bytes).map_err(|_| Error::new("frame too large"))?;
         let carrier = NcclCarrier {
             on: RawStream { context: ctx.cuda_context, stream: ctx.cuda_stream },
             kept: ScratchBuffer::zeroed(ctx, bytes)?,

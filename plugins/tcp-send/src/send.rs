@@ -7,10 +7,10 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameFormat, FrameLayout, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin,
-    PluginInfo, ProcessContext, Result, bail,
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin, PluginInfo,
+    ProcessContext, Result, bail,
 };
-use gpuipc_tcp_wire::sender::{Broken, SendCarrier, SendError, SenderSession, SenderSetup};
+use gpuipc_tcp_wire::sender::{Broken, SendCarrier, SendError, SenderSession};
 use gpuipc_tcp_wire::{self as wire, Connection, FrameHeader, Payloads, WireError};
 use serde::Deserialize;
 
@@ -132,15 +132,8 @@ impl Plugin for TcpSend {
             bail!("tcp-send runs in the cpu domain only (the ring at a network end is in host memory)");
         }
         let format = *inputs.first().ok_or("tcp-send takes 1 input")?;
-        let layout = FrameLayout::for_format(format).ok_or_else(|| Error::new(format!("no layout for {format}")))?;
-        let setup = SenderSetup {
-            to: wire::params::to_address(&params.to).map_err(Error::new)?,
-            link: params.link,
-            timeout: Duration::from_secs_f64(params.connect_timeout_s),
-            format,
-            frame_bytes: layout.total_bytes,
-            window: params.window.clamp(1, MAX_WINDOW) as usize,
-        };
+        let window = params.window.clamp(1, MAX_WINDOW) as usize;
+        let setup = wire::params::sender_setup(&params.to, params.link, params.connect_timeout_s, format, window)?;
         // Connected at the first frame, not here (`SenderSession::start` says why).
         Ok(TcpSend { session: SenderSession::new(TcpCarrier, setup) })
     }
@@ -243,7 +236,7 @@ fn write_frame(stream: &mut TcpStream, header: &FrameHeader, bytes: &[u8]) -> st
 mod tests {
     use std::io::Read;
 
-    use gpuipc_plugin_api::parse_params;
+    use gpuipc_plugin_api::{FrameLayout, parse_params};
     use gpuipc_tcp_wire::Hello;
 
     use super::*;

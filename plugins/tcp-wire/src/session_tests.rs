@@ -91,8 +91,11 @@ fn setups(sender_link: &str, receiver_link: &str) -> (SenderSetup, ReceiverSetup
     (sender, receiver)
 }
 
+/// Frames as a receiver handed them on: number and bytes.
+type Frames = Vec<(u64, Vec<u8>)>;
+
 /// A receiver on its own thread until the end of stream: the frames it handed on, in order.
-fn receive_all(setup: ReceiverSetup) -> std::thread::JoinHandle<Result<Vec<(u64, Vec<u8>)>>> {
+fn receive_all(setup: ReceiverSetup) -> std::thread::JoinHandle<Result<Frames>> {
     let session = ReceiverSession::bind(StreamIn, setup).unwrap();
     std::thread::spawn(move || {
         let mut session = session;
