@@ -15,7 +15,9 @@
 //! receive the GPU is blocked in), drops the frame's bytes, and waits for the sender to
 //! connect again, with a new unique id and a new communicator, which sends the frame again.
 //! A frame that comes again after it was published is received, acknowledged and not
-//! published twice. The wire format is `gpuipc_tcp_wire`'s, with its NCCL hello.
+//! published twice. The wire format is `gpuipc_tcp_wire`'s, with its NCCL hello, and so is
+//! the session, shared with `tcp-receive`: this stage keeps how a frame's bytes travel (the
+//! unique id, the communicator, `ncclRecv` and the wait for the GPU).
 //!
 //! It needs `libnccl.so.2` on the library path, as `nccl-send` does, and two agents on one
 //! machine need distinct `NCCL_HOSTID`s (docs/multi-host.md). Leave the pipeline's `frames`

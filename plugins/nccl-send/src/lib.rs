@@ -16,7 +16,8 @@
 //! blocked in), and the sender connects again (new TCP connection, new unique id, new
 //! communicator) and sends the kept frame again. At the end of stream it sends an end header
 //! and waits for its acknowledgement before the stage exits. The wire format is
-//! `gpuipc_tcp_wire`'s, with its NCCL hello.
+//! `gpuipc_tcp_wire`'s, with its NCCL hello, and so is the session, shared with `tcp-send`:
+//! this stage keeps how a frame's bytes travel (the device copy, the communicator, `ncclSend`).
 //!
 //! It needs `libnccl.so.2` on the library path (`LD_LIBRARY_PATH`; the PyPI package
 //! `nvidia-nccl-cu13` ships it in `site-packages/nvidia/nccl/lib`): without it the stage fails

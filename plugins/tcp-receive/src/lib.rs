@@ -17,7 +17,9 @@
 //! the connection (frozen, or its network gone without a reset) leaves this stage waiting in
 //! its plugin: the stage's `stall_timeout` watchdog ends it and its restart policy starts it
 //! again, listening for the sender's next connection. The wire format is
-//! `gpuipc_tcp_wire`'s.
+//! `gpuipc_tcp_wire`'s, and so is the session (listening, the hello check, acknowledgements,
+//! reconnections), shared with `nccl-receive`: this stage keeps how a frame's bytes travel
+//! (read off the connection into the slot).
 //!
 //! Leave the pipeline's `frames` out on the receiver's host: the sender's side counts frames,
 //! and the stream ends when the sender's does.

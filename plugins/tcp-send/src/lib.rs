@@ -14,7 +14,9 @@
 //! unacknowledged frame again, oldest first, so nothing is lost or half-delivered. At the end
 //! of stream it waits for every acknowledgement, sends an end header and waits for its
 //! acknowledgement before the stage exits.
-//! The wire format is `gpuipc_tcp_wire`'s.
+//! The wire format is `gpuipc_tcp_wire`'s, and so is the session (connecting, the window,
+//! reconnecting and sending again, the end of stream), shared with `nccl-send`: this stage
+//! keeps how a frame's bytes travel (copied, and written after their header).
 //!
 //! # Params
 //!

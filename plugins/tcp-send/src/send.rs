@@ -1,19 +1,18 @@
-//! The tcp-send stage: params, the connection with its reconnections, and the frames sent.
+//! The tcp-send stage: its params, and how a frame's payload travels (after its header, on
+//! the stream, copied while it is sent). The session (connecting, the window, reconnections)
+//! is `gpuipc_tcp_wire::sender`'s.
 
-use std::collections::VecDeque;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
 
 use gpuipc_plugin_api::{
-    CreateContext, Domain, Error, FrameFormat, FrameLayout, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin,
-    PluginInfo, ProcessContext, Result, bail, info, warn,
+    CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin, PluginInfo,
+    ProcessContext, Result, bail,
 };
-use gpuipc_tcp_wire::{self as wire, FrameHeader, Hello, WireError};
+use gpuipc_tcp_wire::sender::{Broken, SendCarrier, SendError, SenderSession};
+use gpuipc_tcp_wire::{self as wire, Connection, FrameHeader, Payloads, WireError};
 use serde::Deserialize;
-
-/// How long to wait between two connection attempts the receiver refused or did not answer.
-const RETRY_EVERY: Duration = Duration::from_millis(50);
 
 /// The `params` table of a tcp-send stage.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -43,52 +42,35 @@ fn default_window() -> u32 {
     DEFAULT_WINDOW
 }
 
-/// Why a send failed for good (a broken connection is not a failure: it is retried).
-#[derive(Debug, thiserror::Error)]
-pub enum SendError {
-    #[error("link '{link}': could not connect to the receiver at {to} within {secs} s (last: {last})")]
-    Unreachable { link: String, to: SocketAddr, secs: f64, last: String },
-    #[error("link '{link}': the receiver at {to} refused the connection: {reason}")]
-    Refused { link: String, to: SocketAddr, reason: String },
-    #[error("link '{link}': the receiver at {to} broke the protocol: {what}")]
-    Protocol { link: String, to: SocketAddr, what: String },
-    #[error("link '{link}': input frame of {got} bytes, its layout needs {need}")]
-    ShortFrame { link: String, got: usize, need: u64 },
-}
+/// Payloads on the TCP stream, after their headers; a frame is kept as a copy of its bytes.
+#[derive(Debug)]
+pub struct TcpCarrier;
 
-impl From<SendError> for Error {
-    fn from(e: SendError) -> Error {
-        Error::new(e)
+impl SendCarrier for TcpCarrier {
+    type Path = ();
+    type Kept = Vec<u8>;
+    const PAYLOADS: Payloads = Payloads::Tcp;
+    const PATH_NOTE: &'static str = "";
+
+    fn join(&mut self, _stream: &mut TcpStream, _left: Duration) -> Result<(), WireError> {
+        Ok(())
+    }
+
+    fn send(
+        &mut self,
+        conn: &mut Connection<()>,
+        header: &FrameHeader,
+        kept: &Vec<u8>,
+        _: Duration,
+    ) -> Result<(), Broken> {
+        write_frame(&mut conn.stream, header, kept).map_err(|e| WireError::Lost(e).into())
     }
 }
 
 /// A tcp-send stage instance.
 #[derive(Debug)]
 pub struct TcpSend {
-    to: SocketAddr,
-    link: String,
-    timeout: Duration,
-    format: FrameFormat,
-    frame_bytes: u64,
-    conn: Option<TcpStream>,
-    /// Connections made so far; the hello carries it.
-    epoch: u64,
-    /// Frames sent and not yet acknowledged, oldest first, at most `window`: each is sent
-    /// again, in order, on a new connection if the old one broke before its acknowledgement
-    /// (the receiver acknowledges every frame in the order sent, and skips the ones its ring
-    /// has). The copy is needed: the input slot goes back to the producer when `process`
-    /// returns, and a receiver that dies loses what it had not published.
-    unacked: VecDeque<Kept>,
-    /// Buffers of acknowledged frames, reused so a frame costs one copy and no allocation.
-    spare: Vec<Vec<u8>>,
-    window: usize,
-}
-
-/// A frame sent and not yet acknowledged.
-#[derive(Debug)]
-struct Kept {
-    header: FrameHeader,
-    bytes: Vec<u8>,
+    session: SenderSession<TcpCarrier>,
 }
 
 impl Plugin for TcpSend {
@@ -150,23 +132,10 @@ impl Plugin for TcpSend {
             bail!("tcp-send runs in the cpu domain only (the ring at a network end is in host memory)");
         }
         let format = *inputs.first().ok_or("tcp-send takes 1 input")?;
-        let layout = FrameLayout::for_format(format).ok_or_else(|| Error::new(format!("no layout for {format}")))?;
-        let stage = TcpSend {
-            to: wire::params::to_address(&params.to).map_err(Error::new)?,
-            link: params.link,
-            timeout: Duration::from_secs_f64(params.connect_timeout_s),
-            format,
-            frame_bytes: layout.total_bytes,
-            conn: None,
-            epoch: 0,
-            unacked: VecDeque::new(),
-            spare: Vec::new(),
-            window: params.window.clamp(1, MAX_WINDOW) as usize,
-        };
-        // Connected at the first frame, not here: a run starts its frame loops only once every
-        // stage is created, and a receiver answers the hello from its frame loop, so two hosts
-        // whose links cross both ways (a -> b -> a) would each wait for the other's start.
-        Ok(stage)
+        let window = params.window.clamp(1, MAX_WINDOW) as usize;
+        let setup = wire::params::sender_setup(&params.to, params.link, params.connect_timeout_s, format, window)?;
+        // Connected at the first frame, not here (`SenderSession::start` says why).
+        Ok(TcpSend { session: SenderSession::new(TcpCarrier, setup) })
     }
 
     fn process(
@@ -175,174 +144,35 @@ impl Plugin for TcpSend {
         _output: Option<&mut OutputFrame<'_>>,
         _ctx: &ProcessContext,
     ) -> Result<()> {
-        self.first_connect()?;
+        self.session.start()?;
         let input = inputs.first().ok_or("tcp-send takes 1 input")?;
         let bytes = input.host_bytes().ok_or("tcp-send reads host memory only")?;
-        let need = self.frame_bytes;
+        let need = self.session.setup().frame_bytes;
         let payload = bytes.get(..need as usize).ok_or_else(|| SendError::ShortFrame {
-            link: self.link.clone(),
-            got: bytes.len(),
+            link: self.session.setup().link.clone(),
+            got: bytes.len() as u64,
             need,
         })?;
-        // At most `window` frames unacknowledged: the receiver's full ring (no acknowledgements)
-        // holds this stage here, and through its input ring the producer.
-        while self.unacked.len() >= self.window {
-            self.settle_one()?;
-        }
+        self.session.make_room()?;
         let header =
             FrameHeader { flags: 0, seq: input.info.seq, timestamp_ns: input.info.timestamp_ns, payload_len: need };
         // Kept, because the input slot goes back to the producer when this returns; copied
         // while the frame is sent from the slot, so the copy costs no time where a core is free.
-        let mut kept = self.spare.pop().unwrap_or_default();
+        let mut kept = self.session.reuse().unwrap_or_default();
         kept.clear();
-        let sent = match self.conn.as_mut() {
-            Some(stream) => copy_while_sending(stream, &header, payload, &mut kept)?.map_err(WireError::Lost),
+        let sent = match self.session.connection() {
+            Some(conn) => copy_while_sending(&mut conn.stream, &header, payload, &mut kept)?.map_err(WireError::Lost),
             None => {
                 kept.extend_from_slice(payload);
                 Err(WireError::Lost(std::io::ErrorKind::NotConnected.into()))
             }
         };
-        self.unacked.push_back(Kept { header, bytes: kept });
-        match sent {
-            Ok(()) => Ok(()),
-            // A new connection, and every unacknowledged frame (this one last) sent on it.
-            Err(e) => self.recover(e),
-        }
+        // A broken send: a new connection, and every unacknowledged frame (this one last) sent on it.
+        self.session.keep(header, kept, sent.map_err(Broken::from))
     }
 
     fn flush(&mut self) -> Result<()> {
-        self.first_connect()?;
-        while !self.unacked.is_empty() {
-            self.settle_one()?;
-        }
-        // The end goes over a connection like a frame, and is sent again on a new one if the
-        // old one breaks before the receiver acknowledges it.
-        loop {
-            let sent = self.stream().and_then(|s| s.write_all(&FrameHeader::end().to_bytes()).map_err(WireError::Lost));
-            match sent.and_then(|()| self.read_ack(wire::ACK_END)) {
-                Ok(()) => return Ok(()),
-                Err(e) => self.recover(e)?,
-            }
-        }
-    }
-}
-
-impl TcpSend {
-    /// The first connection, made at the first frame or the end of stream (see `create`).
-    fn first_connect(&mut self) -> Result<()> {
-        if self.epoch == 0 && self.conn.is_none() { self.connect() } else { Ok(()) }
-    }
-
-    fn stream(&mut self) -> Result<&mut TcpStream, WireError> {
-        self.conn.as_mut().ok_or_else(|| WireError::Lost(std::io::ErrorKind::NotConnected.into()))
-    }
-
-    /// Wait for the acknowledgement of the oldest unacknowledged frame; a connection that
-    /// breaks meanwhile is made again and every unacknowledged frame sent again.
-    fn settle_one(&mut self) -> Result<()> {
-        match self.read_ack(wire::ACK_FRAME) {
-            Ok(()) => {
-                if let Some(done) = self.unacked.pop_front() {
-                    self.spare.push(done.bytes);
-                }
-                Ok(())
-            }
-            Err(e) => self.recover(e),
-        }
-    }
-
-    fn read_ack(&mut self, want: u8) -> Result<(), WireError> {
-        let mut ack = [0u8; 1];
-        self.stream()?.read_exact(&mut ack)?;
-        match ack[0] {
-            got if got == want => Ok(()),
-            got => Err(WireError::Protocol(format!("acknowledgement {got:#04x}, expected {want:#04x}"))),
-        }
-    }
-
-    /// After `e`: a lost connection is made again (within the timeout) and every
-    /// unacknowledged frame sent again on it, oldest first; anything else fails.
-    fn recover(&mut self, mut e: WireError) -> Result<()> {
-        loop {
-            self.conn = None;
-            match e {
-                WireError::Lost(io) => {
-                    warn!(
-                        "link '{}': connection {} to {} lost ({io}); connecting again",
-                        self.link, self.epoch, self.to
-                    );
-                    self.connect()?;
-                }
-                WireError::Protocol(what) => {
-                    return Err(SendError::Protocol { link: self.link.clone(), to: self.to, what }.into());
-                }
-            }
-            match self.resend() {
-                Ok(()) => return Ok(()),
-                Err(again) => e = again,
-            }
-        }
-    }
-
-    /// Send every unacknowledged frame again, oldest first, on a connection just made.
-    fn resend(&mut self) -> Result<(), WireError> {
-        let stream = self.conn.as_mut().ok_or_else(|| WireError::Lost(std::io::ErrorKind::NotConnected.into()))?;
-        if !self.unacked.is_empty() {
-            info!("link '{}': sending {} unacknowledged frame(s) again", self.link, self.unacked.len());
-        }
-        for kept in &self.unacked {
-            write_frame(stream, &kept.header, &kept.bytes)?;
-        }
-        Ok(())
-    }
-
-    /// Connect and say hello, retrying until the timeout.
-    fn connect(&mut self) -> Result<()> {
-        let deadline = Instant::now() + self.timeout;
-        let mut last = String::from("no attempt");
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(SendError::Unreachable {
-                    link: self.link.clone(),
-                    to: self.to,
-                    secs: self.timeout.as_secs_f64(),
-                    last,
-                }
-                .into());
-            }
-            match self.try_connect(left) {
-                Ok(stream) => {
-                    self.conn = Some(stream);
-                    return Ok(());
-                }
-                Err(WireError::Lost(e)) => last = e.to_string(),
-                Err(WireError::Protocol(reason)) => {
-                    return Err(SendError::Refused { link: self.link.clone(), to: self.to, reason }.into());
-                }
-            }
-            std::thread::sleep(RETRY_EVERY.min(deadline.saturating_duration_since(Instant::now())));
-        }
-    }
-
-    /// One attempt: connect, hello, answer. A refusal comes back as `Protocol`.
-    fn try_connect(&mut self, left: Duration) -> Result<TcpStream, WireError> {
-        let mut stream = TcpStream::connect_timeout(&self.to, left)?;
-        // Frames are written whole; headers must not wait for the next frame (Nagle).
-        stream.set_nodelay(true)?;
-        // The answer comes at once from a receiver that is running; one that accepted in the
-        // kernel but never answers is retried.
-        stream.set_read_timeout(Some(left))?;
-        self.epoch += 1;
-        let hello =
-            Hello { epoch: self.epoch, format: self.format, frame_bytes: self.frame_bytes, link: self.link.clone() };
-        hello.write_to(&mut stream)?;
-        wire::read_answer(&mut stream)?.map_err(WireError::Protocol)?;
-        // Acknowledgements wait for the receiver's ring (backpressure): no timeout on them; a
-        // receiver that is gone resets or closes the connection.
-        stream.set_read_timeout(None)?;
-        info!("link '{}': connection {} to {} from {}", self.link, self.epoch, self.to, stream.local_addr()?);
-        Ok(stream)
+        self.session.finish()
     }
 }
 
@@ -404,7 +234,10 @@ fn write_frame(stream: &mut TcpStream, header: &FrameHeader, bytes: &[u8]) -> st
 
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::parse_params;
+    use std::io::Read;
+
+    use gpuipc_plugin_api::{FrameLayout, parse_params};
+    use gpuipc_tcp_wire::Hello;
 
     use super::*;
 

@@ -31,10 +31,26 @@
 //! again (a new epoch), sends a new hello and every unacknowledged frame again, oldest first,
 //! and the receiver publishes each unless it already had (its number is below the next the
 //! receiver's ring expects). A frame is never published half-read.
+//!
+//! The session that speaks this protocol is here too, one for the four bridge stages:
+//! [`sender::SenderSession`] (connecting and retrying, the hello, the window of
+//! unacknowledged frames, reconnecting under a new epoch and sending them again, the end of
+//! stream) and [`receiver::ReceiverSession`] (the listener, accepting and checking a hello,
+//! the answer, acknowledgements, a sender that connects again). Both are generic over how a
+//! frame's payload travels, a [`sender::SendCarrier`] and a [`receiver::ReceiveCarrier`]:
+//! after its header on the stream (tcp-send, tcp-receive) or by NCCL with only the control
+//! on TCP (nccl-send, nccl-receive). Each plugin keeps its params and its carrier.
+
+#![deny(unsafe_code)]
 
 pub mod params;
+pub mod receiver;
+pub mod sender;
+#[cfg(test)]
+mod session_tests;
 
 use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 
 use gpuipc_plugin_api::FrameFormat;
 
@@ -119,6 +135,29 @@ impl Payloads {
             Payloads::Nccl => "nccl-send",
         }
     }
+
+    /// What carries the payloads, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Payloads::Tcp => "TCP",
+            Payloads::Nccl => "NCCL",
+        }
+    }
+}
+
+/// One connection of a link: the TCP stream (hello, answer, headers, acknowledgements; the
+/// payloads too for TCP), the other end's address, and the payload path a carrier made for it
+/// (NCCL: the communicator, aborted when the connection is dropped).
+#[derive(Debug)]
+pub struct Connection<P> {
+    pub stream: TcpStream,
+    pub peer: SocketAddr,
+    pub path: P,
+}
+
+/// What a session with no connection says when asked to use it: a lost connection.
+fn not_connected() -> WireError {
+    WireError::Lost(io::ErrorKind::NotConnected.into())
 }
 
 impl Hello {

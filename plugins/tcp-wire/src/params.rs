@@ -2,13 +2,83 @@
 //! checked once here: a sender's `to` and a receiver's `listen` address, the `link` name, a
 //! timeout, and a receiver's `format`, `width` and `height`: declared once ([`TO`], [`LISTEN`],
 //! ...), checked once ([`sender_problems`], [`receiver_problems`]). Each answers a problem as
-//! text, which the plugin turns into its error (or collects with others in `check`).
+//! text, which the plugin turns into its error (or collects with others in `check`). The two
+//! receivers read the same table, [`ReceiverParams`].
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use gpuipc_plugin_api::{Error, FrameFormat, FrameLayout, ParamInfo, PixelFormat};
+use serde::Deserialize;
 
 use crate::MAX_LINK_NAME;
+use crate::receiver::ReceiverSetup;
+use crate::sender::SenderSetup;
+
+/// The `params` table of a receiver (tcp-receive, nccl-receive): [`LISTEN`],
+/// [`RECEIVER_LINK`], [`FORMAT`], [`WIDTH`], [`HEIGHT`] and `reconnect_timeout_s` (each
+/// receiver declares that one with its own words).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiverParams {
+    pub listen: String,
+    pub link: String,
+    pub format: String,
+    pub width: u32,
+    pub height: u32,
+    #[serde(default = "default_timeout")]
+    pub reconnect_timeout_s: f64,
+}
+
+/// A receiver's `reconnect_timeout_s` by default, in seconds.
+fn default_timeout() -> f64 {
+    30.0
+}
+
+impl ReceiverParams {
+    /// A receiver's `check`: every problem, in one error.
+    pub fn check(&self) -> Result<(), Error> {
+        let format = (self.format.as_str(), self.width, self.height);
+        checked(receiver_problems(&self.listen, &self.link, format, ("reconnect_timeout_s", self.reconnect_timeout_s)))
+    }
+
+    /// The frame format the params name: a receiver's output.
+    pub fn frame_format(&self) -> Result<FrameFormat, Error> {
+        frame_format(&self.format, self.width, self.height).map_err(|p| Error::new(p.join("; ")))
+    }
+
+    /// What the receiver's session is told, for frames of `format` (the negotiated output).
+    pub fn setup(self, format: FrameFormat) -> Result<ReceiverSetup, Error> {
+        let layout = FrameLayout::for_format(format).ok_or_else(|| Error::new(format!("no layout for {format}")))?;
+        Ok(ReceiverSetup {
+            listen: listen_address(&self.listen).map_err(Error::new)?,
+            link: self.link,
+            timeout: Duration::from_secs_f64(self.reconnect_timeout_s),
+            format,
+            frame_bytes: layout.total_bytes,
+        })
+    }
+}
+
+/// What a sender's session is told, from its params `to`, `link` and `connect_timeout_s`,
+/// for frames of `format` (its input), with `window` frames in flight.
+pub fn sender_setup(
+    to: &str,
+    link: String,
+    connect_timeout_s: f64,
+    format: FrameFormat,
+    window: usize,
+) -> Result<SenderSetup, Error> {
+    let layout = FrameLayout::for_format(format).ok_or_else(|| Error::new(format!("no layout for {format}")))?;
+    Ok(SenderSetup {
+        to: to_address(to).map_err(Error::new)?,
+        link,
+        timeout: Duration::from_secs_f64(connect_timeout_s),
+        format,
+        frame_bytes: layout.total_bytes,
+        window,
+    })
+}
 
 /// A sender's `to` param.
 pub const TO: ParamInfo = ParamInfo {
