@@ -30,7 +30,9 @@ say_skips() {
 trap say_skips EXIT
 export GPUIPC_SKIP_LOG="$skips"
 
-# One format (rustfmt.toml): `cargo fmt --all` writes it.
+# One format (rustfmt.toml): `cargo fmt --all` writes it. No lint warning (the workspace's
+# lints in Cargo.toml, and clippy's).
 cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --locked
 cargo test --workspace --locked

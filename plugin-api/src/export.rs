@@ -277,8 +277,8 @@ unsafe extern "C" fn process<P: Plugin>(
             // SAFETY: see above.
             frames.push(unsafe { input_frame(raw)? });
         }
-        // SAFETY: see above.
         let mut out = match &raw_output {
+            // SAFETY: see above.
             Some(raw) => Some(unsafe { output_frame(raw)? }),
             None => None,
         };
@@ -312,8 +312,8 @@ unsafe extern "C" fn destroy<P: Plugin>(instance: *mut c_void) {
     if instance.is_null() {
         return;
     }
-    // SAFETY: `instance` came from `create` and the host calls `destroy` once, last.
     let _ = guarded(|| {
+        // SAFETY: `instance` came from `create` and the host calls `destroy` once, last.
         drop(unsafe { Box::from_raw(instance as *mut P) });
         Ok(())
     });

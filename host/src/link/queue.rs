@@ -114,6 +114,15 @@ pub enum Settled {
     Abandoned(Held),
 }
 
+/// How far a dead replica got with its frames: what its output ring shows published
+/// (`published_below`: the ring's `seq_end`; `None` for a stage without output) and the last
+/// frame it counted done (`counted`).
+#[derive(Debug, Clone, Copy)]
+pub struct DoneBelow {
+    pub published_below: Option<u64>,
+    pub counted: Option<u64>,
+}
+
 /// How a wait for the turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Turn {
@@ -356,9 +365,7 @@ impl QueueMap {
     // ---- the host's side ----
 
     /// Replica `replica` (process `pid`) died. Its frame is owed or abandoned by `on_loss`
-    /// (`retry`), unless its output was published already (`published_below`: the output
-    /// ring's `seq_end`; `None` for a stage without output) or it counted the frame done
-    /// (`counted`: the last frame it counted). `untracked`: a frame the host found
+    /// (`retry`), unless it was done with it already (`done`). `untracked`: a frame the host found
     /// claimed under the stage's consumer index that no replica holds: the dead one took it
     /// and died before it could draw its ticket (it held the take lock then).
     pub fn settle_dead(
@@ -366,8 +373,7 @@ impl QueueMap {
         replica: u32,
         pid: u32,
         retry: bool,
-        published_below: Option<u64>,
-        counted: Option<u64>,
+        done: DoneBelow,
         untracked: Option<u64>,
         is_dead: impl Fn(u32) -> bool,
     ) -> Settled {
@@ -397,7 +403,7 @@ impl QueueMap {
                 // It died giving up a frame gone upstream, after the ticket was abandoned.
                 return Settled::Abandoned(held);
             }
-            if published_below.is_some_and(|below| held.seq < below) || counted == Some(held.seq) {
+            if done.published_below.is_some_and(|below| held.seq < below) || done.counted == Some(held.seq) {
                 // Died between its publish (a sink: counting the frame done) and moving the
                 // turn on.
                 let _ = h.turn.0.compare_exchange(held.ticket, held.ticket + 1, Ordering::AcqRel, Ordering::Relaxed);
@@ -407,7 +413,7 @@ impl QueueMap {
                 Settled::Owed(held)
             } else {
                 // A stage without output has no turn to move past the ticket.
-                if published_below.is_some() && !self.abandon(held.ticket) {
+                if done.published_below.is_some() && !self.abandon(held.ticket) {
                     // No room: owed instead, so the turn still reaches it (see `abandon`).
                     self.push_owed(held);
                     return Settled::Owed(held);
@@ -678,7 +684,9 @@ mod tests {
 
     /// The host's part for a thread that "died".
     fn settle(q: &QueueMap, r: u32, pid: u32, retry: bool, abandoned: &Mutex<Vec<u64>>, published_below: Option<u64>) {
-        if let Settled::Abandoned(h) = q.settle_dead(r, pid, retry, published_below, None, None, |_| false) {
+        if let Settled::Abandoned(h) =
+            q.settle_dead(r, pid, retry, DoneBelow { published_below, counted: None }, None, |_| false)
+        {
             abandoned.lock().unwrap().push(h.ticket);
         }
     }

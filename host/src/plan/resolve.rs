@@ -578,7 +578,7 @@ fn plan_stage(
         policy,
         transport: stage.transport.as_ref().map(|t| *t.get_ref()).unwrap_or_default(),
         input_transport: stage.input_transport.as_ref().map(|t| *t.get_ref()).unwrap_or_default(),
-        replication: (replicas > 1).then(|| Replication {
+        replication: (replicas > 1).then_some(Replication {
             count: replicas,
             slots_each: replica_slots,
             devices: replica_devices,

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use crate::link::queue::{QueueMap, Settled};
+use crate::link::queue::{DoneBelow, QueueMap, Settled};
 use crate::link::{RingMap, StatsMap};
 use crate::plan::{LinkMemory, Plan};
 
@@ -112,7 +112,8 @@ pub fn reclaim_replica(
     let output = s.output.as_ref().and_then(|o| o.link);
     let published_below = output.map(|l| rings[l].header().producer.0.seq_end.load(Ordering::Acquire));
     let retry = s.on_loss() == crate::config::OnLoss::Retry;
-    let settled = queue.settle_dead(replica, pid, retry, published_below, counted, untracked, process_is_dead);
+    let settled =
+        queue.settle_dead(replica, pid, retry, DoneBelow { published_below, counted }, untracked, process_is_dead);
     if let Settled::Published(held) = settled
         && counted != Some(held.seq)
     {

@@ -130,7 +130,7 @@ fn load() -> Result<Api, NvdecError> {
     // cudarc opens it instead of panicking.
     let driver = unsafe { cudarc::driver::sys::culib() };
     const DRIVER: &str = "the CUDA driver";
-    // SAFETY (every lookup below): each type is the function's signature in cuviddec.h,
+    // SAFETY: (every lookup below) each type is the function's signature in cuviddec.h,
     // nvcuvid.h or cuda.h, with C enums as `CUresult` integers and pointers as the headers
     // declare them; src/ffi.rs's layout test checks the structs they take.
     unsafe {
