@@ -3,6 +3,7 @@
 //! - [`shm`]: memfd shared memory, mapped; read-only for whoever must not write it.
 //! - [`header`]: the ring's control block layout in that memory (its slot data is a memfd of
 //!   its own, which consumers get for reading only).
+//! - [`error`]: the link's errors.
 //! - [`check`]: the check of a control block against the plan, kept as a private copy.
 //! - [`wait`]: spin-then-futex waiting on shared counters, with deadlines.
 //! - [`backing`]: where frame bytes live (host memory, staged through it, GPU memory) and
@@ -14,6 +15,7 @@
 
 pub mod backing;
 pub mod check;
+mod error;
 pub mod header;
 pub mod queue;
 mod reclaim;
@@ -22,6 +24,7 @@ pub mod shm;
 pub mod stats;
 pub mod wait;
 
+pub use error::HandshakeError;
 pub use header::RingParams;
 pub use ring::{Consumer, FrameAccess, LinkError, Producer, ReadSlot, RingFds, RingMap, WriteSlot};
 pub use stats::StatsMap;
