@@ -24,7 +24,7 @@ pub mod shm;
 pub mod stats;
 pub mod wait;
 
-pub use error::HandshakeError;
+pub use error::{HandshakeError, LinkError};
 pub use header::RingParams;
-pub use ring::{Consumer, FrameAccess, LinkError, Producer, ReadSlot, RingFds, RingMap, WriteSlot};
+pub use ring::{Consumer, FrameAccess, Producer, ReadSlot, RingFds, RingMap, WriteSlot};
 pub use stats::StatsMap;

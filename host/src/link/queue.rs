@@ -22,8 +22,8 @@
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use super::error::LinkError;
 use super::header::CacheLine;
-use super::ring::LinkError;
 use super::shm::SharedMemory;
 use super::wait::{Waiter, wake_all};
 
