@@ -5,7 +5,8 @@
 //!   its own, which consumers get for reading only).
 //! - [`error`]: the link's errors.
 //! - [`check`]: the check of a control block against the plan, kept as a private copy.
-//! - [`wait`]: spin-then-futex waiting on shared counters, with deadlines.
+//! - [`wait`]: spin-then-futex waiting on shared counters, with deadlines; it knows no ring.
+//! - [`wakes`]: waking a ring's sleepers, one side at a time, and wake-ups held back.
 //! - [`backing`]: where frame bytes live (host memory, staged through it, GPU memory) and
 //!   what each end does per frame to reach them.
 //! - [`ring`]: the protocol, as a [`Producer`] and [`Consumer`] endpoint.
@@ -23,6 +24,7 @@ pub mod ring;
 pub mod shm;
 pub mod stats;
 pub mod wait;
+pub mod wakes;
 
 pub use error::{HandshakeError, LinkError};
 pub use header::RingParams;

@@ -28,7 +28,7 @@ use super::header::{
     SlotMeta, VERSION, WRITING,
 };
 use super::shm::{Mapping, SharedMemory};
-use super::wait::{HeldWakes, Side, Waiter, wake_all, wake_side};
+use super::wakes::{HeldWakes, RingSides, Side, Waiter, wake_side};
 
 /// What a stage does with the frames of a ring it maps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,8 +246,14 @@ impl RingMap {
         self.header().producer.0.closed.load(Ordering::Acquire) == ABORTED
     }
 
-    /// The futex word and sleeper count of one side of the ring.
-    pub fn futex(&self, side: Side) -> (&std::sync::atomic::AtomicU32, &std::sync::atomic::AtomicU32) {
+    /// Frames consumer `c` missed.
+    pub fn dropped(&self, c: usize) -> u64 {
+        self.header().consumers[c].0.dropped.load(Ordering::Relaxed)
+    }
+}
+
+impl RingSides for RingMap {
+    fn futex(&self, side: Side) -> (&std::sync::atomic::AtomicU32, &std::sync::atomic::AtomicU32) {
         match side {
             Side::Consumers => {
                 let p = &self.header().producer.0;
@@ -260,15 +266,8 @@ impl RingMap {
         }
     }
 
-    /// Tell every waiter on one side of the ring that something changed ([`wake_all`]).
-    pub fn wake(&self, side: Side) {
-        let (word, sleepers) = self.futex(side);
-        wake_all(word, sleepers);
-    }
-
-    /// Frames consumer `c` missed.
-    pub fn dropped(&self, c: usize) -> u64 {
-        self.header().consumers[c].0.dropped.load(Ordering::Relaxed)
+    fn depth(&self) -> usize {
+        RingMap::depth(self)
     }
 }
 
@@ -443,7 +442,7 @@ impl Producer {
         // the slot's published state (see `try_claim`).
         p.seq_end.store(seq + 1, Ordering::Release);
         self.next_seq = seq + 1;
-        self.waiter.wake(&self.ring, Side::Consumers);
+        wake_side(self.waiter.held_wakes(), &self.ring, Side::Consumers);
     }
 
     /// Give a taken slot back without publishing (the plugin failed).

@@ -17,7 +17,7 @@ use super::staged::Staged;
 use super::{ReadEnd, WriteEnd};
 use crate::gpu::Gpu;
 use crate::link::header::POLICY_BLOCK;
-use crate::link::wait::Waiter;
+use crate::link::wakes::Waiter;
 use crate::link::{Consumer, FrameAccess, Producer, RingMap, RingParams};
 
 const FRAMES: u64 = 200;

@@ -22,7 +22,7 @@ use gpuipc_plugin_api::abi::RawFrame;
 use super::{ReadEnd, WriteEnd, device_frame};
 use crate::control::{Export, Handle64, Import, SlotMemory};
 use crate::gpu::{DeviceMemory, Gpu, GpuError, IpcEvent};
-use crate::link::wait::HeldWakes;
+use crate::link::wakes::HeldWakes;
 use crate::link::{HandshakeError, ReadSlot, RingMap};
 
 /// A consumer of a GPU ring: the producer's memory and `ready` events, imported, and its own

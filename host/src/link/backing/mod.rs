@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use gpuipc_plugin_api::abi::RawFrame;
 
-use super::wait::HeldWakes;
+use super::wakes::HeldWakes;
 use super::{HandshakeError, ReadSlot, RingMap};
 use crate::control::Import;
 use crate::gpu::GpuError;
