@@ -9,6 +9,7 @@ mod domain;
 pub mod hosts;
 mod input_transport;
 mod resolve;
+pub mod ring_size;
 pub mod split;
 mod supervision;
 
