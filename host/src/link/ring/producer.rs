@@ -115,7 +115,7 @@ impl Producer {
     }
 
     /// Wake the consumers sleeping on this ring without publishing: a frame is on its way
-    /// (see [`super::wait::Waiter::waking_ahead`]).
+    /// (see [`crate::link::wait::Waiter::waking_ahead`]).
     pub fn wake_ahead(&self) {
         self.ring.wake(Side::Consumers);
     }
