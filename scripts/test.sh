@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Check the format, then run every test: unit tests, the bad-pipeline corpus, ABI checks and
-# the multi-process pipeline tests. The tests load the plugin cdylibs, so the whole workspace is built first.
+# Check the format and the import floors, then run every test: unit tests, the bad-pipeline
+# corpus, ABI checks and the multi-process pipeline tests. The tests load the plugin cdylibs,
+# so the whole workspace is built first.
 #
 # A test that needs a GPU, NVRTC or NCCL this machine lacks returns early, and cargo test counts
 # it as passed; each such test appends a line to $GPUIPC_SKIP_LOG (plugin-api/cuda's testing
@@ -34,5 +35,7 @@ export GPUIPC_SKIP_LOG="$skips"
 # lints in Cargo.toml, and clippy's).
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# host/src's import floors: no circle, no import from a lower floor up (main.rs says the floors).
+python3 scripts/import-floors.py
 cargo build --workspace --locked
 cargo test --workspace --locked

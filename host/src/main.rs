@@ -1,6 +1,17 @@
 //! `gpuipc-host`: the command line. Parsing arguments and setting up logging only; the work
 //! is in the modules, in the order a pipeline goes through them:
 //! config → plan → supervisor → stage → link → plugin.
+//!
+//! The modules stand on floors, lowest first; a module imports only from its own floor or
+//! below, with no circle (`scripts/import-floors.py` checks it):
+//! 1. `config`, `plugin`, `gpu`: the pipeline file's types, plugin loading, the CUDA driver
+//!    (and whether MPS is installed);
+//! 2. `plan`, `control`: the resolved plan (a ring's sizes included), and the control
+//!    socket's messages, transport only;
+//! 3. `link`: rings, waiting and waking, where frame bytes live (the GPU handshake too);
+//! 4. `stage`: a stage process;
+//! 5. `supervisor`: running a plan's stage processes;
+//! 6. the commands: `main`, `agent`, `bench`, `doctor`.
 #![deny(unsafe_code)]
 
 mod agent;

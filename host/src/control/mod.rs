@@ -1,8 +1,8 @@
 //! The control socket between the host and a stage: setup, start, and how the stage ended.
 //! Per-frame traffic never goes through it; it goes through the links' shared memory.
-//! [`handshake`] is the stage's side of exchanging GPU link objects over it.
+//! Transport only: the messages and the socket. What the ends of a GPU link do with the
+//! objects they exchange over it is the link's (`crate::link::backing::device::handshake`).
 
-pub mod handshake;
 mod messages;
 mod socket;
 

@@ -14,11 +14,11 @@ use std::sync::atomic::Ordering;
 use gpuipc_plugin_api::format::MAX_PLANES;
 use gpuipc_plugin_api::{FrameFormat, FrameLayout, PixelFormat};
 
+use super::error::LinkError;
 use super::header::{
     MAGIC, MAX_CONSUMERS, MAX_SLOTS, PAGE, POLICY_BLOCK, POLICY_DROP_OLDEST, POLICY_LATEST, RingHeader, RingParams,
     VERSION,
 };
-use super::ring::LinkError;
 use super::shm::SharedMemory;
 
 /// A ring's shape as checked when it was created or opened: every value in it holds together,

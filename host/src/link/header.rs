@@ -12,6 +12,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use gpuipc_plugin_api::{FrameFormat, FrameLayout};
 
+pub use crate::plan::ring_size::PAGE;
+use crate::plan::ring_size::{self, CONTROL_BYTES};
+
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUIPCRG");
 /// 4: slot data moved out of the control block's memfd into one of its own (`data_offset` gone).
 pub const VERSION: u32 = 4;
@@ -19,9 +22,6 @@ pub const VERSION: u32 = 4;
 pub const MAX_SLOTS: usize = 64;
 /// Most consumers a ring can have: claim and pending masks are 16 bits each.
 pub const MAX_CONSUMERS: usize = 16;
-/// Each slot of host-memory frame data is a whole number of pages (so a GPU can register the
-/// memory as pinned), from the start of the data's memfd.
-pub const PAGE: u64 = 4096;
 
 /// `closed` values.
 pub const OPEN: u32 = 0;
@@ -156,6 +156,12 @@ pub struct RingHeader {
 // access is serialised by each slot's state word (see `ring`).
 unsafe impl Sync for RingHeader {}
 
+// The plan budgets a ring's control block without importing the link (plan/ring_size.rs).
+const _: () = assert!(
+    (size_of::<RingHeader>() as u64).next_multiple_of(PAGE) == CONTROL_BYTES,
+    "the ring header in whole pages is no longer plan::ring_size::CONTROL_BYTES: change that"
+);
+
 /// What a ring is made with.
 #[derive(Debug, Clone)]
 pub struct RingParams {
@@ -169,23 +175,20 @@ pub struct RingParams {
     pub host_data: bool,
 }
 
+/// Its sizes are the plan's arithmetic ([`ring_size`]): the plan's budget counts a ring's host
+/// memory there (`ring_size::host_bytes`).
 impl RingParams {
     pub fn slot_bytes(&self) -> u64 {
-        if self.host_data { self.layout.total_bytes.next_multiple_of(PAGE) } else { 0 }
+        ring_size::slot_bytes(self.layout.total_bytes, self.host_data)
     }
 
     /// The control block's memfd: the header, in whole pages.
     pub fn control_bytes() -> u64 {
-        (size_of::<RingHeader>() as u64).next_multiple_of(PAGE)
+        CONTROL_BYTES
     }
 
     /// The data memfd: every slot's frame data (0: no data memfd).
     pub fn data_bytes(&self) -> u64 {
         self.slot_bytes() * self.depth as u64
-    }
-
-    /// Host memory the ring takes, both memfds.
-    pub fn total_bytes(&self) -> u64 {
-        RingParams::control_bytes() + self.data_bytes()
     }
 }

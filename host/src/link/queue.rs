@@ -22,10 +22,11 @@
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use super::error::LinkError;
 use super::header::CacheLine;
-use super::ring::LinkError;
 use super::shm::SharedMemory;
-use super::wait::{Waiter, wake_all};
+use super::wait::wake_all;
+use super::wakes::Waiter;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"GPUIPCQB");
 const VERSION: u32 = 1;

@@ -4,14 +4,15 @@
 //! The waker bumps the futex word and wakes only if someone sleeps. The sleeper registers in
 //! `sleepers` before it reads the futex word and checks its condition one last time, so a
 //! wake between check and sleep is never lost (both sides use SeqCst on the pair).
+//!
+//! It knows no ring: which side of a ring to wake, and wake-ups a stage holds back and sends
+//! in batches, are `super::wakes`, over this.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustix::thread::futex;
-
-use super::ring::RingMap;
 
 /// How long a sleeping waiter sleeps before it looks again (at the abort flag, the deadline).
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
@@ -20,9 +21,20 @@ const SLEEP_SLICE: Duration = Duration::from_millis(50);
 #[error("timed out")]
 pub struct TimedOut;
 
-/// Spin-then-sleep policy of one waiting thread.
-#[derive(Clone)]
-pub struct Waiter {
+/// What a waiting thread holds back, sent before it spins or sleeps: nobody may wait on a
+/// thread that waits itself. A stage's wake-ups of its neighbours (`super::wakes::HeldWakes`);
+/// `()` holds nothing back.
+pub trait HeldBack: Send + Sync {
+    /// Send whatever is held back, now.
+    fn flush(&self);
+}
+
+impl HeldBack for () {
+    fn flush(&self) {}
+}
+
+/// Spin-then-sleep policy of one waiting thread, holding back `H` (see [`HeldBack`]).
+pub struct Waiter<H> {
     pub spin: Duration,
     /// Told of every sleep slice, so the host's watchdog sees a waiting stage alive.
     pulse: Option<Arc<super::StatsMap>>,
@@ -32,15 +44,31 @@ pub struct Waiter {
     idle: Duration,
     /// Called when this waiter is woken from a sleep: wakes the stage's own consumers ahead.
     forward: Option<Arc<dyn Fn() + Send + Sync>>,
-    /// The stage's held-back wake-ups of its neighbours, sent before this waiter sleeps.
-    held: Option<Arc<HeldWakes>>,
+    /// What the thread holds back (the stage's wake-ups of its neighbours), sent before this
+    /// waiter spins or sleeps.
+    held: Option<Arc<H>>,
     /// When the next value is due where values come at a steady, idle pace (see
     /// [`Waiter::waking_before_due`]).
     cadence: Option<Cadence>,
 }
 
-impl Waiter {
-    pub fn new(spin_us: u32) -> Waiter {
+impl<H> Clone for Waiter<H> {
+    /// Shares what is held back (`held` is one per thread's stage, not per waiter).
+    fn clone(&self) -> Waiter<H> {
+        Waiter {
+            spin: self.spin,
+            pulse: self.pulse.clone(),
+            after_wake: self.after_wake,
+            idle: self.idle,
+            forward: self.forward.clone(),
+            held: self.held.clone(),
+            cadence: self.cadence.clone(),
+        }
+    }
+}
+
+impl<H: HeldBack> Waiter<H> {
+    pub fn new(spin_us: u32) -> Waiter<H> {
         Waiter {
             spin: Duration::from_micros(spin_us as u64),
             pulse: None,
@@ -52,21 +80,15 @@ impl Waiter {
         }
     }
 
-    /// Wake-ups of sleeping neighbours go through `held` (see [`HeldWakes`]), which this
-    /// waiter sends before it sleeps or spins.
-    pub fn holding_wakes(self, held: Arc<HeldWakes>) -> Waiter {
+    /// Wake-ups of sleeping neighbours go through `held` (`super::wakes::HeldWakes`), which
+    /// this waiter sends before it sleeps or spins.
+    pub fn holding_wakes(self, held: Arc<H>) -> Waiter<H> {
         Waiter { held: Some(held), ..self }
     }
 
     /// The held-back wake-ups this waiter sends before it sleeps, if any.
-    pub fn held_wakes(&self) -> Option<&Arc<HeldWakes>> {
+    pub fn held_wakes(&self) -> Option<&Arc<H>> {
         self.held.as_ref()
-    }
-
-    /// Tell the sleepers on one side of `ring` that something changed there: now, or with
-    /// the next batch where wake-ups are held ([`HeldWakes`]).
-    pub fn wake(&self, ring: &Arc<RingMap>, side: Side) {
-        wake_side(self.held.as_ref(), ring, side);
     }
 
     /// Wake-ups ahead of the frame: a wait woken from a sleep of at least `idle` (the stage was
@@ -80,7 +102,7 @@ impl Waiter {
         after_wake: Duration,
         idle: Duration,
         forward: Option<Arc<dyn Fn() + Send + Sync>>,
-    ) -> Waiter {
+    ) -> Waiter<H> {
         Waiter { after_wake, idle, forward, ..self }
     }
 
@@ -91,13 +113,13 @@ impl Waiter {
     /// sleeping thread takes tens of microseconds, at times hundreds, which the frame would
     /// wait for at every hop. A value that comes sooner wakes the waiter as before, so a
     /// wrong guess costs CPU, never time.
-    pub fn waking_before_due(self, margin: Duration) -> Waiter {
+    pub fn waking_before_due(self, margin: Duration) -> Waiter<H> {
         let cadence = (!margin.is_zero()).then(|| Cadence::new(margin));
         Waiter { cadence, ..self }
     }
 
     /// As [`Waiter::new`], pulsing `stats` while it sleeps.
-    pub fn with_pulse(spin_us: u32, stats: Arc<super::StatsMap>) -> Waiter {
+    pub fn with_pulse(spin_us: u32, stats: Arc<super::StatsMap>) -> Waiter<H> {
         Waiter { pulse: Some(stats), ..Waiter::new(spin_us) }
     }
 
@@ -225,14 +247,6 @@ pub fn wake_all(word: &AtomicU32, sleepers: &AtomicU32) {
     }
 }
 
-/// Wake one side of `ring`: through `held` where the stage holds wake-ups back, else at once.
-pub fn wake_side(held: Option<&Arc<HeldWakes>>, ring: &Arc<RingMap>, side: Side) {
-    match held {
-        Some(held) => held.wake(ring, side),
-        None => ring.wake(side),
-    }
-}
-
 /// Futex sleeps and wake calls this process made (`GPUIPC_PROFILE=1` logs them per frame).
 static SLEEPS: AtomicU64 = AtomicU64::new(0);
 static WAKES: AtomicU64 = AtomicU64::new(0);
@@ -306,179 +320,13 @@ impl Cadence {
     }
 }
 
-/// Which sleepers of a ring: its consumers (woken by a publish, a close) or its producer
-/// (woken by a release).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    Consumers,
-    Producer,
-}
-
-/// Wake-ups of sleeping neighbours that a stage holds back and sends in batches.
-///
-/// A futex wake-up costs both processes a system call and the sleeper a context switch, a few
-/// µs of host time each. When the GPU is the bottleneck every stage's host runs ahead of it,
-/// and the faster neighbours of the slowest host sleep and are woken once per frame, for
-/// nothing: their GPU has frames queued anyway. Held back until `batch` of them are due (or
-/// until this stage is about to sleep or spin itself: every [`Waiter`] of the stage sends them
-/// first), a neighbour wakes once per `batch` frames and finds that many to do. A ring gets
-/// at most half its slots' worth at a time, so the woken side never finds the ring drained.
-///
-/// A wake-up is never lost: the futex word still moves at once (a sleeper about to sleep
-/// looks again), and a held one is sent before the holder waits for anything. The holder's
-/// other waits are bounded: its driver calls wait only for GPU work already enqueued, which
-/// does not depend on any host. Only stages whose `process` returns quickly may hold wake-ups
-/// (cuda stages enqueue work; a cpu stage would hold its neighbours for a whole frame's work).
-pub struct HeldWakes {
-    batch: usize,
-    held: Mutex<Held>,
-}
-
-#[derive(Default)]
-struct Held {
-    /// The ring sides to wake, each once, with the wake-ups due there since the last batch.
-    sides: Vec<(Arc<RingMap>, Side, usize)>,
-}
-
-impl HeldWakes {
-    /// Wake-ups sent `batch` at a time (at least 1: each at once), and at most half a ring's
-    /// slots at a time on one ring.
-    pub fn new(batch: usize) -> Arc<HeldWakes> {
-        Arc::new(HeldWakes { batch: batch.max(1), held: Mutex::new(Held::default()) })
-    }
-
-    /// As [`wake_all`] on one side of `ring`, the system call held back until `batch` are due
-    /// on one side; then every side's go out.
-    pub fn wake(&self, ring: &Arc<RingMap>, side: Side) {
-        let (word, sleepers) = ring.futex(side);
-        word.fetch_add(1, Ordering::SeqCst);
-        if sleepers.load(Ordering::SeqCst) == 0 {
-            return;
-        }
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let at = match held.sides.iter().position(|(r, s, _)| Arc::ptr_eq(r, ring) && *s == side) {
-            Some(at) => at,
-            None => {
-                held.sides.push((ring.clone(), side, 0));
-                held.sides.len() - 1
-            }
-        };
-        held.sides[at].2 += 1;
-        // At most half a ring's slots: the woken side then still has the other half to work on
-        // (a producer woken with only free slots left, or a consumer woken with a full ring,
-        // would find the holder stopped behind it).
-        let ring_batch = (ring.depth() / 2).clamp(1, self.batch);
-        if held.sides[at].2 >= ring_batch {
-            Self::send(&mut held);
-        }
-    }
-
-    /// Send every held wake-up now.
-    pub fn flush(&self) {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        Self::send(&mut held);
-    }
-
-    fn send(held: &mut Held) {
-        for (ring, side, _) in held.sides.drain(..) {
-            ring.wake(side);
-        }
-    }
-}
-
-#[cfg(test)]
-impl HeldWakes {
-    /// Wake-ups due and not sent.
-    fn due(&self) -> usize {
-        self.held.lock().unwrap().sides.iter().map(|(_, _, due)| due).sum()
-    }
-}
-
-impl Drop for HeldWakes {
-    fn drop(&mut self) {
-        self.flush();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
 
-    fn ring() -> Arc<RingMap> {
-        use gpuipc_plugin_api::{FrameFormat, FrameLayout, PixelFormat};
-        let format = FrameFormat::new(PixelFormat::Gray8, 8, 8);
-        let layout = FrameLayout::for_format(format).unwrap();
-        let policies = vec![crate::link::header::POLICY_BLOCK];
-        let params = crate::link::RingParams { format, layout, depth: 8, policies, host_data: false };
-        Arc::new(RingMap::create("gpuipc-test-held-wakes", &params).unwrap())
-    }
-
-    /// A wake-up with nobody asleep is no wake-up to hold; with a sleeper, wake-ups are held
-    /// until a batch is due, and each side is woken once per batch. The futex word moves at
-    /// once either way.
-    #[test]
-    fn held_wakes_go_out_in_batches() {
-        let ring = ring();
-        let held = HeldWakes::new(3);
-        let (word, sleepers) = ring.futex(Side::Consumers);
-        let (release_word, producer_sleeping) = ring.futex(Side::Producer);
-        held.wake(&ring, Side::Consumers);
-        assert_eq!((held.due(), word.load(Ordering::SeqCst)), (0, 1), "nobody sleeps: nothing held");
-        sleepers.fetch_add(1, Ordering::SeqCst);
-        producer_sleeping.fetch_add(1, Ordering::SeqCst);
-        held.wake(&ring, Side::Consumers);
-        held.wake(&ring, Side::Producer);
-        assert_eq!(held.due(), 2, "sleepers: held");
-        assert_eq!((word.load(Ordering::SeqCst), release_word.load(Ordering::SeqCst)), (2, 1));
-        held.wake(&ring, Side::Consumers);
-        assert_eq!(held.due(), 3, "a batch is counted per side");
-        held.wake(&ring, Side::Consumers);
-        assert_eq!(held.due(), 0, "the consumers' third is a batch: every side's go out");
-        // Sending moved each side's word once more: a sleeper about to sleep looks again.
-        assert_eq!((word.load(Ordering::SeqCst), release_word.load(Ordering::SeqCst)), (5, 2));
-        held.wake(&ring, Side::Consumers);
-        assert_eq!(held.due(), 1);
-        held.flush();
-        assert_eq!((held.due(), word.load(Ordering::SeqCst)), (0, 7));
-
-        // A ring of 2 slots: one wake-up at a time, whatever the batch.
-        let small = {
-            let h = ring.header();
-            let params = crate::link::RingParams {
-                format: h.format,
-                layout: h.layout,
-                depth: 2,
-                policies: vec![h.policies[0]],
-                host_data: false,
-            };
-            Arc::new(RingMap::create("gpuipc-test-held-wakes-2", &params).unwrap())
-        };
-        small.futex(Side::Consumers).1.fetch_add(1, Ordering::SeqCst);
-        held.wake(&small, Side::Consumers);
-        assert_eq!(held.due(), 0);
-    }
-
-    /// A waiter that must wait sends its stage's held wake-ups first; one whose value is there
-    /// at once leaves them held.
-    #[test]
-    fn a_waiter_sends_held_wakes_before_it_waits() {
-        let ring = ring();
-        let held = HeldWakes::new(8);
-        let waiter = Waiter::new(0).holding_wakes(held.clone());
-        ring.futex(Side::Producer).1.fetch_add(1, Ordering::SeqCst);
-        waiter.wake(&ring, Side::Producer);
-        assert_eq!(held.due(), 1);
-        let (word, sleepers) = ring.futex(Side::Consumers);
-        assert_eq!(waiter.wait(word, sleepers, None, || Some(1)), Ok(1));
-        assert_eq!(held.due(), 1, "no wait: still held");
-        let mut polls = 0;
-        let got = waiter.wait(word, sleepers, None, || {
-            polls += 1;
-            (polls > 1).then_some(2)
-        });
-        assert_eq!((got, held.due()), (Ok(2), 0));
-    }
+    /// A waiter that holds nothing back.
+    type Waiter = super::Waiter<()>;
 
     /// Values at a steady pace of 1 ms: the waiter sleeps until 150 µs before the next is due;
     /// at a pace under the idle mark, or before two values have come, until woken.

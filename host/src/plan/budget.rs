@@ -8,8 +8,7 @@ use std::fmt::Write;
 
 use gpuipc_plugin_api::Domain;
 
-use super::{LinkMemory, Plan};
-use crate::link::RingParams;
+use super::{LinkMemory, Plan, ring_size};
 
 /// VMM allocations come in 2 MiB granules.
 const GPU_GRANULE: u64 = 2 << 20;
@@ -45,11 +44,9 @@ pub fn needs(plan: &Plan) -> Needs {
                 }
                 (false, slot * link.depth as u64)
             }
-            _ => (true, frame.next_multiple_of(4096) * link.depth as u64),
+            _ => (true, ring_size::slot_bytes(frame, true) * link.depth as u64),
         };
-        let params =
-            RingParams { format: link.format, layout: link.layout, depth: link.depth, policies: Vec::new(), host_data };
-        n.host += params.total_bytes();
+        n.host += ring_size::host_bytes(frame, link.depth, host_data);
         if n.largest.as_ref().is_none_or(|(_, b)| bytes > *b) {
             n.largest = Some((plan.stages[link.producer].name.to_string(), bytes));
         }

@@ -9,6 +9,7 @@ mod domain;
 pub mod hosts;
 mod input_transport;
 mod resolve;
+pub mod ring_size;
 pub mod split;
 mod supervision;
 pub mod tuning;
@@ -33,7 +34,7 @@ pub const DEFAULT_DEPTH: u32 = 4;
 /// 4 slots, 8,924 with 8 (docs/benchmarks.md).
 pub const TIME_SLICED_DEPTH: u32 = 8;
 /// Default slots in a GPU ring whose frames are at least [`LARGE_FRAME_BYTES`]: cuda stages
-/// send wake-ups of sleeping neighbours in batches of up to half a ring (link/wait.rs,
+/// send wake-ups of sleeping neighbours in batches of up to half a ring (link/wakes.rs,
 /// `HeldWakes`), 4 with 8 slots; on an H100 a 4K chain's hosts used 151 % of a core with 8 slots
 /// and batches of 4 against 172 % with 4 slots and each wake-up at once (docs/benchmarks.md).
 pub const LARGE_FRAME_DEPTH: u32 = 8;

@@ -731,7 +731,7 @@ fn size_gpu_links(
     let time_sliced = match isolation {
         Isolation::Process => true,
         Isolation::Mps => false,
-        Isolation::Auto => !crate::supervisor::mps_installed(),
+        Isolation::Auto => !crate::gpu::mps_installed(),
     };
     for link in links.iter_mut() {
         if !matches!(link.memory, LinkMemory::Device { .. }) || !depth_left_to_plan(link.producer) {

@@ -60,9 +60,9 @@ impl StageError {
     }
 }
 
-impl From<crate::control::handshake::HandshakeError> for StageError {
-    fn from(e: crate::control::handshake::HandshakeError) -> StageError {
-        use crate::control::handshake::HandshakeError;
+impl From<crate::link::HandshakeError> for StageError {
+    fn from(e: crate::link::HandshakeError) -> StageError {
+        use crate::link::HandshakeError;
         match e {
             HandshakeError::Gpu(e) => e.into(),
             HandshakeError::Protocol(what) => StageError::Setup(what),

@@ -68,7 +68,7 @@ pub struct FrameLoop<'a, 'p> {
     pub last_end_ns: u64,
     /// Wake-ups of sleeping neighbours held back (cuda stages), sent before this stage waits
     /// for anything: its rings' waits do so themselves, the pace and the lead bound here.
-    pub held_wakes: Option<Arc<crate::link::wait::HeldWakes>>,
+    pub held_wakes: Option<Arc<crate::link::wakes::HeldWakes>>,
 }
 
 /// What became of one frame.

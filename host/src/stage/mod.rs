@@ -18,10 +18,10 @@ use gpuipc_plugin_api::abi::{self, RawCreateContext, RawStr};
 
 use std::sync::Arc;
 
-use crate::control::handshake;
 use crate::control::{ControlSocket, FromStage, LinkMemoryWire, RingWire, StageSetup, ToStage};
 use crate::gpu::Gpu;
-use crate::link::wait::{HeldWakes, Waiter};
+use crate::link::backing::device::handshake;
+use crate::link::wakes::{HeldWakes, Waiter};
 use crate::link::{Consumer, FrameAccess, Producer, RingFds, RingMap, RingParams, StatsMap};
 use crate::plugin::LoadedPlugin;
 

@@ -168,7 +168,7 @@ impl Output {
     }
 
     /// The wake-ups the output ring's producer holds back, if it does.
-    pub fn held_wakes(&self) -> Option<&Arc<crate::link::wait::HeldWakes>> {
+    pub fn held_wakes(&self) -> Option<&Arc<crate::link::wakes::HeldWakes>> {
         match self {
             Output::Ring(_, p) => p.held_wakes(),
             _ => None,

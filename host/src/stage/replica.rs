@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::StageError;
 use super::inputs::acquire_aligned;
 use crate::link::queue::{Held, QueueMap, Turn};
-use crate::link::wait::Waiter;
+use crate::link::wakes::Waiter;
 use crate::link::{Consumer, ReadSlot};
 
 /// Which replica this process is, and the queue block it shares with its siblings.

@@ -150,11 +150,6 @@ fn create_links(plan: &Plan, procs: &[ProcessPlan]) -> Result<(Vec<StatsMap>, Ve
     Ok((stats, rings))
 }
 
-/// Whether the MPS control daemon is installed (on the PATH): `isolation = "auto"` uses it then.
-pub fn mps_installed() -> bool {
-    mps::available()
-}
-
 /// Start or join an MPS daemon when the plan's isolation asks for one. `auto` does when two or
 /// more stages share a GPU and MPS is installed: without it the driver time-slices their
 /// contexts, four times slower for three 4K stages.
@@ -170,7 +165,7 @@ fn start_isolation(plan: &Plan) -> Result<Option<mps::MpsDaemon>, RunError> {
     let wanted = match plan.isolation {
         Isolation::Mps => true,
         Isolation::Process => false,
-        Isolation::Auto => shared_gpu && mps::available(),
+        Isolation::Auto => shared_gpu && crate::gpu::mps_installed(),
     };
     if !wanted || per_device.is_empty() {
         return Ok(None);

@@ -23,13 +23,7 @@ use std::process::{Command, Stdio};
 use rustix::fs::FlockOperation;
 
 use crate::config::MpsScope;
-
-const CONTROL: &str = "nvidia-cuda-mps-control";
-
-/// Whether the MPS control program is on the PATH.
-pub fn available() -> bool {
-    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(CONTROL).is_file()))
-}
+use crate::gpu::MPS_CONTROL;
 
 /// A running MPS control daemon, stopped on drop when this run is its last user.
 pub struct MpsDaemon {
@@ -43,10 +37,10 @@ pub struct MpsDaemon {
 impl MpsDaemon {
     pub fn start(scope: MpsScope) -> Result<MpsDaemon, String> {
         match scope {
-            MpsScope::Private => MpsDaemon::start_private(&std::env::temp_dir(), Path::new(CONTROL)),
+            MpsScope::Private => MpsDaemon::start_private(&std::env::temp_dir(), Path::new(MPS_CONTROL)),
             MpsScope::Shared => {
                 let uid = rustix::process::geteuid().as_raw();
-                MpsDaemon::start_shared(&std::env::temp_dir().join(format!("gpuipc-mps-{uid}")), Path::new(CONTROL))
+                MpsDaemon::start_shared(&std::env::temp_dir().join(format!("gpuipc-mps-{uid}")), Path::new(MPS_CONTROL))
             }
         }
     }

@@ -17,7 +17,7 @@ use super::staged::Staged;
 use super::{ReadEnd, WriteEnd};
 use crate::gpu::Gpu;
 use crate::link::header::POLICY_BLOCK;
-use crate::link::wait::Waiter;
+use crate::link::wakes::Waiter;
 use crate::link::{Consumer, FrameAccess, Producer, RingMap, RingParams};
 
 const FRAMES: u64 = 200;
@@ -179,8 +179,8 @@ fn gpu_device_producer_to_device_consumer() {
     use command_fds::{CommandFdExt, FdMapping};
 
     use crate::config::Transport;
-    use crate::control::handshake::{complete, export_output};
     use crate::control::{ControlSocket, FromStage, Import, ToStage};
+    use crate::link::backing::device::handshake::{complete, export_output};
 
     let Some(gpu) = gpuipc_cuda::testing::gpu_for_test() else { return };
     let map = ring(false);
@@ -223,7 +223,7 @@ fn device_consumer_child() {
     use std::os::fd::{FromRawFd, OwnedFd};
 
     use crate::control::ControlSocket;
-    use crate::control::handshake::{complete, export_input};
+    use crate::link::backing::device::handshake::{complete, export_input};
 
     if std::env::var_os(DEVICE_CHILD_ENV).is_none() {
         return;

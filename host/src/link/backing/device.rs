@@ -8,6 +8,11 @@
 //! ([`host_wait_for_ready`]): a GPU wait on an event another process has not yet reached
 //! stalls the waiting stream's channel, and with many stages sharing the GPU through MPS
 //! those stalls, not the kernels, bounded small frames.
+//!
+//! [`handshake`] is how the ends get each other's objects, through the host, when they start;
+//! after a restart of the other end they take the new ones here ([`ReadEnd::update`]).
+
+pub mod handshake;
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -15,11 +20,10 @@ use std::sync::Arc;
 use gpuipc_plugin_api::abi::RawFrame;
 
 use super::{ReadEnd, WriteEnd, device_frame};
-use crate::control::handshake::{self, HandshakeError};
-use crate::control::{Import, SlotMemory};
+use crate::control::{Export, Handle64, Import, SlotMemory};
 use crate::gpu::{DeviceMemory, Gpu, GpuError, IpcEvent};
-use crate::link::wait::HeldWakes;
-use crate::link::{ReadSlot, RingMap};
+use crate::link::wakes::HeldWakes;
+use crate::link::{HandshakeError, ReadSlot, RingMap};
 
 /// A consumer of a GPU ring: the producer's memory and `ready` events, imported, and its own
 /// `released` events. A producer stage with replicas shares its ring in parts, one per
@@ -80,7 +84,7 @@ impl ReadEnd for DeviceRead {
                 self.gpu.synchronize()?;
                 synchronized = true;
             }
-            let (memory, ready) = handshake::import_part(&self.gpu, part, &mut fds)?;
+            let (memory, ready) = import_part(&self.gpu, part, &mut fds)?;
             if memory.len() != self.part_slots {
                 return Err(HandshakeError::Protocol(format!(
                     "a part of {} slots replaced one of {}",
@@ -201,12 +205,43 @@ impl WriteEnd for DeviceWrite {
     /// A consumer process died or joined: open every live consumer process's `released`
     /// events again (a fresh process's are fresh events; the others' are the same).
     fn update(&mut self, import: Import, _fds: Vec<OwnedFd>) -> Result<(), HandshakeError> {
-        self.released =
-            import.consumers.iter().map(|c| handshake::open_events(&self.gpu, &c.events)).collect::<Result<_, _>>()?;
+        self.released = import.consumers.iter().map(|c| open_events(&self.gpu, &c.events)).collect::<Result<_, _>>()?;
         self.current_for = import.epoch;
         tracing::info!("took the current consumers' GPU events ({} consumer processes)", self.released.len());
         Ok(())
     }
+}
+
+/// The other ends' `released` (or `ready`) events, opened from the handles they exported.
+fn open_events(gpu: &Arc<Gpu>, handles: &[Handle64]) -> Result<Vec<IpcEvent>, GpuError> {
+    handles.iter().map(|h| IpcEvent::open(gpu, h.0)).collect()
+}
+
+/// One producer part's slot memory and `ready` events, its descriptors (a VMM part's, one per
+/// slot) taken from `fds`.
+fn import_part(
+    gpu: &Arc<Gpu>,
+    part: &Export,
+    fds: &mut impl Iterator<Item = OwnedFd>,
+) -> Result<(Vec<DeviceMemory>, Vec<IpcEvent>), HandshakeError> {
+    let slots = part.events.len();
+    let memory = match &part.memory {
+        Some(SlotMemory::Vmm { slot_bytes }) => (0..slots)
+            .map(|_| {
+                let fd =
+                    fds.next().ok_or_else(|| HandshakeError::Protocol("fewer memory descriptors than slots".into()))?;
+                Ok(DeviceMemory::import_vmm(gpu, fd, *slot_bytes as usize)?)
+            })
+            .collect::<Result<Vec<_>, HandshakeError>>()?,
+        Some(SlotMemory::Legacy { handles, .. }) if handles.len() == slots => {
+            handles.iter().map(|h| DeviceMemory::import_legacy(gpu, h.0)).collect::<Result<Vec<_>, _>>()?
+        }
+        Some(SlotMemory::Legacy { handles, .. }) => {
+            return Err(HandshakeError::Protocol(format!("{} memory handles for {slots} slots", handles.len())));
+        }
+        None => return Err(HandshakeError::Protocol("the producer shared no memory".into())),
+    };
+    Ok((memory, open_events(gpu, &part.events)?))
 }
 
 #[cfg(test)]

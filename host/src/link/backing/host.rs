@@ -6,7 +6,7 @@ use gpuipc_plugin_api::abi::RawFrame;
 
 use super::{ReadEnd, WriteEnd, host_frame};
 use crate::gpu::GpuError;
-use crate::link::wait::HeldWakes;
+use crate::link::wakes::HeldWakes;
 use crate::link::{ReadSlot, RingMap};
 
 /// Both ends of a host ring: the memory is there, and the ring's ordering is all it needs.

@@ -10,7 +10,7 @@
 //!   events: the producer's stream waits on every consumer's `released` event of the slot
 //!   before the plugin writes it and records `ready` after; a consumer's stream waits on
 //!   `ready` before the plugin reads and records its `released` after. No host thread waits
-//!   for the GPU. How the ends exchange these objects is `crate::control::handshake`.
+//!   for the GPU. How the ends exchange these objects is [`device::handshake`].
 //!
 //! One conformance suite (`conformance`) runs every backing pair through the same frames.
 
@@ -25,10 +25,9 @@ use std::sync::Arc;
 
 use gpuipc_plugin_api::abi::RawFrame;
 
-use super::wait::HeldWakes;
-use super::{ReadSlot, RingMap};
+use super::wakes::HeldWakes;
+use super::{HandshakeError, ReadSlot, RingMap};
 use crate::control::Import;
-use crate::control::handshake::HandshakeError;
 use crate::gpu::GpuError;
 
 fn not_a_gpu_link() -> HandshakeError {

@@ -8,7 +8,7 @@ use gpuipc_plugin_api::abi::RawFrame;
 
 use super::{ReadEnd, WriteEnd, device_frame};
 use crate::gpu::{DeviceMemory, Gpu, GpuError, IpcEvent, PinnedHost};
-use crate::link::wait::HeldWakes;
+use crate::link::wakes::HeldWakes;
 use crate::link::{ReadSlot, RingMap};
 
 /// The cuda end of a host ring: a device buffer, an event to wait for its copies, and the

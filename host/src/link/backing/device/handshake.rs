@@ -1,25 +1,18 @@
 //! The descriptor handshake of GPU links, stage side: each end of a GPU ring exports its
 //! objects to the host (the producer its slot memory and `ready` events, each consumer its
 //! `released` events); once every end of a link has, the host brings each end what the others
-//! exported ([`crate::supervisor`]'s broker), and the ends become
-//! [`DeviceRead`]/[`DeviceWrite`] backings.
+//! exported (`crate::supervisor`'s broker), and the ends become
+//! [`DeviceRead`]/[`DeviceWrite`] backings. The messages travel over the control socket
+//! (`crate::control`), which only carries them.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use super::{ControlSocket, Export, FromStage, Handle64, Import, LinkEnd, SlotMemory, ToStage};
+use super::{DeviceRead, DeviceWrite, import_part, open_events};
 use crate::config::Transport;
+use crate::control::{ControlSocket, Export, FromStage, Handle64, Import, LinkEnd, SlotMemory, ToStage};
 use crate::gpu::{DeviceMemory, Gpu, GpuError, IpcEvent};
-use crate::link::RingMap;
-use crate::link::backing::device::{DeviceRead, DeviceWrite};
-
-#[derive(Debug, thiserror::Error)]
-pub enum HandshakeError {
-    #[error("CUDA: {0}")]
-    Gpu(#[from] GpuError),
-    #[error("{0}")]
-    Protocol(String),
-}
+use crate::link::{HandshakeError, RingMap};
 
 /// A GPU link end exported, waiting for the host to bring the other ends' objects.
 pub enum Half {
@@ -44,10 +37,6 @@ fn create_events(gpu: &Arc<Gpu>, n: usize) -> Result<Vec<(IpcEvent, Handle64)>, 
             Ok((event, Handle64(handle)))
         })
         .collect()
-}
-
-pub(crate) fn open_events(gpu: &Arc<Gpu>, handles: &[Handle64]) -> Result<Vec<IpcEvent>, GpuError> {
-    handles.iter().map(|h| IpcEvent::open(gpu, h.0)).collect()
 }
 
 fn send_export(socket: &ControlSocket, export: Export, fds: &[BorrowedFd<'_>]) -> Result<(), HandshakeError> {
@@ -207,31 +196,4 @@ pub(crate) fn import_input(
     }
     let generations = parts.iter().map(|p| p.generation).collect();
     Ok(DeviceRead { gpu: gpu.clone(), memory, ready, released, generations, part_slots })
-}
-
-/// One producer part's slot memory and `ready` events, its descriptors (a VMM part's, one per
-/// slot) taken from `fds`.
-pub(crate) fn import_part(
-    gpu: &Arc<Gpu>,
-    part: &Export,
-    fds: &mut impl Iterator<Item = OwnedFd>,
-) -> Result<(Vec<DeviceMemory>, Vec<IpcEvent>), HandshakeError> {
-    let slots = part.events.len();
-    let memory = match &part.memory {
-        Some(SlotMemory::Vmm { slot_bytes }) => (0..slots)
-            .map(|_| {
-                let fd =
-                    fds.next().ok_or_else(|| HandshakeError::Protocol("fewer memory descriptors than slots".into()))?;
-                Ok(DeviceMemory::import_vmm(gpu, fd, *slot_bytes as usize)?)
-            })
-            .collect::<Result<Vec<_>, HandshakeError>>()?,
-        Some(SlotMemory::Legacy { handles, .. }) if handles.len() == slots => {
-            handles.iter().map(|h| DeviceMemory::import_legacy(gpu, h.0)).collect::<Result<Vec<_>, _>>()?
-        }
-        Some(SlotMemory::Legacy { handles, .. }) => {
-            return Err(HandshakeError::Protocol(format!("{} memory handles for {slots} slots", handles.len())));
-        }
-        None => return Err(HandshakeError::Protocol("the producer shared no memory".into())),
-    };
-    Ok((memory, open_events(gpu, &part.events)?))
 }
