@@ -523,8 +523,9 @@ fn link_ends(
         && !halves.is_empty()
     {
         let (imported, device_output) = handshake::complete(g, socket, halves)?;
-        for (link, end) in imported {
+        for (link, mut end) in imported {
             let k = setup.inputs.iter().position(|i| i.link == link).expect("imports match exported inputs");
+            end.ready_spin = std::time::Duration::from_micros(setup.tuning.ready_spin_us);
             inputs[k] = Some(Box::new(end));
         }
         if let Some(end) = device_output {

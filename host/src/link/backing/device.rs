@@ -36,12 +36,15 @@ pub struct DeviceRead {
     /// The generation of the producer process whose objects each part holds.
     pub(crate) generations: Vec<u32>,
     pub(crate) part_slots: usize,
+    /// How long it polls a frame's `ready` event on its host before it leaves the wait to its
+    /// GPU (the stage's `plan::tuning`, which has the measurements; zero: the GPU waits).
+    pub(crate) ready_spin: std::time::Duration,
 }
 
 impl ReadEnd for DeviceRead {
     fn frame(&self, ring: &RingMap, slot: &ReadSlot, held: Option<&Arc<HeldWakes>>) -> Result<RawFrame, GpuError> {
         let ready = &self.ready[slot.index()];
-        if !host_wait_for_ready(ready, ring.layout().total_bytes, held) {
+        if !host_wait_for_ready(ready, self.ready_spin, held) {
             ready.wait_on(self.gpu.stream())?;
         }
         Ok(device_frame(ring, &self.memory[slot.index()], slot.meta().seq, slot.meta().timestamp_ns))
@@ -105,37 +108,13 @@ impl ReadEnd for DeviceRead {
     }
 }
 
-/// Microseconds a consumer of frames under [`crate::plan::LARGE_FRAME_BYTES`] polls a
-/// `ready` event on its host before it leaves the wait to its GPU; `GPUIPC_READY_SPIN_US`
-/// sets it for every GPU ring (0: always the GPU). On an H100 under MPS, waiting on the host
-/// took an 8-stage 1080p chain from 17,023 to 19,978 frames/s (87.9 to 104.0 % of one
-/// process), the same chain at 720p from 19,896 to 24,684 and 1080p generator → rgb-process
-/// → yuv420 from 54,066 to 60,478, for most of a core more in the last stage
-/// (docs/benchmarks.md). Larger frames keep the GPU's wait: their kernels hide its stalls (a
-/// 4K chain ran at 101 % of one process with it) and the 4K host CPU stays low.
-fn ready_spin(frame_bytes: u64) -> std::time::Duration {
-    static SET: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    let set = *SET.get_or_init(|| std::env::var("GPUIPC_READY_SPIN_US").ok().and_then(|v| v.parse().ok()));
-    std::time::Duration::from_micros(ready_spin_us(frame_bytes, set))
-}
-
-fn ready_spin_us(frame_bytes: u64, set: Option<u64>) -> u64 {
-    const SMALL_FRAMES_US: u64 = 200;
-    match set {
-        Some(us) => us,
-        None if frame_bytes < crate::plan::LARGE_FRAME_BYTES => SMALL_FRAMES_US,
-        None => 0,
-    }
-}
-
 /// Poll `ready` on the host until the producer's GPU has written the frame (true), or for
-/// [`ready_spin`] at most (false: the caller enqueues the GPU's wait, which is correct
+/// `spin` at most (false: the caller enqueues the GPU's wait, which is correct
 /// whatever happened; a producer that died mid-frame, or a query that fails, is found
 /// there as before). Once the event has completed, the frame's bytes are in device memory
 /// for any later work to read. Before it spins, the stage's `held` wake-ups go out: its
 /// neighbours must not wait on it while it waits.
-fn host_wait_for_ready(ready: &IpcEvent, frame_bytes: u64, held: Option<&Arc<HeldWakes>>) -> bool {
-    let spin = ready_spin(frame_bytes);
+fn host_wait_for_ready(ready: &IpcEvent, spin: std::time::Duration, held: Option<&Arc<HeldWakes>>) -> bool {
     if spin.is_zero() {
         return false;
     }
@@ -242,18 +221,4 @@ fn import_part(
         None => return Err(HandshakeError::Protocol("the producer shared no memory".into())),
     };
     Ok((memory, open_events(gpu, &part.events)?))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ready_spin_us;
-
-    /// 1080p frames are waited for on the host first, 4K frames on the GPU; the variable
-    /// decides for every ring.
-    #[test]
-    fn small_frames_are_waited_for_on_the_host_first() {
-        let (hd, uhd) = (1920 * 1080 * 3, 3840 * 2160 * 3);
-        assert_eq!((ready_spin_us(hd, None), ready_spin_us(uhd, None)), (200, 0));
-        assert_eq!((ready_spin_us(hd, Some(0)), ready_spin_us(uhd, Some(50))), (0, 50));
-    }
 }

@@ -195,5 +195,6 @@ pub(crate) fn import_input(
         ready.extend(r);
     }
     let generations = parts.iter().map(|p| p.generation).collect();
-    Ok(DeviceRead { gpu: gpu.clone(), memory, ready, released, generations, part_slots })
+    // The stage sets how long to poll on the host from its tuning.
+    Ok(DeviceRead { gpu: gpu.clone(), memory, ready, released, generations, part_slots, ready_spin: std::time::Duration::ZERO })
 }
