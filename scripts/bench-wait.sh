@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # How the stages wait, compared in one call on a machine with an NVIDIA GPU (from a bundle of
 # scripts/gpu-check.sh: BUNDLE_DIR/bench-wait.sh [FRAMES]). Each variant is a set of
-# environment variables every stage process inherits (docs/benchmarks.md, "Where the time
-# goes"); each row is one `gpuipc-host bench` call: frames/s in one process and separately,
-# host CPU of the stages, latency at 1,000 frames/s and what each hop adds.
+# environment variables every stage process inherits (docs/benchmarks-history.md, "Where the
+# time goes"); each row is one `gpuipc-host bench` call: frames/s in one process and
+# separately, host CPU of the stages, latency at 1,000 frames/s and what each hop adds.
 #
 #   GPUIPC_GPU_LEAD=N       frames a stage's host may run ahead of its GPU (0: unbounded)
 #   GPUIPC_GPU_LEAD_WAIT=sync   the driver's blocking wait instead of querying and sleeping
