@@ -3,6 +3,9 @@
 #![allow(dead_code)]
 
 pub mod netns;
+mod runs;
+
+pub use runs::*;
 
 use std::fs;
 use std::io::{BufRead, BufReader};
