@@ -41,9 +41,7 @@ fn without_a_restart_policy_a_failure_still_stops_the_run() {
     let dir = scratch("restart-never");
     let file = pipeline(&dir, "p.toml", &faulty_run("sigkill_at", 5, ""));
     let run = run_file(&dir, &file, &[]);
-    assert_eq!(run.status.code(), Some(1), "{}", run.output());
-    assert!(run.stdout.contains("run 'restarts' failed: stage 'bad' killed by SIGKILL"), "{}", run.output());
-    assert_nothing_left(run.pid);
+    run.assert_ended(1, "run 'restarts' failed: stage 'bad' killed by SIGKILL");
 }
 
 #[test]
@@ -52,16 +50,11 @@ fn the_host_gives_up_after_max_restarts_within_the_window() {
     let supervision = "restart = \"always\"\nmax_restarts = 2\nrestart_backoff = \"1ms\"";
     let file = pipeline(&dir, "p.toml", &faulty_run("error_on_create", 0, supervision));
     let run = run_file(&dir, &file, &[]);
-    assert_eq!(run.status.code(), Some(1), "{}", run.output());
-    assert!(
-        run.stdout.contains(
-            "run 'restarts' failed: stage 'bad' got an error from the plugin's `create`: refusing to start, as asked; gave up after 2 restarts within 60.0 s"
-        ),
-        "{}",
-        run.output()
+    run.assert_ended(
+        1,
+        "run 'restarts' failed: stage 'bad' got an error from the plugin's `create`: refusing to start, as asked; gave up after 2 restarts within 60.0 s",
     );
     assert_eq!(run.stderr.matches("refusing to start, as asked; restarting it").count(), 2, "{}", run.output());
-    assert_nothing_left(run.pid);
 }
 
 #[test]
@@ -69,10 +62,8 @@ fn on_failure_does_not_restart_a_stage_that_never_started() {
     let dir = scratch("restart-not-started");
     let file = pipeline(&dir, "p.toml", &faulty_run("error_on_create", 0, "restart = \"on-failure\""));
     let run = run_file(&dir, &file, &[]);
-    assert_eq!(run.status.code(), Some(1), "{}", run.output());
-    assert!(run.stdout.contains("failed: stage 'bad' got an error from the plugin's `create`"), "{}", run.output());
+    run.assert_ended(1, "failed: stage 'bad' got an error from the plugin's `create`");
     assert!(!run.stderr.contains("restarting it"), "{}", run.output());
-    assert_nothing_left(run.pid);
 }
 
 #[test]
@@ -80,13 +71,7 @@ fn the_watchdog_names_a_stalled_stage_and_stops_the_run_without_a_restart_policy
     let dir = scratch("stall-never");
     let file = pipeline(&dir, "p.toml", &faulty_run("hang_at", 3, "stall_timeout = \"300ms\""));
     let run = run_file(&dir, &file, &[]);
-    assert_eq!(run.status.code(), Some(1), "{}", run.output());
-    assert!(
-        run.stdout.contains("run 'restarts' failed: stage 'bad' stalled: no progress for 300 ms (in the plugin's process at frame 3); killed by the watchdog"),
-        "{}",
-        run.output()
-    );
-    assert_nothing_left(run.pid);
+    run.assert_ended(1, "run 'restarts' failed: stage 'bad' stalled: no progress for 300 ms (in the plugin's process at frame 3); killed by the watchdog");
 }
 
 #[test]
@@ -94,13 +79,7 @@ fn the_watchdog_ends_a_setup_that_never_finishes() {
     let dir = scratch("stall-setup");
     let file = pipeline(&dir, "p.toml", &faulty_run("hang_on_create", 0, "stall_timeout = \"300ms\""));
     let run = run_file(&dir, &file, &[]);
-    assert_eq!(run.status.code(), Some(1), "{}", run.output());
-    assert!(
-        run.stdout.contains("run 'restarts' failed: stage 'bad' stalled: not ready 10.0 s after its process started"),
-        "{}",
-        run.output()
-    );
-    assert_nothing_left(run.pid);
+    run.assert_ended(1, "run 'restarts' failed: stage 'bad' stalled: not ready 10.0 s after its process started");
 }
 
 #[test]

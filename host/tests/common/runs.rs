@@ -21,6 +21,16 @@ pub fn run_file(dir: &Path, file: &Path, args: &[&str]) -> Finished {
     run(dir, &all)
 }
 
+impl Finished {
+    /// The run exited with `code`, its standard output says `said`, and it left nothing
+    /// behind.
+    pub fn assert_ended(&self, code: i32, said: &str) {
+        assert_eq!(self.status.code(), Some(code), "{}", self.output());
+        assert!(self.stdout.contains(said), "expected `{said}` on stdout:\n{}", self.output());
+        assert_nothing_left(self.pid);
+    }
+}
+
 /// [`run_file`], which must succeed and leave nothing behind.
 pub fn run_ok(dir: &Path, file: &Path, args: &[&str]) -> Finished {
     let done = run_file(dir, file, args);
