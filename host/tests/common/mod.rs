@@ -5,6 +5,8 @@
 pub mod netns;
 mod runs;
 
+// Each test crate uses some of these, as with `dead_code` above.
+#[allow(unused_imports)]
 pub use runs::*;
 
 use std::fs;
