@@ -19,9 +19,9 @@ out=${OUT:-$here/results}
 mkdir -p "$out" "$work"
 frames=${1:-5000}
 export GPUIPC_KERNEL_CACHE=$here/kernel-cache
-for dir in $(ldconfig -p | awk '/libnvrtc.so/ {print $NF}' | xargs -r -n1 dirname) /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    if [ -e "$dir/libnvrtc.so.13" ] || [ -e "$dir/libnvrtc.so" ]; then export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
-done
+# sized, chain (the pipelines) and find_nvrtc
+. "$here/lib-bench.sh"
+find_nvrtc
 {
 echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(nproc) cores; commit $(cat "$here/COMMIT" 2>/dev/null || echo unknown)"
 # What decides how fast a sleeping core answers: its frequency governor and idle states.
@@ -31,21 +31,6 @@ for s in /sys/devices/system/cpu/cpu0/cpuidle/state*; do
 done
 } | tee "$out/latency.txt"
 
-sized() {  # W H
-    sed -e "s/width = 3840, height = 2160/width = $1, height = $2/" -e "s/^name = \"4k-yuv\"/name = \"yuv-$1x$2\"/" \
-        "$here/pipelines/4k-yuv.toml" > "$work/yuv-$1x$2.toml"
-    echo "$work/yuv-$1x$2.toml"
-}
-chain() {  # N: generator, N-2 rgb-process, yuv420 at 1080p
-    {
-        printf '[pipeline]\nname = "chain-%s"\n\n[[stage]]\nname = "s1"\nplugin = "generator"\nparams = { width = 1920, height = 1080, pattern = "bars" }\n' "$1"
-        for i in $(seq 2 $(( $1 - 1 ))); do
-            printf '\n[[stage]]\nname = "s%s"\nplugin = "rgb-process"\ninputs = ["s%s"]\nparams = { brightness = 0.01, contrast = 1.01 }\n' "$i" $(( i - 1 ))
-        done
-        printf '\n[[stage]]\nname = "s%s"\nplugin = "yuv420"\ninputs = ["s%s"]\n' "$1" $(( $1 - 1 ))
-    } > "$work/chain-$1.toml"
-    echo "$work/chain-$1.toml"
-}
 case_file() {
     case $1 in
         4k) sized 3840 2160 ;;

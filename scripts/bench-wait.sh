@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # How the stages wait, compared in one call on a machine with an NVIDIA GPU (from a bundle of
 # scripts/gpu-check.sh: BUNDLE_DIR/bench-wait.sh [FRAMES]). Each variant is a set of
-# environment variables every stage process inherits (docs/benchmarks.md, "Where the time
-# goes"); each row is one `gpuipc-host bench` call: frames/s in one process and separately,
-# host CPU of the stages, latency at 1,000 frames/s and what each hop adds.
+# environment variables every stage process inherits (docs/benchmarks-history.md, "Where the
+# time goes"); each row is one `gpuipc-host bench` call: frames/s in one process and
+# separately, host CPU of the stages, latency at 1,000 frames/s and what each hop adds.
 #
 #   GPUIPC_GPU_LEAD=N       frames a stage's host may run ahead of its GPU (0: unbounded)
 #   GPUIPC_GPU_LEAD_WAIT=sync   the driver's blocking wait instead of querying and sleeping
@@ -28,26 +28,10 @@ work=$here/work/wait
 mkdir -p "$results" "$work"
 frames=${1:-6000}
 export GPUIPC_KERNEL_CACHE=$here/kernel-cache
-for dir in $(ldconfig -p | awk '/libnvrtc.so/ {print $NF}' | xargs -r -n1 dirname) /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    if [ -e "$dir/libnvrtc.so.13" ] || [ -e "$dir/libnvrtc.so" ]; then export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
-done
+# sized, chain (the pipelines) and find_nvrtc
+. "$here/lib-bench.sh"
+find_nvrtc
 echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(nproc) cores; commit $(cat "$here/COMMIT" 2>/dev/null || echo unknown)"
-
-sized() {  # W H
-    sed -e "s/width = 3840, height = 2160/width = $1, height = $2/" -e "s/^name = \"4k-yuv\"/name = \"yuv-$1x$2\"/" \
-        "$here/pipelines/4k-yuv.toml" > "$work/yuv-$1x$2.toml"
-    echo "$work/yuv-$1x$2.toml"
-}
-chain() {  # N: generator, N-2 rgb-process, yuv420 at 1080p
-    {
-        printf '[pipeline]\nname = "chain-%s"\n\n[[stage]]\nname = "s1"\nplugin = "generator"\nparams = { width = 1920, height = 1080, pattern = "bars" }\n' "$1"
-        for i in $(seq 2 $(( $1 - 1 ))); do
-            printf '\n[[stage]]\nname = "s%s"\nplugin = "rgb-process"\ninputs = ["s%s"]\nparams = { brightness = 0.01, contrast = 1.01 }\n' "$i" $(( i - 1 ))
-        done
-        printf '\n[[stage]]\nname = "s%s"\nplugin = "yuv420"\ninputs = ["s%s"]\n' "$1" $(( $1 - 1 ))
-    } > "$work/chain-$1.toml"
-    echo "$work/chain-$1.toml"
-}
 
 variants=${VARIANTS:-"old wake default nolead batch1 lead-sync"}
 # Each variant spells out what it changes from the defaults (a cuda stage: waking ahead 200 µs,

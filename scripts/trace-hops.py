@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where a chain's frames spend their latency, step by step, from the frame traces its stages
-wrote (`GPUIPC_TRACE=DIR`, see docs/benchmarks.md, "Where the latency goes").
+wrote (`GPUIPC_TRACE=DIR`, see docs/benchmarks-history.md, "Where the latency goes").
 
     scripts/trace-hops.py DIR
 

@@ -46,17 +46,6 @@ params = {{ {params} }}
     )
 }
 
-/// Run `text` in `dir` to completion; it must succeed and leave nothing behind.
-fn run_ok(dir: &Path, text: &str, extra: &[&str]) -> Finished {
-    let file = pipeline(dir, "p.toml", text);
-    let mut args = vec!["run", file.to_str().unwrap(), "--quiet"];
-    args.extend(extra);
-    let run = run(dir, &args);
-    assert!(run.status.success(), "{}", run.output());
-    assert_nothing_left(run.pid);
-    run
-}
-
 /// Assert what ffprobe reads in `path`.
 fn assert_video(path: &Path, codec: &str, size: (u64, u64), pix_fmt: &str, frames: u64, rate: &str) {
     let s = ffprobe_video(path);
@@ -75,7 +64,7 @@ fn i420_frames_become_an_h264_mp4() {
     }
     let dir = scratch("encode-i420-mp4");
     let params = r#"path = "out/videos/clip.mp4", fps = 25, preset = "ultrafast""#;
-    run_ok(&dir, &encode_pipeline(Some(48), (320, 240), "rgb8", true, params), &[]);
+    run_ok(&dir, &pipeline(&dir, "p.toml", &encode_pipeline(Some(48), (320, 240), "rgb8", true, params)), &[]);
     assert_video(&dir.join("out/videos/clip.mp4"), "h264", (320, 240), "yuv420p", 48, "25/1");
 }
 
@@ -86,15 +75,12 @@ fn rgb8_frames_become_a_playable_matroska_file_with_pix_fmt() {
     }
     let dir = scratch("encode-rgb8-mkv");
     let params = r#"path = "clip.mkv", codec = "libx264", pix_fmt = "yuv420p", crf = 28, fps = 30000, fps_den = 1001"#;
-    run_ok(&dir, &encode_pipeline(Some(36), (160, 96), "rgb8", false, params), &[]);
+    run_ok(&dir, &pipeline(&dir, "p.toml", &encode_pipeline(Some(36), (160, 96), "rgb8", false, params)), &[]);
     assert_video(&dir.join("clip.mkv"), "h264", (160, 96), "yuv420p", 36, "30000/1001");
     // Without `pix_fmt` ffmpeg keeps all of RGB's chroma, 4:4:4, which players mostly cannot
     // play (the docs say to give yuv420p).
-    run_ok(
-        &dir,
-        &encode_pipeline(Some(12), (160, 96), "rgb8", false, r#"path = "444.mkv", preset = "ultrafast""#),
-        &[],
-    );
+    let text = encode_pipeline(Some(12), (160, 96), "rgb8", false, r#"path = "444.mkv", preset = "ultrafast""#);
+    run_ok(&dir, &pipeline(&dir, "p.toml", &text), &[]);
     assert_video(&dir.join("444.mkv"), "h264", (160, 96), "yuv444p", 12, "30/1");
 }
 
@@ -105,9 +91,7 @@ fn the_shipped_pipeline_makes_a_playable_mp4() {
     }
     let dir = scratch("encode-shipped");
     let file = repo_root().join("pipelines/encode-mp4.toml");
-    let run = run(&dir, &["run", file.to_str().unwrap(), "--quiet", "--frames", "30"]);
-    assert!(run.status.success(), "{}", run.output());
-    assert_nothing_left(run.pid);
+    run_ok(&dir, &file, &["--frames", "30"]);
     assert_video(&dir.join("out/encode-mp4.mp4"), "h264", (640, 360), "yuv420p", 30, "30/1");
 }
 
@@ -121,17 +105,14 @@ fn a_drained_run_ends_in_a_complete_file_with_every_frame_made() {
     // file only plays if ffmpeg was let finish.
     let text = encode_pipeline(None, (128, 96), "rgb8", true, r#"path = "live.mp4", preset = "ultrafast""#);
     let file = pipeline(&dir, "p.toml", &text);
-    let mut host = start(&dir, &["run", file.to_str().unwrap(), "--quiet", "--report", "report.json"]);
-    host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let host = start_running(&dir, &file, &["--report", "report.json"]);
     wait_until(RUN_TIMEOUT, "frames encoded", || std::fs::metadata(dir.join("live.mp4")).is_ok_and(|m| m.len() > 0));
     host.signal(Signal::INT);
     let run = host.finish(RUN_TIMEOUT);
     assert!(run.status.success(), "{}", run.output());
     assert!(run.stdout.contains("run 'encode' stopped by a stop signal and drained"), "{}", run.output());
     assert_nothing_left(run.pid);
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
-    let made = report["stages"][0]["frames"].as_u64().unwrap();
+    let made = report(&dir)["stages"][0]["frames"].as_u64().unwrap();
     assert!(made > 0);
     assert_video(&dir.join("live.mp4"), "h264", (128, 96), "yuv420p", made, "30/1");
 }
@@ -146,9 +127,7 @@ fn ffmpeg_refusing_the_codec_fails_the_run_in_its_own_words() {
         let out = dir.join("never.mp4");
         let params = format!("path = {:?}, codec = \"nope\"", out.to_str().unwrap());
         let file = pipeline(&dir, "p.toml", &encode_pipeline(Some(40), (320, 240), "rgb8", true, &params));
-        let mut args = vec!["run", file.to_str().unwrap(), "--quiet"];
-        args.extend(extra);
-        let run = run(&dir, &args);
+        let run = run_file(&dir, &file, extra.as_slice());
         assert_eq!(run.status.code(), Some(1), "{mode}: {}", run.output());
         // The frame it fails at depends on how much the pipe took before ffmpeg gave up.
         let line = run.stdout.lines().find(|l| l.starts_with("run 'encode' failed: ")).unwrap_or_default();

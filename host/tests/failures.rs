@@ -45,7 +45,7 @@ fn every_kind_of_stage_failure_ends_the_run_naming_the_stage_and_cause() {
     for (mode, expected) in cases {
         let dir = scratch(&format!("fail-{mode}"));
         let file = pipeline(&dir, "p.toml", &faulty_pipeline(mode, Some(50)));
-        let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
+        let run = run_file(&dir, &file, &[]);
         assert_eq!(run.status.code(), Some(1), "{mode}:\n{}", run.output());
         assert!(
             run.stdout.contains(&format!("run 'faults' failed: {expected}")),
@@ -93,7 +93,7 @@ plugin = "null"
 inputs = ["good"]
 "#;
     let file = pipeline(&dir, "p.toml", text);
-    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet", "--checksums", "sums"]);
+    let run = run_file(&dir, &file, &["--checksums", "sums"]);
     assert_eq!(run.status.code(), Some(0), "{}", run.output());
     let tried: Vec<&str> = run.stderr.lines().filter(|l| l.contains("tamper: ")).collect();
     let saw = |what: &str| tried.iter().any(|l| l.contains(what));
@@ -118,7 +118,7 @@ inputs = ["good"]
 fn a_child_a_plugin_starts_holds_nothing_of_its_stage() {
     let dir = scratch("child-of-plugin");
     let file = pipeline(&dir, "p.toml", &faulty_pipeline("spawn_child_at", Some(10)));
-    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
+    let run = run_file(&dir, &file, &[]);
     assert_eq!(run.status.code(), Some(0), "{}", run.output());
     assert!(
         run.stderr.contains("a child of the stage holds descriptors 0, 1 and 2 only"),
@@ -132,15 +132,12 @@ fn a_child_a_plugin_starts_holds_nothing_of_its_stage() {
 fn a_stage_killed_from_outside_mid_run_ends_the_run_cleanly() {
     let dir = scratch("sigkill-outside");
     let file = pipeline(&dir, "p.toml", &faulty_pipeline("ok", None));
-    let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
-    host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let host = start_running(&dir, &file, &[]);
     let stages = stages_of(host.pid());
     let (victim, _) = stages.iter().find(|(_, cmd)| cmd.contains("__stage bad")).expect("stage 'bad' is running");
     rustix::process::kill_process(rustix::process::Pid::from_raw(*victim as i32).unwrap(), Signal::KILL).unwrap();
     let run = host.finish(RUN_TIMEOUT);
-    assert_eq!(run.status.code(), Some(1), "{}", run.output());
-    assert!(run.stdout.contains("run 'faults' failed: stage 'bad' killed by SIGKILL"), "{}", run.output());
-    assert_nothing_left(run.pid);
+    run.assert_ended(1, "run 'faults' failed: stage 'bad' killed by SIGKILL");
 }
 
 #[test]
@@ -148,15 +145,12 @@ fn a_signal_drains_the_pipeline_and_every_frame_made_reaches_the_sink() {
     for signal in [Signal::INT, Signal::TERM, Signal::HUP] {
         let dir = scratch(&format!("drain-{signal:?}"));
         let file = pipeline(&dir, "p.toml", &faulty_pipeline("ok", None));
-        let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json"]);
-        host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+        let host = start_running(&dir, &file, &["--report", "report.json"]);
         host.signal(signal);
         let run = host.finish(RUN_TIMEOUT);
         assert!(run.status.success(), "{signal:?}:\n{}", run.output());
         assert!(run.stdout.contains("run 'faults' stopped by a stop signal and drained"), "{}", run.output());
-        let report: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
-        let made = report["stages"][0]["frames"].as_u64().unwrap();
+        let made = report(&dir)["stages"][0]["frames"].as_u64().unwrap();
         let lines = sum_lines(&dir.join("sink.sum"));
         assert_eq!(lines.len() as u64, made, "{signal:?}: every frame the source made reached the sink");
         assert!(lines.iter().enumerate().all(|(i, (seq, _))| *seq == i as u64));
@@ -175,17 +169,14 @@ fn a_second_signal_aborts_a_pipeline_that_cannot_drain() {
     host.wait_for_stderr("the pipeline drains; signal again to abort", RUN_TIMEOUT);
     host.signal(Signal::TERM);
     let run = host.finish(RUN_TIMEOUT);
-    assert_eq!(run.status.code(), Some(1), "{}", run.output());
-    assert!(run.stdout.contains("run 'faults' stopped: interrupted"), "{}", run.output());
-    assert_nothing_left(run.pid);
+    run.assert_ended(1, "run 'faults' stopped: interrupted");
 }
 
 #[test]
 fn stages_die_with_a_killed_host() {
     let dir = scratch("host-killed");
     let file = pipeline(&dir, "p.toml", &faulty_pipeline("ok", None));
-    let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
-    host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let host = start_running(&dir, &file, &[]);
     let stages = stages_of(host.pid());
     assert_eq!(stages.len(), 3, "{stages:?}");
     let pidfds: Vec<_> = stages
@@ -261,9 +252,7 @@ fn a_closed_stdout_is_not_a_failure_and_the_report_is_still_written() {
     rustix::event::poll(&mut fds, Some(&limit)).unwrap();
     let status = child.try_wait().unwrap().expect("the host ended within the time limit");
     assert_eq!(status.code(), Some(0), "{status}");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
-    assert_eq!(report["stages"][0]["frames"].as_u64(), Some(20));
+    assert_eq!(report(&dir)["stages"][0]["frames"].as_u64(), Some(20));
     assert_nothing_left(pid);
 }
 
@@ -291,7 +280,7 @@ fn a_stage_with_params_larger_than_a_socket_message_starts() {
     let text = faulty_chain("large", "frames = 5", "ok", 0, "plugin = \"null\"")
         .replace("at = 0 }", &format!("at = 0, note = \"{note}\" }}"));
     let file = pipeline(&dir, "p.toml", &text);
-    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
+    let run = run_file(&dir, &file, &[]);
     assert_eq!(run.status.code(), Some(0), "{}", run.output().chars().take(2000).collect::<String>());
     assert!(run.stdout.contains("run 'large' finished"), "{}", run.stdout);
     assert_nothing_left(run.pid);

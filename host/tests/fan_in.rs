@@ -16,24 +16,26 @@ use common::*;
 
 const FRAMES: u64 = 300;
 
-fn made_by(dir: &Path, stage: &str) -> HashMap<u64, String> {
-    sum_lines(&dir.join("sums").join(format!("{stage}.sum"))).into_iter().collect()
-}
-
-fn stage_report(dir: &Path, name: &str) -> serde_json::Value {
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
-    report["stages"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap().clone()
-}
-
-/// Run `text` as a pipeline in a fresh folder; it must finish and leave nothing behind.
-fn run_pipeline(name: &str, text: &str) -> std::path::PathBuf {
+/// Run `stages` with a `checksum` stage named 'join' reading `inputs` with `policy`, for
+/// [`FRAMES`], in a fresh folder (it must finish and leave nothing behind), and check the
+/// join's frames ([`check_join`]); how many it got.
+fn run_join(name: &str, stages: &str, inputs: &[&str], policy: &str) -> u64 {
     let dir = scratch(name);
-    let file = pipeline(&dir, "p.toml", text);
-    let f = run(&dir, &["run", &file.to_string_lossy(), "--quiet", "--checksums", "sums", "--report", "report.json"]);
-    assert!(f.status.success(), "{}", f.output());
-    assert_nothing_left(f.pid);
-    dir
+    let quoted: Vec<String> = inputs.iter().map(|i| format!("\"{i}\"")).collect();
+    let text = format!(
+        r#"
+[pipeline]
+frames = {FRAMES}{stages}[[stage]]
+name = "join"
+plugin = "checksum"
+inputs = [{}]
+policy = "{policy}"
+params = {{ path = "join.sum" }}
+"#,
+        quoted.join(", ")
+    );
+    run_ok(&dir, &pipeline(&dir, "p.toml", &text), &SUMS_AND_REPORT);
+    check_join(&dir, inputs)
 }
 
 /// The join's frames, checked: numbers increasing up to the last one, each input's hash the
@@ -54,14 +56,13 @@ fn check_join(dir: &Path, inputs: &[&str]) -> u64 {
         }
     }
     assert_eq!(lines.last().unwrap().0, FRAMES - 1, "the last frame reaches the join");
-    let join = stage_report(dir, "join");
+    let report = report(dir);
+    let join = stage_row(&report, "join");
     let got = join["frames"].as_u64().unwrap();
     assert_eq!(got, lines.len() as u64);
     // Each input link published FRAMES: what the join did not get is counted dropped on each
     // link, and once in the join's row (every number was published on every input).
     assert_eq!(join["dropped"].as_u64().unwrap(), FRAMES - got, "join: {join}");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     for input in inputs {
         let link = report["links"]
             .as_array()
@@ -84,30 +85,21 @@ fn check_join(dir: &Path, inputs: &[&str]) -> u64 {
 /// generator's newest frame is always ahead of it.
 #[test]
 fn a_latest_diamond_joins_what_both_branches_deliver() {
-    let dir = run_pipeline(
+    let got = run_join(
         "fan-in-latest-diamond",
-        &format!(
-            r#"
-[pipeline]
-frames = {FRAMES}
+        r#"
 [[stage]]
 name = "gen"
 plugin = "generator"
-params = {{ width = 320, height = 180, pattern = "bars" }}
+params = { width = 320, height = 180, pattern = "bars" }
 [[stage]]
 name = "yuv"
 plugin = "yuv420"
 inputs = ["gen"]
-[[stage]]
-name = "join"
-plugin = "checksum"
-inputs = ["yuv", "gen"]
-policy = "latest"
-params = {{ path = "join.sum" }}
-"#
-        ),
+"#,
+        &["yuv", "gen"],
+        "latest",
     );
-    let got = check_join(&dir, &["yuv", "gen"]);
     // The join waits for the branch behind instead of chasing the source's newest frame, so it
     // loses frames only where it falls behind itself (a loaded machine); it used to chase the
     // source and get about one frame in four.
@@ -122,31 +114,22 @@ params = {{ path = "join.sum" }}
 /// stage::inputs the mechanism.)
 #[test]
 fn a_drop_oldest_diamond_with_a_slow_branch_joins_what_the_branch_makes() {
-    let dir = run_pipeline(
+    let got = run_join(
         "fan-in-drop-oldest-diamond",
-        &format!(
-            r#"
-[pipeline]
-frames = {FRAMES}
+        r#"
 [[stage]]
 name = "gen"
 plugin = "generator"
-params = {{ width = 64, height = 64, pattern = "noise", seed = 5 }}
+params = { width = 64, height = 64, pattern = "noise", seed = 5 }
 [[stage]]
 name = "slow"
 plugin = "test-faulty"
 inputs = ["gen"]
-params = {{ delay_us = 2000 }}
-[[stage]]
-name = "join"
-plugin = "checksum"
-inputs = ["slow", "gen"]
-policy = "drop_oldest"
-params = {{ path = "join.sum" }}
-"#
-        ),
+params = { delay_us = 2000 }
+"#,
+        &["slow", "gen"],
+        "drop_oldest",
     );
-    let got = check_join(&dir, &["slow", "gen"]);
     assert!(got > FRAMES / 2, "the join got {got} of {FRAMES} frames");
 }
 
@@ -155,28 +138,19 @@ params = {{ path = "join.sum" }}
 /// joined is aligned, the last frames meet, and every frame is accounted for on each link.
 #[test]
 fn two_free_running_sources_with_latest_account_for_every_frame() {
-    let dir = run_pipeline(
+    run_join(
         "fan-in-two-sources",
-        &format!(
-            r#"
-[pipeline]
-frames = {FRAMES}
+        r#"
 [[stage]]
 name = "a"
 plugin = "generator"
-params = {{ width = 64, height = 64, pattern = "noise", seed = 1 }}
+params = { width = 64, height = 64, pattern = "noise", seed = 1 }
 [[stage]]
 name = "b"
 plugin = "generator"
-params = {{ width = 96, height = 64, pattern = "gradient" }}
-[[stage]]
-name = "join"
-plugin = "checksum"
-inputs = ["a", "b"]
-policy = "latest"
-params = {{ path = "join.sum" }}
-"#
-        ),
+params = { width = 96, height = 64, pattern = "gradient" }
+"#,
+        &["a", "b"],
+        "latest",
     );
-    check_join(&dir, &["a", "b"]);
 }

@@ -25,9 +25,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use gpuipc_plugin_api::{FrameFormat, FrameLayout, PixelFormat};
 
-/// Set to 1 where ffmpeg must be there (CI).
-const REQUIRE_ENV: &str = "GPUIPC_REQUIRE_FFMPEG";
-
 /// Any one ffmpeg or ffprobe run on these small files; far longer is a hang.
 const TOOL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -77,27 +74,6 @@ fn ff_range(range: &str) -> &'static str {
     if range == "full" { "pc" } else { "tv" }
 }
 
-/// Whether ffmpeg and ffprobe run here. Without them: `false` and a line saying the test is
-/// skipped, or a panic where `GPUIPC_REQUIRE_FFMPEG=1`.
-fn ffmpeg_for_test(test: &str) -> bool {
-    let works = |tool: &str| {
-        Command::new(tool)
-            .arg("-version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if works("ffmpeg") && works("ffprobe") {
-        return true;
-    }
-    if std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") {
-        panic!("{REQUIRE_ENV}=1 but ffmpeg or ffprobe does not run (install Debian's ffmpeg package)");
-    }
-    eprintln!("skipped {test}: ffmpeg and ffprobe are not installed ({REQUIRE_ENV}=1 makes this a failure)");
-    false
-}
-
 /// Run a tool to completion, at most [`TOOL_TIMEOUT`]; its stdout. Fails the test on a
 /// non-zero exit, with its stderr.
 fn tool(command: &mut Command) -> Vec<u8> {
@@ -120,23 +96,6 @@ fn tool(command: &mut Command) -> Vec<u8> {
     output.stdout
 }
 
-/// ffprobe's view of the first video stream of `path`, frames counted.
-fn probe(path: &Path) -> serde_json::Value {
-    let out = tool(
-        Command::new("ffprobe")
-            .args(["-v", "error", "-count_frames", "-select_streams", "v:0"])
-            .args([
-                "-show_entries",
-                "stream=codec_name,width,height,pix_fmt,nb_read_frames,r_frame_rate",
-                "-of",
-                "json",
-            ])
-            .arg(path),
-    );
-    let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
-    json["streams"][0].clone()
-}
-
 /// ffmpeg decoding `input` (with `args` before the output) to raw frames of `pix_fmt`.
 fn decode(input: &Path, args: &[&str], pix_fmt: &str) -> Vec<u8> {
     tool(
@@ -146,16 +105,6 @@ fn decode(input: &Path, args: &[&str], pix_fmt: &str) -> Vec<u8> {
             .args(args)
             .args(["-pix_fmt", pix_fmt, "-f", "rawvideo", "-"]),
     )
-}
-
-/// Run `gpuipc-host run FILE ARGS` in `dir`; it must finish and leave nothing behind.
-fn run_pipeline(dir: &Path, name: &str, text: &str, args: &[&str]) {
-    let file = pipeline(dir, name, text);
-    let mut all = vec!["run", file.to_str().unwrap(), "--quiet"];
-    all.extend(args);
-    let run = run(dir, &all);
-    assert!(run.status.success(), "{name}: {}", run.output());
-    assert_nothing_left(run.pid);
 }
 
 /// The frames of a y4m file: everything after each `FRAME` line, `frame_bytes` each.
@@ -196,7 +145,7 @@ fn packed_hash(format: FrameFormat, bytes: &[u8]) -> String {
 
 #[test]
 fn ffprobe_reads_our_y4m_files() {
-    if !ffmpeg_for_test("ffprobe_reads_our_y4m_files") {
+    if !ffmpeg_tools_for_test("ffprobe_reads_our_y4m_files") {
         return;
     }
     for (width, height) in [(320, 240), (33, 17)] {
@@ -222,9 +171,9 @@ inputs = ["yuv"]
 params = {{ path = "out/video.y4m", fps = 30000, fps_den = 1001 }}
 "#
         );
-        run_pipeline(&dir, "y4m.toml", &text, &["--checksums", "sums"]);
+        run_ok(&dir, &pipeline(&dir, "y4m.toml", &text), &["--checksums", "sums"]);
         let video = dir.join("out/video.y4m");
-        let stream = probe(&video);
+        let stream = ffprobe_video(&video);
         assert_eq!(stream["codec_name"], "rawvideo", "{stream}");
         assert_eq!((stream["width"].as_u64(), stream["height"].as_u64()), (Some(width), Some(height)), "{stream}");
         assert_eq!(stream["pix_fmt"], "yuv420p", "{stream}");
@@ -244,7 +193,7 @@ params = {{ path = "out/video.y4m", fps = 30000, fps_den = 1001 }}
 
 #[test]
 fn ffprobe_reads_our_pngs_and_ffmpeg_decodes_the_generators_pixels() {
-    if !ffmpeg_for_test("ffprobe_reads_our_pngs_and_ffmpeg_decodes_the_generators_pixels") {
+    if !ffmpeg_tools_for_test("ffprobe_reads_our_pngs_and_ffmpeg_decodes_the_generators_pixels") {
         return;
     }
     let dir = scratch("ffmpeg-png");
@@ -272,7 +221,7 @@ inputs = ["gen"]
 params = {{ path = "{name}/f-{{seq:03}}.png", every = 2, compression = "{compression}" }}
 "#
             );
-            run_pipeline(&dir, &format!("{name}.toml"), &text, &["--checksums", &format!("sums-{name}")]);
+            run_ok(&dir, &pipeline(&dir, &format!("{name}.toml"), &text), &["--checksums", &format!("sums-{name}")]);
             let mut files: Vec<String> = std::fs::read_dir(dir.join(&name))
                 .unwrap()
                 .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -283,7 +232,7 @@ params = {{ path = "{name}/f-{{seq:03}}.png", every = 2, compression = "{compres
                 sum_lines(&dir.join(format!("sums-{name}/gen.sum"))).into_iter().collect();
             for file in &files {
                 let path = dir.join(&name).join(file);
-                let stream = probe(&path);
+                let stream = ffprobe_video(&path);
                 assert_eq!(stream["codec_name"], "png", "{name} {file}: {stream}");
                 assert_eq!(
                     (stream["width"].as_u64(), stream["height"].as_u64()),
@@ -303,7 +252,7 @@ params = {{ path = "{name}/f-{{seq:03}}.png", every = 2, compression = "{compres
 
 #[test]
 fn ffmpegs_rgb_to_yuv420_agrees_with_yuv420() {
-    if !ffmpeg_for_test("ffmpegs_rgb_to_yuv420_agrees_with_yuv420") {
+    if !ffmpeg_tools_for_test("ffmpegs_rgb_to_yuv420_agrees_with_yuv420") {
         return;
     }
     let (width, height) = (320usize, 240usize);
@@ -339,7 +288,7 @@ inputs = ["yuv"]
 params = {{ path = "ours.y4m" }}
 "#
                 );
-                run_pipeline(&dir, "compare.toml", &text, &[]);
+                run_ok(&dir, &pipeline(&dir, "compare.toml", &text), &[]);
                 let ours = std::fs::read(dir.join("ours.y4m")).unwrap();
                 let ours = y4m_frames(&ours, frame_bytes);
                 assert_eq!(ours.len(), 2);
@@ -371,7 +320,7 @@ params = {{ path = "ours.y4m" }}
 
 #[test]
 fn ffmpegs_y4m_on_stdin_through_yuv_to_rgb_into_pngs() {
-    if !ffmpeg_for_test("ffmpegs_y4m_on_stdin_through_yuv_to_rgb_into_pngs") {
+    if !ffmpeg_tools_for_test("ffmpegs_y4m_on_stdin_through_yuv_to_rgb_into_pngs") {
         return;
     }
     const FRAMES: usize = 10;
@@ -424,7 +373,7 @@ params = {{ path = "png/f-{{seq:03}}.png" }}
             files.sort();
             let want: Vec<String> = (0..FRAMES).map(|i| format!("f-{i:03}.png")).collect();
             assert_eq!(files, want, "{matrix} {range}");
-            let stream = probe(&dir.join("png/f-000.png"));
+            let stream = ffprobe_video(&dir.join("png/f-000.png"));
             assert_eq!((stream["width"].as_u64(), stream["height"].as_u64()), (Some(320), Some(240)), "{stream}");
             assert_eq!(stream["pix_fmt"], "rgb24", "{stream}");
 
@@ -537,7 +486,7 @@ mod link {
 
 #[test]
 fn ffmpegs_p010_through_yuv_to_rgb_into_pngs() {
-    if !ffmpeg_for_test("ffmpegs_p010_through_yuv_to_rgb_into_pngs") {
+    if !ffmpeg_tools_for_test("ffmpegs_p010_through_yuv_to_rgb_into_pngs") {
         return;
     }
     const FRAMES: usize = 10;

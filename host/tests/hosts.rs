@@ -79,7 +79,7 @@ fn run_says_how_to_start_an_agent_that_does_not_answer() {
          [[stage]]\nname = \"gen\"\nplugin = \"generator\"\nhost = \"gone\"\n\n[[stage]]\nname = \"sink\"\nplugin = \"null\"\nhost = \"gone\"\ninputs = [\"gen\"]\n"
     );
     let file = pipeline(&dir, "p.toml", &text);
-    let out = run(&dir, &["run", file.to_str().unwrap(), "--quiet"]);
+    let out = run_file(&dir, &file, &[]);
     assert_eq!(out.status.code(), Some(1), "{}", out.output());
     assert!(
         out.stderr.contains(&format!("error: host `gone`: no agent answered at tcp/127.0.0.1:{port} within 10 s (start it there: gpuipc-host agent --name gone --listen tcp/127.0.0.1:{port})")),
@@ -106,15 +106,10 @@ fn a_link_from_another_host_into_this_machine_is_refused_at_plan_time() {
     }
 }
 
-/// A TCP port nobody listens on now (the OS's pick of a free one).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 #[test]
 fn an_agent_announces_itself_and_validate_asks_it_what_it_is() {
     let dir = scratch("hosts-agent");
-    let (up, down) = (free_port(), free_port());
+    let (up, down) = (free_ports(1), free_ports(1));
     let mut agent = start(&dir, &["agent", "--name", "gpu1", "--listen", &format!("tcp/127.0.0.1:{up}")]);
     agent.wait_for_stderr(&format!("agent 'gpu1' listening on tcp/127.0.0.1:{up}"), std::time::Duration::from_secs(30));
     let text = format!(
@@ -186,6 +181,14 @@ fn sums_by_host(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec
     files_under(dir).into_iter().filter(|(k, _)| k.ends_with(".sum")).collect()
 }
 
+/// Start `gpuipc-host run FILE --quiet ARGS` in `dir`, in the network namespace of `side`.
+fn start_in(dir: &std::path::Path, side: &netns::Side, file: &std::path::Path, args: &[&str]) -> Running {
+    let file = file.to_string_lossy();
+    let mut all = vec!["run", &file, "--quiet"];
+    all.extend_from_slice(args);
+    start_wrapped(dir, &side.exec(), &all, std::process::Stdio::null())
+}
+
 #[test]
 fn each_agent_runs_its_part_and_the_coordinator_reports_every_host() {
     let dir = scratch("hosts-parts");
@@ -193,19 +196,7 @@ fn each_agent_runs_its_part_and_the_coordinator_reports_every_host() {
     let text = three_chains(&a, &b, Some(25), None);
     let file = pipeline(&dir, "p.toml", &text);
     let sums = dir.join("sums");
-    let report = dir.join("report.json");
-    let out = run(
-        &dir,
-        &[
-            "run",
-            file.to_str().unwrap(),
-            "--quiet",
-            "--checksums",
-            sums.to_str().unwrap(),
-            "--report",
-            report.to_str().unwrap(),
-        ],
-    );
+    let out = run_file(&dir, &file, &SUMS_AND_REPORT);
     assert_eq!(out.status.code(), Some(0), "{}", out.output());
     for (host, stage) in [("a", "gen_a"), ("a", "sink_a"), ("b", "grade_b"), ("local", "sink_local")] {
         let row = out
@@ -217,21 +208,14 @@ fn each_agent_runs_its_part_and_the_coordinator_reports_every_host() {
     }
     assert!(out.stdout.contains("run 'three' finished"), "{}", out.stdout);
     // The report merges the parts', each stage with its host.
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let json = report(&dir);
     let stages = json["stages"].as_array().unwrap();
     assert_eq!(stages.len(), 9, "{json}");
     assert!(stages.iter().any(|s| s["name"] == "grade_b" && s["host"] == "b" && s["frames"] == 25), "{json}");
 
     // Every stage's every frame equals the run in one process of the same stages.
-    let reference = dir.join("reference");
-    let one = pipeline(&dir, "one.toml", &without_hosts(&text));
-    let refrun = run(
-        &dir,
-        &["run", one.to_str().unwrap(), "--in-process", "--quiet", "--checksums", reference.to_str().unwrap()],
-    );
-    assert_eq!(refrun.status.code(), Some(0), "{}", refrun.output());
     let got = sums_by_host(&sums);
-    for (stage, want) in files_under(&reference) {
+    for (stage, want) in reference_sums(&dir, &text, None) {
         let host = stage.split('_').nth(1).unwrap().trim_end_matches(".sum");
         assert_eq!(got.get(&format!("{host}/{stage}")), Some(&want), "{host}/{stage}");
     }
@@ -259,9 +243,7 @@ fn ctrl_c_at_the_coordinator_drains_every_host() {
     let text = three_chains(&a, &b, None, Some(200));
     let file = pipeline(&dir, "p.toml", &text);
     let sums = dir.join("sums");
-    let mut coordinator =
-        start(&dir, &["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap()]);
-    coordinator.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let coordinator = start_running(&dir, &file, &["--checksums", "sums"]);
     for agent in [&mut a, &mut b] {
         agent.running().wait_for_stderr("stages ready; running", RUN_TIMEOUT);
     }
@@ -279,23 +261,7 @@ fn ctrl_c_at_the_coordinator_drains_every_host() {
     let got = sums_by_host(&sums);
     let most = got.values().map(|v| v.iter().filter(|&&c| c == b'\n').count()).max().unwrap() as u64;
     assert!(most > 0, "no frames at all: {}", out.output());
-    let reference = dir.join("reference");
-    let one = pipeline(&dir, "one.toml", &without_hosts(&text).replace(", fps = 200.0", ""));
-    let refrun = run(
-        &dir,
-        &[
-            "run",
-            one.to_str().unwrap(),
-            "--in-process",
-            "--quiet",
-            "--frames",
-            &most.to_string(),
-            "--checksums",
-            reference.to_str().unwrap(),
-        ],
-    );
-    assert_eq!(refrun.status.code(), Some(0), "{}", refrun.output());
-    for (stage, want) in files_under(&reference) {
+    for (stage, want) in reference_sums(&dir, &text.replace(", fps = 200.0", ""), Some(most)) {
         let host = stage.split('_').nth(1).unwrap().trim_end_matches(".sum");
         let have = got.get(&format!("{host}/{stage}")).unwrap_or_else(|| panic!("no {host}/{stage}"));
         assert!(
@@ -360,17 +326,8 @@ fn reference_sums(
     text: &str,
     frames: Option<u64>,
 ) -> std::collections::BTreeMap<String, Vec<u8>> {
-    let reference = dir.join("reference");
     let one = pipeline(dir, "one.toml", &without_hosts(text));
-    let mut args =
-        vec!["run", one.to_str().unwrap(), "--in-process", "--quiet", "--checksums", reference.to_str().unwrap()];
-    let frames = frames.map(|f| f.to_string());
-    if let Some(f) = &frames {
-        args.extend(["--frames", f]);
-    }
-    let out = run(dir, &args);
-    assert_eq!(out.status.code(), Some(0), "{}", out.output());
-    files_under(&reference)
+    files_under(&reference_run(dir, &one, frames))
 }
 
 /// Each stage's frames on the host it ran on, and the same frames on the host its receiver
@@ -393,19 +350,7 @@ fn a_pipeline_split_over_two_agents_on_loopback_makes_the_in_process_frames() {
     let text = split_chain(&a, &b, Some(40), (64, 48), "");
     let file = pipeline(&dir, "p.toml", &text);
     let sums = dir.join("sums");
-    let report = dir.join("report.json");
-    let out = run(
-        &dir,
-        &[
-            "run",
-            file.to_str().unwrap(),
-            "--quiet",
-            "--checksums",
-            sums.to_str().unwrap(),
-            "--report",
-            report.to_str().unwrap(),
-        ],
-    );
+    let out = run_file(&dir, &file, &SUMS_AND_REPORT);
     assert_eq!(out.status.code(), Some(0), "{}", out.output());
     assert_split_chain_sums(&sums, &reference_sums(&dir, &text, None));
     // The bridge stages are rows of their hosts, every frame through them.
@@ -441,13 +386,7 @@ fn a_pipeline_split_over_two_network_namespaces_sends_its_frames_over_the_veth()
     let file = pipeline(&dir, "p.toml", &text);
     let sums = dir.join("sums");
     let (before_a, before_b) = (net.a.bytes(), net.b.bytes());
-    let out = start_wrapped(
-        &dir,
-        &net.a.exec(),
-        &["run", file.to_str().unwrap(), "--quiet", "--checksums", sums.to_str().unwrap()],
-        std::process::Stdio::null(),
-    )
-    .finish(RUN_TIMEOUT);
+    let out = start_in(&dir, &net.a, &file, &["--checksums", "sums"]).finish(RUN_TIMEOUT);
     assert_eq!(out.status.code(), Some(0), "{}", out.output());
     assert_split_chain_sums(&sums, &reference_sums(&dir, &text, None));
     // The frames crossed the veth: gen's (RGB8) from a to b, grade's (RGB8) back.
@@ -618,18 +557,8 @@ fn the_link_down_and_up_mid_run_delays_frames_and_loses_none() {
         b.host_table()
     );
     let file = pipeline(&dir, "p.toml", &text);
-    let sums = dir.join("sums");
-    let report = dir.join("report.json");
-    let args = [
-        "run",
-        file.to_str().unwrap(),
-        "--quiet",
-        "--checksums",
-        sums.to_str().unwrap(),
-        "--report",
-        report.to_str().unwrap(),
-    ];
-    let run = start_wrapped(&dir, &net.a.exec(), &args, std::process::Stdio::null());
+    let (sums, report) = (dir.join("sums"), dir.join("report.json"));
+    let run = start_in(&dir, &net.a, &file, &SUMS_AND_REPORT);
     let (made, taken) = (sums.join("a").join("gen.sum"), sums.join("b").join("grade.sum"));
     wait_until(RUN_TIMEOUT, "frames on b", || lines_in(&taken) > 0);
     net.a.ip(&["link", "set", &net.a.veth, "down"]);
@@ -659,18 +588,8 @@ fn with_on_host_loss_wait_a_host_cut_off_past_the_lease_is_waited_for_and_the_ru
         b.host_table()
     );
     let file = pipeline(&dir, "p.toml", &text);
-    let sums = dir.join("sums");
-    let report = dir.join("report.json");
-    let args = [
-        "run",
-        file.to_str().unwrap(),
-        "--quiet",
-        "--checksums",
-        sums.to_str().unwrap(),
-        "--report",
-        report.to_str().unwrap(),
-    ];
-    let mut run = start_wrapped(&dir, &net.a.exec(), &args, std::process::Stdio::null());
+    let (sums, report) = (dir.join("sums"), dir.join("report.json"));
+    let mut run = start_in(&dir, &net.a, &file, &SUMS_AND_REPORT);
     let taken = sums.join("b").join("grade.sum");
     wait_until(RUN_TIMEOUT, "frames on b", || lines_in(&taken) > 0);
     // Down until Zenoh's lease ends and b's token vanishes for the coordinator; the frames

@@ -7,29 +7,9 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use common::*;
-
-fn truth(dir: &Path, stage: &str) -> HashMap<u64, String> {
-    sum_lines(&dir.join("sums").join(format!("{stage}.sum"))).into_iter().collect()
-}
-
-fn report(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap()
-}
-
-fn stage_report<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    report["stages"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap()
-}
-
-fn run_ok(dir: &Path, file: &Path) -> Finished {
-    let f = run(dir, &["run", &file.to_string_lossy(), "--quiet", "--checksums", "sums", "--report", "report.json"]);
-    assert!(f.status.success(), "{}", f.output());
-    assert_nothing_left(f.pid);
-    f
-}
 
 #[test]
 fn fan_out_delivers_every_frame_to_every_consumer() {
@@ -61,8 +41,8 @@ plugin = "null"
 inputs = ["gen"]
 "#,
     );
-    run_ok(&dir, &file);
-    let made = truth(&dir, "gen");
+    run_ok(&dir, &file, &SUMS_AND_REPORT);
+    let made = made_by(&dir, "gen");
     assert_eq!(made.len(), 200);
     for sink in ["a.sum", "b.sum"] {
         let lines = sum_lines(&dir.join(sink));
@@ -73,14 +53,14 @@ inputs = ["gen"]
         }
     }
     let r = report(&dir);
-    assert_eq!(stage_report(&r, "c")["frames"], 200);
-    assert_eq!(stage_report(&r, "c")["dropped"], 0);
+    assert_eq!(stage_row(&r, "c")["frames"], 200);
+    assert_eq!(stage_row(&r, "c")["dropped"], 0);
 }
 
 /// Frames a dropping consumer got: in increasing order, intact, the last one included, and
 /// received + dropped = sent.
 fn check_dropping_consumer(dir: &Path, stage: &str, sent: u64) {
-    let made = truth(dir, "gen");
+    let made = made_by(dir, "gen");
     let got = sum_lines(&dir.join("sums").join(format!("{stage}.sum")));
     assert!(!got.is_empty(), "{stage} received nothing");
     for pair in got.windows(2) {
@@ -91,7 +71,7 @@ fn check_dropping_consumer(dir: &Path, stage: &str, sent: u64) {
     }
     assert_eq!(got.last().unwrap().0, sent - 1, "{stage} must end with the last frame");
     let r = report(dir);
-    let s = stage_report(&r, stage);
+    let s = stage_row(&r, stage);
     let received = s["frames"].as_u64().unwrap();
     assert_eq!(received, got.len() as u64);
     assert_eq!(received + s["dropped"].as_u64().unwrap(), sent, "{stage}: {s}");
@@ -130,11 +110,11 @@ inputs = ["slow"]
 fn block_policy_loses_nothing() {
     let dir = scratch("policy-block");
     let file = pipeline(&dir, "p.toml", &policy_pipeline("block"));
-    run_ok(&dir, &file);
+    run_ok(&dir, &file, &SUMS_AND_REPORT);
     check_dropping_consumer(&dir, "slow", 300);
     let r = report(&dir);
-    assert_eq!(stage_report(&r, "slow")["dropped"], 0);
-    assert_eq!(stage_report(&r, "slow")["frames"], 300);
+    assert_eq!(stage_row(&r, "slow")["dropped"], 0);
+    assert_eq!(stage_row(&r, "slow")["frames"], 300);
 }
 
 #[test]
@@ -142,17 +122,17 @@ fn drop_oldest_and_latest_never_hold_the_producer_and_account_for_every_frame() 
     for policy in ["drop_oldest", "latest"] {
         let dir = scratch(&format!("policy-{policy}"));
         let file = pipeline(&dir, "p.toml", &policy_pipeline(policy));
-        run_ok(&dir, &file);
+        run_ok(&dir, &file, &SUMS_AND_REPORT);
         // The blocking consumer beside the dropping one still gets everything, intact.
-        let made = truth(&dir, "gen");
+        let made = made_by(&dir, "gen");
         let all = sum_lines(&dir.join("all.sum"));
         assert_eq!(all.len(), 300, "{policy}");
         assert!(all.iter().enumerate().all(|(i, (seq, h))| *seq == i as u64 && h == &made[seq]), "{policy}");
         check_dropping_consumer(&dir, "slow", 300);
         // The link after the dropping one loses nothing, though its sequence numbers have gaps.
-        assert_eq!(stage_report(&report(&dir), "tail")["dropped"], 0, "{policy}");
+        assert_eq!(stage_row(&report(&dir), "tail")["dropped"], 0, "{policy}");
         // What the slow stage passed on is what it was given.
-        let slow = truth(&dir, "slow");
+        let slow = made_by(&dir, "slow");
         for (seq, hash) in sum_lines(&dir.join("sums/tail.sum")) {
             assert_eq!(hash, "-");
             assert!(slow.contains_key(&seq), "{policy}: tail got frame {seq} that slow never made");
@@ -191,8 +171,8 @@ inputs = ["slow", "fast"]
 params = { path = "join.sum" }
 "#,
     );
-    run_ok(&dir, &file);
-    let made = truth(&dir, "gen");
+    run_ok(&dir, &file, &SUMS_AND_REPORT);
+    let made = made_by(&dir, "gen");
     let lines = sum_lines(&dir.join("join.sum"));
     assert!(!lines.is_empty());
     let mut last = None;

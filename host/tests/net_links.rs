@@ -13,12 +13,6 @@ use rustix::process::Signal;
 
 const LINK: &str = "gen->b";
 
-/// A port nothing listens on now (bound then released; another process could take it in
-/// between, which on a test machine does not happen in practice).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// The producer's host: a 64x48 generator into a tcp-send to `port`; `frames`: a `frames =`
 /// line or nothing (run until stopped).
 fn sender(port: u16, frames: &str, size: (u32, u32), extra: &str) -> String {
@@ -69,17 +63,6 @@ inputs = ["gen"]
     )
 }
 
-/// Seq → hash of a tap file; a seq written twice must carry one hash.
-fn tap(path: &Path) -> BTreeMap<u64, String> {
-    let mut map = BTreeMap::new();
-    for (seq, hash) in sum_lines(path) {
-        if let Some(before) = map.insert(seq, hash.clone()) {
-            assert_eq!(before, hash, "{} has two frames {seq}", path.display());
-        }
-    }
-    map
-}
-
 /// The generator's first `frames` frames made in one process: seq → hash.
 fn reference(dir: &Path, frames: u64) -> BTreeMap<u64, String> {
     let text = r#"
@@ -96,17 +79,7 @@ plugin = "null"
 inputs = ["gen"]
 "#;
     let file = pipeline(dir, "reference.toml", text);
-    let n = frames.to_string();
-    let run = run(
-        dir,
-        &["run", &file.to_string_lossy(), "--in-process", "--quiet", "--frames", &n, "--checksums", "reference"],
-    );
-    assert_eq!(run.status.code(), Some(0), "{}", run.output());
-    tap(&dir.join("reference/gen.sum"))
-}
-
-fn report(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    sums_by_seq(&reference_run(dir, &file, Some(frames)).join("gen.sum"))
 }
 
 /// Frames counted lost or dropped by every stage of a run's report.
@@ -126,9 +99,7 @@ fn start_both(dir: &Path, sender_text: &str, receiver_text: &str, sender_args: &
     std::fs::create_dir_all(&b).unwrap();
     let rfile = pipeline(&b, "p.toml", receiver_text);
     let sfile = pipeline(&a, "p.toml", sender_text);
-    let mut receiving =
-        start(&b, &["run", &rfile.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
-    receiving.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let receiving = start_running(&b, &rfile, &SUMS_AND_REPORT);
     let mut args = vec!["run", sfile.to_str().unwrap(), "--quiet", "--report", "report.json", "--checksums", "sums"];
     args.extend_from_slice(sender_args);
     let sending = start(&a, &args);
@@ -138,7 +109,7 @@ fn start_both(dir: &Path, sender_text: &str, receiver_text: &str, sender_args: &
 #[test]
 fn frames_cross_between_two_runs_exactly_as_one_process_makes_them() {
     let dir = scratch("net-plain");
-    let port = free_port();
+    let port = free_ports(1);
     let (sending, mut receiving) =
         start_both(&dir, &sender(port, "frames = 60", (64, 48), ""), &receiver(port, (64, 48), 20.0, ""), &[]);
     receiving.wait_for_stderr(&format!("link '{LINK}': connection 1 from 127.0.0.1:"), RUN_TIMEOUT);
@@ -152,10 +123,10 @@ fn frames_cross_between_two_runs_exactly_as_one_process_makes_them() {
     assert_eq!(want.len(), 60);
     // The receiving source relays each frame under its own number; the sink behind it gets
     // every one, in order.
-    assert_eq!(tap(&dir.join("b/sums/gen.sum")), want);
+    assert_eq!(sums_by_seq(&dir.join("b/sums/gen.sum")), want);
     let sink = sum_lines(&dir.join("b/sums/sink.sum"));
     assert_eq!(sink.iter().map(|(s, _)| *s).collect::<Vec<_>>(), (0..60).collect::<Vec<u64>>());
-    assert_eq!(tap(&dir.join("a/sums/gen.sum")), want);
+    assert_eq!(sums_by_seq(&dir.join("a/sums/gen.sum")), want);
     assert_nothing_left(sent.pid);
     assert_nothing_left(received.pid);
 }
@@ -195,7 +166,7 @@ enum Fault {
 /// connection, stop the sender's run, and check the books of both runs.
 fn fault_and_check(name: &str, fault: Fault) {
     let dir = scratch(name);
-    let port = free_port();
+    let port = free_ports(1);
     let restart = "restart = \"on-failure\"";
     // A frozen sender must outlast the receiver's watchdog, not meet its own.
     let frozen = "restart = \"on-failure\"\nstall_timeout = \"2s\"\nmax_restarts = 20";
@@ -254,7 +225,7 @@ fn fault_and_check(name: &str, fault: Fault) {
         assert!(sent.stderr.contains(&format!("link '{LINK}': connection 2 to 127.0.0.1:{port}")), "{}", sent.output());
     }
 
-    let made = tap(&dir.join("a/sums/gen.sum"));
+    let made = sums_by_seq(&dir.join("a/sums/gen.sum"));
     let produced = made.len() as u64;
     assert_eq!(
         made.keys().copied().collect::<Vec<_>>(),
@@ -264,7 +235,7 @@ fn fault_and_check(name: &str, fault: Fault) {
     let delivered = sum_lines(&dir.join("b/sums/sink.sum"));
     let seqs: Vec<u64> = delivered.iter().map(|(s, _)| *s).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "the sink got each frame once, in order: {seqs:?}");
-    let lost = counted(&report(&dir.join("a/report.json"))) + counted(&report(&dir.join("b/report.json")));
+    let lost = counted(&report(&dir.join("a"))) + counted(&report(&dir.join("b")));
     // A sender's host marks a frame done when its `process` has returned (its tap line is the
     // last thing before): a sender killed after the frame's last byte went out and before
     // that has it delivered and counted lost both. At most the one frame it was taking, and
@@ -288,7 +259,7 @@ fn fault_and_check(name: &str, fault: Fault) {
     // What the receiving source published (a sink's tap has no hashes): every frame the
     // reference's, and every frame the sink got among them.
     let want = reference(&dir, produced);
-    let relayed = tap(&dir.join("b/sums/gen.sum"));
+    let relayed = sums_by_seq(&dir.join("b/sums/gen.sum"));
     for (seq, hash) in &relayed {
         assert_eq!(want.get(seq), Some(hash), "frame {seq} differs from the in-process reference");
     }
@@ -315,7 +286,7 @@ fn a_half_open_connection_is_caught_by_the_receivers_watchdog_and_healed_by_its_
 #[test]
 fn a_format_mismatch_fails_both_ends_naming_both_formats_and_the_link() {
     let dir = scratch("net-mismatch");
-    let port = free_port();
+    let port = free_ports(1);
     let (sending, receiving) =
         start_both(&dir, &sender(port, "frames = 5", (32, 32), ""), &receiver(port, (64, 64), 20.0, ""), &[]);
     let sent = sending.finish(RUN_TIMEOUT);
@@ -338,14 +309,8 @@ fn a_format_mismatch_fails_both_ends_naming_both_formats_and_the_link() {
 #[test]
 fn a_receiver_nobody_connects_to_fails_naming_its_address() {
     let dir = scratch("net-nobody");
-    let port = free_port();
+    let port = free_ports(1);
     let file = pipeline(&dir, "p.toml", &receiver(port, (64, 48), 0.3, ""));
-    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
-    assert_eq!(run.status.code(), Some(1), "{}", run.output());
-    assert!(
-        run.stdout.contains(&format!("no sender connected to 127.0.0.1:{port} for link '{LINK}' within 0.3 s")),
-        "{}",
-        run.output()
-    );
-    assert_nothing_left(run.pid);
+    let run = run_file(&dir, &file, &[]);
+    run.assert_ended(1, &format!("no sender connected to 127.0.0.1:{port} for link '{LINK}' within 0.3 s"));
 }

@@ -41,7 +41,7 @@ fn every_pipeline_gives_the_same_bytes_in_both_modes() {
         for (mode, extra) in [("multi", None), ("inproc", Some("--in-process"))] {
             let dir = scratch(&format!("pipelines-{stem}-{mode}"));
             for clip in &clips {
-                make_clip(&dir, clip);
+                ffmpeg_in(&dir, clip);
             }
             let mut args = vec!["run", &file_arg, "--quiet", "--frames", &frames_arg, "--checksums", "sums"];
             args.extend(extra);
@@ -78,17 +78,6 @@ fn clip_commands(file: &std::path::Path) -> Vec<Vec<String>> {
         .filter_map(|l| l.strip_prefix("# clip: ffmpeg "))
         .map(|args| args.split_whitespace().map(str::to_owned).collect())
         .collect()
-}
-
-/// Run ffmpeg with `args` in `dir`.
-fn make_clip(dir: &std::path::Path, args: &[String]) {
-    let out = std::process::Command::new("ffmpeg")
-        .args(["-hide_banner", "-loglevel", "error", "-nostdin", "-y"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "ffmpeg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

@@ -12,14 +12,6 @@ use std::time::Duration;
 use common::*;
 use rustix::process::Signal;
 
-fn report(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap()
-}
-
-fn row<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    report["stages"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("no row {name}"))
-}
-
 /// Sum of a field over every row of a stage (its replicas `name#N`, or the one row `name`).
 fn total(report: &serde_json::Value, name: &str, field: &str) -> u64 {
     report["stages"]
@@ -44,18 +36,6 @@ fn tap(dir: &Path, file: &str) -> Vec<(u64, String)> {
 /// The sequence numbers of a tap file, in file order.
 fn seqs(dir: &Path, file: &str) -> Vec<u64> {
     tap(dir, file).into_iter().map(|(seq, _)| seq).collect()
-}
-
-/// Run `file` in one process (every stage once) for `frames`; its taps, by stage.
-fn reference(dir: &Path, file: &Path, frames: u64) -> std::path::PathBuf {
-    let out = dir.join("reference");
-    let frames = frames.to_string();
-    let run = run(
-        dir,
-        &["run", &file.to_string_lossy(), "--in-process", "--quiet", "--frames", &frames, "--checksums", "reference"],
-    );
-    assert!(run.status.success(), "{}", run.output());
-    out
 }
 
 /// Every frame a stage's tap (or its replicas' taps) holds equals the reference's.
@@ -109,20 +89,7 @@ fn replicas_deliver_the_stream_one_process_would_in_order() {
     for replicas in [1, 2, 4] {
         let dir = scratch(&format!("replicas-order-{replicas}"));
         let file = pipeline(&dir, "p.toml", &CHAIN.replace("REPLICAS", &replicas.to_string()));
-        let out = run(
-            &dir,
-            &[
-                "run",
-                &file.to_string_lossy(),
-                "--quiet",
-                "--frames",
-                "500",
-                "--report",
-                "report.json",
-                "--checksums",
-                "sums",
-            ],
-        );
+        let out = run_file(&dir, &file, &["--frames", "500", "--checksums", "sums", "--report", "report.json"]);
         assert_eq!(out.status.code(), Some(0), "{}", out.output());
         let sums = dir.join("sums");
         let sink = seqs(&sums, "sink");
@@ -134,7 +101,7 @@ fn replicas_deliver_the_stream_one_process_would_in_order() {
         let report = report(&dir);
         assert_eq!(total(&report, "grade", "frames"), 500, "each frame went to one replica of 'grade'");
         assert_eq!(total(&report, "yuv", "frames"), 500);
-        let reference = reference(&dir, &file, 500);
+        let reference = reference_run(&dir, &file, Some(500));
         for (stage, n) in [("grade", replicas), ("yuv", 2), ("sink", 1)] {
             assert_like_reference(&sums, &reference, stage, n);
         }
@@ -172,20 +139,7 @@ plugin = "null"
 inputs = ["join"]
 "#,
     );
-    let out = run(
-        &dir,
-        &[
-            "run",
-            &file.to_string_lossy(),
-            "--quiet",
-            "--frames",
-            "400",
-            "--report",
-            "report.json",
-            "--checksums",
-            "sums",
-        ],
-    );
+    let out = run_file(&dir, &file, &["--frames", "400", "--checksums", "sums", "--report", "report.json"]);
     assert_eq!(out.status.code(), Some(0), "{}", out.output());
     let sums = dir.join("sums");
     // Every number went to one replica (a tap holds the numbers a replica took and made).
@@ -195,7 +149,7 @@ inputs = ["join"]
     assert_eq!(taken, (0..400).collect::<Vec<u64>>(), "every aligned set taken by exactly one replica");
     let sink = seqs(&sums, "sink");
     assert_eq!(sink, (0..400).collect::<Vec<u64>>());
-    let reference = reference(&dir, &file, 400);
+    let reference = reference_run(&dir, &file, Some(400));
     assert_like_reference(&sums, &reference, "join", 3);
     assert_like_reference(&sums, &reference, "sink", 1);
     assert_eq!(total(&report(&dir), "join", "dropped"), 0);
@@ -241,33 +195,20 @@ policy = "latest"
 params = { sink = true, delay_us = 500 }
 "#,
     );
-    let out = run(
-        &dir,
-        &[
-            "run",
-            &file.to_string_lossy(),
-            "--quiet",
-            "--frames",
-            "600",
-            "--report",
-            "report.json",
-            "--checksums",
-            "sums",
-        ],
-    );
+    let out = run_file(&dir, &file, &["--frames", "600", "--checksums", "sums", "--report", "report.json"]);
     assert_eq!(out.status.code(), Some(0), "{}", out.output());
     let sums = dir.join("sums");
     let report = report(&dir);
-    let reference = reference(&dir, &file, 600);
+    let reference = reference_run(&dir, &file, Some(600));
     for sink in ["block", "oldest", "newest"] {
         let order = seqs(&sums, sink);
         assert!(order.windows(2).all(|w| w[0] < w[1]), "'{sink}' got frames out of order: {order:?}");
-        let got = row(&report, sink)["frames"].as_u64().unwrap();
-        let dropped = row(&report, sink)["dropped"].as_u64().unwrap();
+        let got = stage_row(&report, sink)["frames"].as_u64().unwrap();
+        let dropped = stage_row(&report, sink)["dropped"].as_u64().unwrap();
         assert_eq!(got + dropped, 600, "'{sink}': frames it got + frames it missed = frames made");
     }
     assert_like_reference(&sums, &reference, "grade", 3);
-    assert_eq!(row(&report, "block")["frames"].as_u64(), Some(600), "a block consumer misses nothing");
+    assert_eq!(stage_row(&report, "block")["frames"].as_u64(), Some(600), "a block consumer misses nothing");
     assert_nothing_left(out.pid);
 }
 
@@ -305,9 +246,7 @@ fn kill_replicas_twenty_times(on_loss: &str) {
     let mut dice = Dice(seed);
     let dir = scratch(&format!("replicas-kills-{on_loss}"));
     let file = pipeline(&dir, "p.toml", &KILLED.replace("ON_LOSS", on_loss));
-    let mut host =
-        start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
-    host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let mut host = start_running(&dir, &file, &SUMS_AND_REPORT);
     let mut restarts: BTreeMap<String, u64> = BTreeMap::new();
     for _ in 0..20 {
         std::thread::sleep(Duration::from_millis(dice.roll(30)));
@@ -323,7 +262,7 @@ fn kill_replicas_twenty_times(on_loss: &str) {
     assert_eq!(finished.status.code(), Some(0), "{}", finished.output());
     let report = report(&dir);
     for (name, &n) in &restarts {
-        assert_eq!(row(&report, name)["restarts"].as_u64(), Some(n), "restarts of '{name}'");
+        assert_eq!(stage_row(&report, name)["restarts"].as_u64(), Some(n), "restarts of '{name}'");
     }
     let sums = dir.join("sums");
     let produced = tap(&sums, "gen").len() as u64;
@@ -340,7 +279,7 @@ fn kill_replicas_twenty_times(on_loss: &str) {
     if on_loss == "retry" {
         assert_eq!(counted, 0, "with retry a killed replica's frame is made by a sibling\n{}", finished.stdout);
     }
-    let reference = reference(&dir, &file, produced);
+    let reference = reference_run(&dir, &file, Some(produced));
     assert_like_reference(&sums, &reference, "grade", 4);
     assert_like_reference(&sums, &reference, "sink", 1);
     assert_nothing_left(finished.pid);
@@ -364,9 +303,7 @@ fn without_a_restart_policy_the_stage_goes_on_with_the_replicas_left() {
         .replace("restart = \"on-failure\"", "restart = \"never\"")
         .replace("fps = 2000.0", "fps = 500.0");
     let file = pipeline(&dir, "p.toml", &text.replace("name = \"killed\"", "name = \"killed\"\nframes = 600"));
-    let mut host =
-        start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
-    host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let mut host = start_running(&dir, &file, &SUMS_AND_REPORT);
     for victim in ["grade#1", "grade#3", "grade#0"] {
         rustix::process::kill_process(pid_of(host.pid(), victim), Signal::KILL).unwrap();
         host.wait_for_stderr(&format!("stage '{victim}' killed by SIGKILL; stage 'grade' goes on with"), RUN_TIMEOUT);
@@ -377,7 +314,7 @@ fn without_a_restart_policy_the_stage_goes_on_with_the_replicas_left() {
     let sums = dir.join("sums");
     let delivered = seqs(&sums, "sink");
     assert_eq!(delivered, (0..600).collect::<Vec<u64>>(), "with retry the replica left made every frame");
-    let reference = reference(&dir, &file, 600);
+    let reference = reference_run(&dir, &file, Some(600));
     assert_like_reference(&sums, &reference, "sink", 1);
     assert_nothing_left(finished.pid);
 }

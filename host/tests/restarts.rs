@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use common::*;
@@ -17,26 +16,17 @@ fn faulty_run(mode: &str, at: u64, supervision: &str) -> String {
     faulty_chain("restarts", &format!("frames = 40\n{supervision}"), mode, at, "plugin = \"null\"")
 }
 
-fn report(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap()
-}
-
-fn stage<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    report["stages"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("no stage {name}"))
-}
-
 #[test]
 fn a_stage_that_dies_once_is_restarted_and_the_run_finishes_counting_the_lost_frame() {
     for mode in ["sigkill_at", "panic_at", "error_at", "abort_at", "exit_at"] {
         let dir = scratch(&format!("restart-once-{mode}"));
         let file =
             pipeline(&dir, "p.toml", &faulty_run(mode, 5, "restart = \"on-failure\"\nrestart_backoff = \"1ms\""));
-        let run =
-            run(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
+        let run = run_file(&dir, &file, &SUMS_AND_REPORT);
         assert_eq!(run.status.code(), Some(0), "{mode}:\n{}", run.output());
         assert!(run.stderr.contains("stage 'bad' restarted (restart 1)"), "{mode}:\n{}", run.output());
         let report = report(&dir);
-        let bad = stage(&report, "bad");
+        let bad = stage_row(&report, "bad");
         assert_eq!((bad["restarts"].as_u64(), bad["lost"].as_u64()), (Some(1), Some(1)), "{mode}: {bad}");
         assert_eq!(bad["outcome"], "finished", "{mode}");
         // Frame 5 died inside 'bad'; every other frame reached the sink, in order.
@@ -50,10 +40,8 @@ fn a_stage_that_dies_once_is_restarted_and_the_run_finishes_counting_the_lost_fr
 fn without_a_restart_policy_a_failure_still_stops_the_run() {
     let dir = scratch("restart-never");
     let file = pipeline(&dir, "p.toml", &faulty_run("sigkill_at", 5, ""));
-    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
-    assert_eq!(run.status.code(), Some(1), "{}", run.output());
-    assert!(run.stdout.contains("run 'restarts' failed: stage 'bad' killed by SIGKILL"), "{}", run.output());
-    assert_nothing_left(run.pid);
+    let run = run_file(&dir, &file, &[]);
+    run.assert_ended(1, "run 'restarts' failed: stage 'bad' killed by SIGKILL");
 }
 
 #[test]
@@ -61,56 +49,37 @@ fn the_host_gives_up_after_max_restarts_within_the_window() {
     let dir = scratch("restart-budget");
     let supervision = "restart = \"always\"\nmax_restarts = 2\nrestart_backoff = \"1ms\"";
     let file = pipeline(&dir, "p.toml", &faulty_run("error_on_create", 0, supervision));
-    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
-    assert_eq!(run.status.code(), Some(1), "{}", run.output());
-    assert!(
-        run.stdout.contains(
-            "run 'restarts' failed: stage 'bad' got an error from the plugin's `create`: refusing to start, as asked; gave up after 2 restarts within 60.0 s"
-        ),
-        "{}",
-        run.output()
+    let run = run_file(&dir, &file, &[]);
+    run.assert_ended(
+        1,
+        "run 'restarts' failed: stage 'bad' got an error from the plugin's `create`: refusing to start, as asked; gave up after 2 restarts within 60.0 s",
     );
     assert_eq!(run.stderr.matches("refusing to start, as asked; restarting it").count(), 2, "{}", run.output());
-    assert_nothing_left(run.pid);
 }
 
 #[test]
 fn on_failure_does_not_restart_a_stage_that_never_started() {
     let dir = scratch("restart-not-started");
     let file = pipeline(&dir, "p.toml", &faulty_run("error_on_create", 0, "restart = \"on-failure\""));
-    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
-    assert_eq!(run.status.code(), Some(1), "{}", run.output());
-    assert!(run.stdout.contains("failed: stage 'bad' got an error from the plugin's `create`"), "{}", run.output());
+    let run = run_file(&dir, &file, &[]);
+    run.assert_ended(1, "failed: stage 'bad' got an error from the plugin's `create`");
     assert!(!run.stderr.contains("restarting it"), "{}", run.output());
-    assert_nothing_left(run.pid);
 }
 
 #[test]
 fn the_watchdog_names_a_stalled_stage_and_stops_the_run_without_a_restart_policy() {
     let dir = scratch("stall-never");
     let file = pipeline(&dir, "p.toml", &faulty_run("hang_at", 3, "stall_timeout = \"300ms\""));
-    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
-    assert_eq!(run.status.code(), Some(1), "{}", run.output());
-    assert!(
-        run.stdout.contains("run 'restarts' failed: stage 'bad' stalled: no progress for 300 ms (in the plugin's process at frame 3); killed by the watchdog"),
-        "{}",
-        run.output()
-    );
-    assert_nothing_left(run.pid);
+    let run = run_file(&dir, &file, &[]);
+    run.assert_ended(1, "run 'restarts' failed: stage 'bad' stalled: no progress for 300 ms (in the plugin's process at frame 3); killed by the watchdog");
 }
 
 #[test]
 fn the_watchdog_ends_a_setup_that_never_finishes() {
     let dir = scratch("stall-setup");
     let file = pipeline(&dir, "p.toml", &faulty_run("hang_on_create", 0, "stall_timeout = \"300ms\""));
-    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
-    assert_eq!(run.status.code(), Some(1), "{}", run.output());
-    assert!(
-        run.stdout.contains("run 'restarts' failed: stage 'bad' stalled: not ready 10.0 s after its process started"),
-        "{}",
-        run.output()
-    );
-    assert_nothing_left(run.pid);
+    let run = run_file(&dir, &file, &[]);
+    run.assert_ended(1, "run 'restarts' failed: stage 'bad' stalled: not ready 10.0 s after its process started");
 }
 
 #[test]
@@ -118,12 +87,12 @@ fn a_stalled_stage_is_restarted_and_the_run_finishes() {
     let dir = scratch("stall-restart");
     let supervision = "stall_timeout = \"300ms\"\nrestart = \"on-failure\"\nrestart_backoff = \"1ms\"";
     let file = pipeline(&dir, "p.toml", &faulty_run("hang_at", 3, supervision));
-    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json"]);
+    let run = run_file(&dir, &file, &["--report", "report.json"]);
     assert_eq!(run.status.code(), Some(0), "{}", run.output());
     let report = report(&dir);
-    let bad = stage(&report, "bad");
+    let bad = stage_row(&report, "bad");
     assert_eq!((bad["restarts"].as_u64(), bad["lost"].as_u64()), (Some(1), Some(1)), "{bad}");
-    assert_eq!(stage(&report, "sink")["frames"].as_u64(), Some(39));
+    assert_eq!(stage_row(&report, "sink")["frames"].as_u64(), Some(39));
     assert_nothing_left(run.pid);
 }
 
@@ -160,17 +129,6 @@ inputs = ["yuv"]
 
 const STAGES: [&str; 4] = ["gen", "grade", "yuv", "sink"];
 
-/// Seq → hash of every line of a stage's tap; a seq written twice must carry one hash.
-fn tap(dir: &Path, stage: &str) -> BTreeMap<u64, String> {
-    let mut map = BTreeMap::new();
-    for (seq, hash) in sum_lines(&dir.join(format!("{stage}.sum"))) {
-        if let Some(before) = map.insert(seq, hash.clone()) {
-            assert_eq!(before, hash, "stage '{stage}' wrote two frames {seq}");
-        }
-    }
-    map
-}
-
 #[test]
 fn twenty_random_kills_and_a_stop_lose_only_counted_frames_and_deliver_only_right_ones() {
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
@@ -178,9 +136,7 @@ fn twenty_random_kills_and_a_stop_lose_only_counted_frames_and_deliver_only_righ
     let mut dice = Dice(seed);
     let dir = scratch("fault-injection");
     let file = pipeline(&dir, "p.toml", CHAIN);
-    let mut host =
-        start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
-    host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let mut host = start_running(&dir, &file, &SUMS_AND_REPORT);
     let mut restarts: BTreeMap<&str, u64> = BTreeMap::new();
     for kill in 0..21 {
         // A random moment: a pause of up to 30 ms, then a random stage.
@@ -200,14 +156,13 @@ fn twenty_random_kills_and_a_stop_lose_only_counted_frames_and_deliver_only_righ
     let finished = host.finish(RUN_TIMEOUT);
     assert_eq!(finished.status.code(), Some(0), "{}", finished.output());
     assert!(finished.stdout.contains("run 'chain' stopped by a stop signal and drained"), "{}", finished.output());
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let report = report(&dir);
     for (&name, &n) in &restarts {
-        assert_eq!(stage(&report, name)["restarts"].as_u64(), Some(n), "restarts of '{name}'");
+        assert_eq!(stage_row(&report, name)["restarts"].as_u64(), Some(n), "restarts of '{name}'");
     }
 
     let sums = dir.join("sums");
-    let made = tap(&sums, "gen");
+    let made = sums_by_seq(&sums.join("gen.sum"));
     let produced = made.len() as u64;
     assert_eq!(
         made.keys().copied().collect::<Vec<_>>(),
@@ -219,23 +174,16 @@ fn twenty_random_kills_and_a_stop_lose_only_counted_frames_and_deliver_only_righ
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "the sink got each frame once, in order: {seqs:?}");
     let counted: u64 = STAGES
         .iter()
-        .map(|s| stage(&report, s)["dropped"].as_u64().unwrap() + stage(&report, s)["lost"].as_u64().unwrap())
+        .map(|s| stage_row(&report, s)["dropped"].as_u64().unwrap() + stage_row(&report, s)["lost"].as_u64().unwrap())
         .sum();
     assert_eq!(produced, seqs.len() as u64 + counted, "produced = delivered + dropped + lost\n{}", finished.stdout);
     assert_links_balance(&report, &finished.output());
 
     // The reference: the same frames in one process.
-    let reference = dir.join("reference");
-    std::fs::create_dir_all(&reference).unwrap();
-    let frames = produced.to_string();
-    let refrun = run(
-        &dir,
-        &["run", &file.to_string_lossy(), "--in-process", "--quiet", "--frames", &frames, "--checksums", "reference"],
-    );
-    assert!(refrun.status.success(), "{}", refrun.output());
+    let reference = reference_run(&dir, &file, Some(produced));
     for name in STAGES {
-        let want = tap(&reference, name);
-        for (seq, hash) in tap(&sums, name) {
+        let want = sums_by_seq(&reference.join(format!("{name}.sum")));
+        for (seq, hash) in sums_by_seq(&sums.join(format!("{name}.sum"))) {
             assert_eq!(want.get(&seq), Some(&hash), "stage '{name}' frame {seq} differs from the in-process reference");
         }
     }
@@ -278,9 +226,7 @@ params = { path = "out/video.y4m" }
 fn restarted_file_sinks_keep_every_frame_delivered_to_them_once() {
     let dir = scratch("file-sinks");
     let file = pipeline(&dir, "p.toml", FILE_SINKS);
-    let mut host =
-        start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
-    host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let mut host = start_running(&dir, &file, &SUMS_AND_REPORT);
     for round in 1..=3 {
         for sink in ["hashes", "file"] {
             let tap = dir.join("sums").join(format!("{sink}.sum"));
@@ -302,7 +248,7 @@ fn restarted_file_sinks_keep_every_frame_delivered_to_them_once() {
     let written: Vec<u64> = sum_lines(&dir.join("out/hashes.sum")).iter().map(|(s, _)| *s).collect();
     assert!(written.windows(2).all(|w| w[0] < w[1]), "each frame once, in order: {written:?}");
     assert!(delivered.iter().all(|s| written.contains(s)), "every delivered frame is in the file");
-    let lost = stage(&report, "hashes")["lost"].as_u64().unwrap();
+    let lost = stage_row(&report, "hashes")["lost"].as_u64().unwrap();
     assert!(
         written.len() as u64 <= delivered.len() as u64 + lost,
         "{} written, {} delivered, {lost} lost",
@@ -319,7 +265,7 @@ fn restarted_file_sinks_keep_every_frame_delivered_to_them_once() {
     assert_eq!((bytes.len() - header.len()) % frame, 0, "whole frames only");
     let frames = ((bytes.len() - header.len()) / frame) as u64;
     let delivered = sum_lines(&dir.join("sums/file.sum")).len() as u64;
-    let lost = stage(&report, "file")["lost"].as_u64().unwrap();
+    let lost = stage_row(&report, "file")["lost"].as_u64().unwrap();
     assert!(
         (delivered..=delivered + lost).contains(&frames),
         "{frames} frames in the file, {delivered} delivered, {lost} lost"
@@ -399,8 +345,7 @@ params = { path = "join.sum" }
     let mut dice = Dice(seed);
     let dir = scratch("books");
     let file = pipeline(&dir, "p.toml", DIAMOND);
-    let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet", "--report", "report.json"]);
-    host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let mut host = start_running(&dir, &file, &["--report", "report.json"]);
     let mut restarts: BTreeMap<&str, u64> = BTreeMap::new();
     for _ in 0..30 {
         std::thread::sleep(Duration::from_millis(dice.roll(20)));

@@ -38,7 +38,7 @@ params = {{ path = "in.y4m", fps = 25 }}
 "#
     );
     let file = pipeline(dir, "write.toml", &text);
-    let run = run(dir, &["run", &file.to_string_lossy(), "--quiet", "--checksums", "written"]);
+    let run = run_file(dir, &file, &["--checksums", "written"]);
     assert!(run.status.success(), "{}", run.output());
     let lines = sum_lines(&dir.join("written/yuv.sum"));
     assert_eq!(lines.iter().map(|l| l.0).collect::<Vec<_>>(), (0..FRAMES).collect::<Vec<_>>());
@@ -88,15 +88,13 @@ fn a_y4m_source_ends_the_run_at_the_end_of_its_file() {
         assert!(run.status.success(), "{mode:?}: {}", run.output());
         assert_nothing_left(run.pid);
         expect_frames(&dir, &hashes, 0..FRAMES, &format!("{mode:?}"));
-        let report: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
-        for stage in report["stages"].as_array().unwrap() {
+        for stage in report(&dir)["stages"].as_array().unwrap() {
             assert_eq!(stage["frames"].as_u64(), Some(FRAMES), "{mode:?}: {stage}");
             assert_eq!(stage["outcome"].as_str(), Some("finished"), "{mode:?}: {stage}");
         }
     }
     // `--frames` still ends it first.
-    let run = run(&dir, &["run", file.to_str().unwrap(), "--quiet", "--frames", "3"]);
+    let run = run_file(&dir, &file, &["--frames", "3"]);
     assert!(run.status.success(), "{}", run.output());
     expect_frames(&dir, &hashes, 0..3, "--frames 3");
 }
@@ -174,7 +172,7 @@ fn a_truncated_file_fails_naming_the_frame_and_other_chroma_is_refused() {
     bytes.truncate(bytes.len() - 100);
     std::fs::write(&video, &bytes).unwrap();
     let file = reader(&dir, r#"path = "in.y4m""#);
-    let run = run(&dir, &["run", file.to_str().unwrap(), "--quiet"]);
+    let run = run_file(&dir, &file, &[]);
     assert_eq!(run.status.code(), Some(1), "{}", run.output());
     assert_nothing_left(run.pid);
     // 37x23 i420: 851 + 2 * 19 * 12 = 1307 bytes a frame.

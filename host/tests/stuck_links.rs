@@ -132,8 +132,7 @@ fn garbage() -> Vec<u8> {
 fn start_and_write_over(name: &str, keep_stopped: bool) -> (Running, Pid) {
     let dir = scratch(name);
     let file = pipeline(&dir, "p.toml", CHAIN);
-    let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
-    host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let host = start_running(&dir, &file, &[]);
     let grade = pid_of(host.pid(), "grade");
     let ring = open_ring(host.pid(), grade);
     // Mid-run, as in the issue.
@@ -154,18 +153,16 @@ fn start_and_write_over(name: &str, keep_stopped: bool) -> (Running, Pid) {
 fn a_run_where_no_frame_moves_fails_naming_the_links_that_stopped() {
     let (host, _) = start_and_write_over("stuck-run", false);
     let run = host.finish(RUN_TIMEOUT);
-    assert_eq!(run.status.code(), Some(1), "{}", run.output());
     let said = "run 'stuck' stopped: no frame moved on any link for 2.0 s while every stage waited for one: \
                 link 'gen -> grade' (2 of its 2 slots in use): producer 'gen' waits for a free slot, consumer 'grade' waits for a frame; \
                 its control block holds words no end writes (";
-    assert!(run.stdout.contains(said), "{}", run.output());
+    run.assert_ended(1, said);
     assert!(run.stdout.contains("): it was written over; link 'grade -> sink' ("), "{}", run.output());
     assert!(
         run.stdout.contains("producer 'grade' waits for a frame on its input, consumer 'sink' waits for a frame"),
         "{}",
         run.output()
     );
-    assert_nothing_left(run.pid);
 }
 
 /// A stop signal after the bytes landed asks for a drain that cannot finish (`gen` never gets
@@ -180,12 +177,10 @@ fn a_drain_that_cannot_finish_is_aborted_saying_so() {
     host.wait_for_stderr("the pipeline drains; signal again to abort", RUN_TIMEOUT);
     rustix::process::kill_process(grade, Signal::CONT).unwrap();
     let run = host.finish(RUN_TIMEOUT);
-    assert_eq!(run.status.code(), Some(1), "{}", run.output());
     let said = "run 'stuck' stopped: a stop signal asked for a drain, which did not finish: no frame moved on any link for 2.0 s; aborted: \
                 link 'gen -> grade' (2 of its 2 slots in use): producer 'gen' waits for a free slot, consumer 'grade' waits for a frame; \
                 its control block holds words no end writes (";
-    assert!(run.stdout.contains(said), "{}", run.output());
-    assert_nothing_left(run.pid);
+    run.assert_ended(1, said);
 }
 
 /// The pipeline of these tests drains whole when its rings are sound: the drain's bound does
@@ -194,13 +189,10 @@ fn a_drain_that_cannot_finish_is_aborted_saying_so() {
 fn the_same_pipeline_drains_when_its_rings_are_sound() {
     let dir = scratch("stuck-sound");
     let file = pipeline(&dir, "p.toml", CHAIN);
-    let mut host = start(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
-    host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+    let host = start_running(&dir, &file, &[]);
     host.signal(Signal::INT);
     let run = host.finish(RUN_TIMEOUT);
-    assert_eq!(run.status.code(), Some(0), "{}", run.output());
-    assert!(run.stdout.contains("run 'stuck' stopped by a stop signal and drained"), "{}", run.output());
-    assert_nothing_left(run.pid);
+    run.assert_ended(0, "run 'stuck' stopped by a stop signal and drained");
 }
 
 /// A source paced slower than the stall timeout (its own watchdog off), with every other
@@ -212,8 +204,6 @@ fn a_source_slower_than_the_stall_timeout_is_not_stuck() {
         .replace("stall_timeout = \"2s\"", "stall_timeout = \"300ms\"\nframes = 3")
         .replace("pattern = \"box\" }", "pattern = \"box\", fps = 1.0 }\nstall_timeout = \"off\"");
     let file = pipeline(&dir, "p.toml", &text);
-    let run = run(&dir, &["run", &file.to_string_lossy(), "--quiet"]);
-    assert_eq!(run.status.code(), Some(0), "{}", run.output());
-    assert!(run.stdout.contains("run 'stuck' finished"), "{}", run.output());
-    assert_nothing_left(run.pid);
+    let run = run_file(&dir, &file, &[]);
+    run.assert_ended(0, "run 'stuck' finished");
 }

@@ -11,7 +11,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use common::*;
 
@@ -69,18 +68,6 @@ fn corpus() -> Vec<Clip> {
     ]
 }
 
-/// Run ffmpeg with `args` in `dir`; fails the test with its message.
-fn ffmpeg(dir: &Path, args: &[&str]) {
-    let out = Command::new("ffmpeg")
-        .args(["-hide_banner", "-loglevel", "error", "-nostdin", "-y"])
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "ffmpeg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
 /// Make `clip` in `dir`.
 fn make(dir: &Path, clip: &Clip) -> PathBuf {
     let source = format!("testsrc2=size={}x{}:rate={}", clip.size.0, clip.size.1, clip.rate);
@@ -88,7 +75,7 @@ fn make(dir: &Path, clip: &Clip) -> PathBuf {
     let mut args = vec!["-f", "lavfi", "-i", &source, "-frames:v", &frames];
     args.extend(clip.encode.split(' '));
     args.push(clip.name);
-    ffmpeg(dir, &args);
+    ffmpeg_in(dir, &args);
     dir.join(clip.name)
 }
 
@@ -97,7 +84,7 @@ fn make(dir: &Path, clip: &Clip) -> PathBuf {
 fn ffmpeg_hashes(dir: &Path, file: &Path, pixel: &str, size: (u32, u32)) -> Vec<String> {
     let raw = dir.join("ffmpeg.raw");
     let pix_fmt = if pixel == "p010" { "p010le" } else { "nv12" };
-    ffmpeg(
+    ffmpeg_in(
         dir,
         &[
             "-i",
@@ -159,14 +146,6 @@ fn hashes(sums: &Path, stage: &str) -> Vec<String> {
     lines.into_iter().map(|(_, h)| h).collect()
 }
 
-fn report(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap()
-}
-
-fn stage<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    report["stages"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap()
-}
-
 #[test]
 fn every_clip_decodes_to_the_bytes_ffmpeg_decodes_it_to() {
     if !ffmpeg_tools_for_test("every_clip_decodes_to_the_bytes_ffmpeg_decodes_it_to") {
@@ -194,7 +173,7 @@ fn every_clip_decodes_to_the_bytes_ffmpeg_decodes_it_to() {
         }
 
         let sums = format!("sums-{}", clip.name);
-        let out = run(&dir, &["run", &p.to_string_lossy(), "--quiet", "--checksums", &sums]);
+        let out = run_file(&dir, &p, &["--checksums", &sums]);
         assert!(out.status.success(), "{}: {}", clip.name, out.output());
         assert_nothing_left(out.pid);
         let got = hashes(&dir.join(&sums), "decode");
@@ -222,7 +201,7 @@ fn a_looping_source_plays_the_file_again_and_frames_caps_it() {
     let file = make(&dir, &clip);
     let want = ffmpeg_hashes(&dir, &file, clip.pixel, clip.size);
     let p = pipeline(&dir, "loop.toml", &decode_pipeline("loop", &file, ", loop = true", ""));
-    let out = run(&dir, &["run", &p.to_string_lossy(), "--quiet", "--frames", "13", "--checksums", "sums"]);
+    let out = run_file(&dir, &p, &["--frames", "13", "--checksums", "sums"]);
     assert!(out.status.success(), "{}", out.output());
     let got = hashes(&dir.join("sums"), "decode");
     assert_eq!(got.len(), 13);
@@ -231,7 +210,7 @@ fn a_looping_source_plays_the_file_again_and_frames_caps_it() {
     }
     // Without `loop` the stream ends with the file, whatever `frames` allows.
     let p = pipeline(&dir, "once.toml", &decode_pipeline("once", &file, "", ""));
-    let out = run(&dir, &["run", &p.to_string_lossy(), "--quiet", "--frames", "13", "--checksums", "once"]);
+    let out = run_file(&dir, &p, &["--frames", "13", "--checksums", "once"]);
     assert!(out.status.success(), "{}", out.output());
     assert_eq!(hashes(&dir.join("once"), "decode"), want);
     assert_nothing_left(out.pid);
@@ -269,9 +248,7 @@ fn a_decoder_killed_mid_file_goes_on_from_the_next_frame() {
         // Paced at the file's 30 frames/s, so the kill lands mid-file, past the second key frame.
         let text = decode_pipeline("restart", &file, ", realtime = true", "restart = \"on-failure\"");
         let p = pipeline(&dir, "restart.toml", &text);
-        let mut host =
-            start(&dir, &["run", &p.to_string_lossy(), "--quiet", "--report", "report.json", "--checksums", "sums"]);
-        host.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
+        let mut host = start_running(&dir, &p, &SUMS_AND_REPORT);
         let tap = dir.join("sums").join("decode.sum");
         wait_until(RUN_TIMEOUT, "40 decoded frames", || {
             std::fs::read_to_string(&tap).is_ok_and(|t| t.lines().count() >= 40)
@@ -281,7 +258,7 @@ fn a_decoder_killed_mid_file_goes_on_from_the_next_frame() {
         let finished = host.finish(RUN_TIMEOUT);
         assert_eq!(finished.status.code(), Some(0), "{}: {}", clip.name, finished.output());
         let report = report(&dir);
-        assert_eq!(stage(&report, "decode")["restarts"].as_u64(), Some(1));
+        assert_eq!(stage_row(&report, "decode")["restarts"].as_u64(), Some(1));
         // Every frame the source made is the file's frame of that number, each made once: the
         // restarted process went on after the last one delivered, not from the start.
         let made = sum_lines(&tap);
@@ -291,7 +268,7 @@ fn a_decoder_killed_mid_file_goes_on_from_the_next_frame() {
             assert_eq!(hash, &want[*seq as usize], "{}: frame {seq}", clip.name);
         }
         let delivered = sum_lines(&dir.join("sums").join("sink.sum")).len() as u64;
-        let lost: u64 = ["decode", "sink"].iter().map(|s| stage(&report, s)["lost"].as_u64().unwrap()).sum();
+        let lost: u64 = ["decode", "sink"].iter().map(|s| stage_row(&report, s)["lost"].as_u64().unwrap()).sum();
         assert_eq!(delivered + lost, 90, "{}: delivered + lost = made", clip.name);
         assert_nothing_left(finished.pid);
     }
@@ -320,10 +297,10 @@ fn damaged_data_is_decoded_counted_and_the_run_finishes() {
     }
     std::fs::write(&file, &bytes).unwrap();
     let p = pipeline(&dir, "damaged.toml", &decode_pipeline("damaged", &file, "", ""));
-    let out = run(&dir, &["run", &p.to_string_lossy(), "--quiet", "--report", "report.json"]);
+    let out = run_file(&dir, &p, &["--report", "report.json"]);
     assert!(out.status.success(), "{}", out.output());
     let report = report(&dir);
-    let decode = stage(&report, "decode");
+    let decode = stage_row(&report, "decode");
     assert!(decode["damaged"].as_u64().unwrap() >= 1, "no damaged frame counted:\n{}", out.output());
     assert!(decode["frames"].as_u64().unwrap() >= 1);
     assert!(out.stdout.contains("damaged"), "the table shows a damaged column:\n{}", out.output());
@@ -354,13 +331,13 @@ fn bad_files_are_refused_at_validate_naming_the_file_and_why() {
     std::fs::write(dir.join("empty.h264"), b"").unwrap();
     refused(&dir, &dir.join("empty.h264"), &format!("{} is empty", name("empty.h264")));
 
-    ffmpeg(&dir, &["-f", "lavfi", "-i", "sine=frequency=440:duration=1", "-c:a", "aac", "audio.mp4"]);
+    ffmpeg_in(&dir, &["-f", "lavfi", "-i", "sine=frequency=440:duration=1", "-c:a", "aac", "audio.mp4"]);
     refused(&dir, &dir.join("audio.mp4"), "has no video track (its tracks: audio)");
 
-    ffmpeg(&dir, &["-f", "lavfi", "-i", "testsrc2=size=64x48", "-frames:v", "3", "-c:v", "mpeg4", "mpeg4.mp4"]);
+    ffmpeg_in(&dir, &["-f", "lavfi", "-i", "testsrc2=size=64x48", "-frames:v", "3", "-c:v", "mpeg4", "mpeg4.mp4"]);
     refused(&dir, &dir.join("mpeg4.mp4"), "is not supported; the video source decodes H.264, HEVC, VP9 and AV1");
 
-    ffmpeg(
+    ffmpeg_in(
         &dir,
         &[
             "-f",
@@ -386,7 +363,7 @@ fn bad_files_are_refused_at_validate_naming_the_file_and_why() {
     let mut args = vec!["-f", "lavfi", "-i", "testsrc2=size=64x48", "-frames:v", "3"];
     args.extend(&x265);
     args.extend(["-pix_fmt", "yuv420p12le", "hevc-12bit.mp4"]);
-    ffmpeg(&dir, &args);
+    ffmpeg_in(&dir, &args);
     refused(
         &dir,
         &dir.join("hevc-12bit.mp4"),
@@ -395,7 +372,7 @@ fn bad_files_are_refused_at_validate_naming_the_file_and_why() {
 
     // Parameter sets and no picture.
     let head: Vec<u8> = {
-        ffmpeg(
+        ffmpeg_in(
             &dir,
             &[
                 "-f",
@@ -419,7 +396,7 @@ fn bad_files_are_refused_at_validate_naming_the_file_and_why() {
     refused(&dir, &dir.join("noslice.h264"), "holds no frame");
 
     // moov after the data (ffmpeg's default) and the end cut off: no sample table left.
-    ffmpeg(&dir, &["-f", "lavfi", "-i", "testsrc2=size=64x48", "-frames:v", "30", "-c:v", "libx264", "whole.mp4"]);
+    ffmpeg_in(&dir, &["-f", "lavfi", "-i", "testsrc2=size=64x48", "-frames:v", "30", "-c:v", "libx264", "whole.mp4"]);
     let whole = std::fs::read(dir.join("whole.mp4")).unwrap();
     std::fs::write(dir.join("cut.mp4"), &whole[..whole.len() / 2]).unwrap();
     refused(
@@ -429,7 +406,7 @@ fn bad_files_are_refused_at_validate_naming_the_file_and_why() {
     );
     refused(&dir, &dir.join("cut.mp4"), "its index (the `moov` box) is missing too");
     // moov first (faststart) and the data cut short: samples past the end.
-    ffmpeg(
+    ffmpeg_in(
         &dir,
         &[
             "-f",
@@ -470,7 +447,7 @@ fn a_missing_ffmpeg_fails_the_stage_naming_it() {
     };
     let file = make(&dir, &clip);
     let p = pipeline(&dir, "p.toml", &decode_pipeline("noffmpeg", &file, ", ffmpeg = \"gpuipc-no-such-ffmpeg\"", ""));
-    let out = run(&dir, &["run", &p.to_string_lossy(), "--quiet"]);
+    let out = run_file(&dir, &p, &[]);
     assert_eq!(out.status.code(), Some(1), "{}", out.output());
     assert!(out.stdout.contains("stage 'decode'"), "{}", out.output());
     assert!(out.output().contains("param `ffmpeg`: `gpuipc-no-such-ffmpeg` is not found on PATH"), "{}", out.output());

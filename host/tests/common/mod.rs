@@ -3,6 +3,11 @@
 #![allow(dead_code)]
 
 pub mod netns;
+mod runs;
+
+// Each test crate uses some of these, as with `dead_code` above.
+#[allow(unused_imports)]
+pub use runs::*;
 
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -180,22 +185,10 @@ pub fn run(dir: &Path, args: &[&str]) -> Finished {
 }
 
 /// Processes that are stages of the host with pid `host` (they carry its pid in their
-/// environment), still alive.
+/// environment), still alive. A zombie still being reaped counts (its cmdline is empty): it is
+/// gone in a moment, but it is still a process.
 pub fn stages_of(host: u32) -> Vec<(u32, String)> {
-    let marker = format!("GPUIPC_HOST_PID={host}");
-    let mut found = Vec::new();
-    for entry in fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(environ) = fs::read(entry.path().join("environ")) else { continue };
-        if environ.split(|&b| b == 0).any(|v| v == marker.as_bytes()) {
-            let cmdline = fs::read(entry.path().join("cmdline")).unwrap_or_default();
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            // A zombie still being reaped has an empty cmdline; it is gone in a moment, but it
-            // is still a process: count it.
-            found.push((pid, cmdline));
-        }
-    }
-    found
+    processes_with_env("GPUIPC_HOST_PID", &host.to_string())
 }
 
 /// Shared memory of the host with pid `host` still open anywhere (memfds are named
