@@ -196,5 +196,13 @@ pub(crate) fn import_input(
     }
     let generations = parts.iter().map(|p| p.generation).collect();
     // The stage sets how long to poll on the host from its tuning.
-    Ok(DeviceRead { gpu: gpu.clone(), memory, ready, released, generations, part_slots, ready_spin: std::time::Duration::ZERO })
+    Ok(DeviceRead {
+        gpu: gpu.clone(),
+        memory,
+        ready,
+        released,
+        generations,
+        part_slots,
+        ready_spin: std::time::Duration::ZERO,
+    })
 }
