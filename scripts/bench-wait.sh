@@ -6,10 +6,8 @@
 # separately, host CPU of the stages, latency at 1,000 frames/s and what each hop adds.
 #
 #   GPUIPC_GPU_LEAD=N       frames a stage's host may run ahead of its GPU (0: unbounded)
-#   GPUIPC_GPU_LEAD_WAIT=sync   the driver's blocking wait instead of querying and sleeping
 #   GPUIPC_WAKE_AHEAD_US=N  wake a stage's consumers ahead of a frame, spinning N µs for it
 #   GPUIPC_WAKE_AHEAD_IDLE_US=N  the sleep (or a source's gap) that counts as idle
-#   GPUIPC_GPU_LEAD_CHECK=N  frames between two checks of the lead
 #   GPUIPC_WAKE_BATCH=N     wake-ups of sleeping neighbours a stage sends at once (1: each at once)
 #   GPUIPC_READY_SPIN_US=N  a GPU consumer polls a frame's ready event on its host N µs first (0: the GPU waits)
 #   GPUIPC_WAKE_BEFORE_DUE_US=N  at an idle pace, wake N µs before a frame is due (0: not before)
@@ -33,7 +31,7 @@ export GPUIPC_KERNEL_CACHE=$here/kernel-cache
 find_nvrtc
 echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(nproc) cores; commit $(cat "$here/COMMIT" 2>/dev/null || echo unknown)"
 
-variants=${VARIANTS:-"old wake default nolead batch1 lead-sync"}
+variants=${VARIANTS:-"old wake default nolead batch1"}
 # Each variant spells out what it changes from the defaults (a cuda stage: waking ahead 200 µs,
 # wake-ups sent 4 at a time, lead 64 frames checked every 16 and polled).
 variant_env() {
@@ -42,19 +40,11 @@ variant_env() {
         old) echo "GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_AHEAD_US=0 GPUIPC_WAKE_BATCH=1 GPUIPC_WAKE_BEFORE_DUE_US=0" ;;
         wake) echo "GPUIPC_GPU_LEAD=0 GPUIPC_WAKE_BATCH=1" ;;
         nobeforedue) echo "GPUIPC_WAKE_BEFORE_DUE_US=0" ;;
-        prio-up) echo "GPUIPC_STREAM_PRIORITY=upstream" ;;
-        prio-down) echo "GPUIPC_STREAM_PRIORITY=downstream" ;;
         gpuready) echo "GPUIPC_READY_SPIN_US=0" ;;
         nolead) echo "GPUIPC_GPU_LEAD=0" ;;
         batch1) echo "GPUIPC_WAKE_BATCH=1" ;;
-        lead-sync) echo "GPUIPC_GPU_LEAD_WAIT=sync" ;;
         idle100) echo "GPUIPC_WAKE_AHEAD_IDLE_US=100" ;;
-        lead8) echo "GPUIPC_GPU_LEAD=8 GPUIPC_GPU_LEAD_CHECK=4 GPUIPC_GPU_LEAD_WAIT=sync GPUIPC_WAKE_AHEAD_US=0 GPUIPC_WAKE_BATCH=1" ;;
-        lead8-poll) echo "GPUIPC_GPU_LEAD=8 GPUIPC_GPU_LEAD_CHECK=4 GPUIPC_WAKE_AHEAD_US=0 GPUIPC_WAKE_BATCH=1" ;;
-        lead16) echo "GPUIPC_GPU_LEAD=16 GPUIPC_GPU_LEAD_CHECK=4 GPUIPC_GPU_LEAD_WAIT=sync GPUIPC_WAKE_AHEAD_US=0 GPUIPC_WAKE_BATCH=1" ;;
-        lead8-wake) echo "GPUIPC_GPU_LEAD=8 GPUIPC_GPU_LEAD_CHECK=4 GPUIPC_GPU_LEAD_WAIT=sync GPUIPC_WAKE_BATCH=1" ;;
-        batch4-lead32c8) echo "GPUIPC_WAKE_BATCH=4 GPUIPC_GPU_LEAD=32 GPUIPC_GPU_LEAD_CHECK=8 GPUIPC_GPU_LEAD_WAIT=sync" ;;
-        batch4-lead64c16) echo "GPUIPC_WAKE_BATCH=4 GPUIPC_GPU_LEAD=64 GPUIPC_GPU_LEAD_CHECK=16 GPUIPC_GPU_LEAD_WAIT=sync" ;;
+        lead8) echo "GPUIPC_GPU_LEAD=8 GPUIPC_WAKE_AHEAD_US=0 GPUIPC_WAKE_BATCH=1" ;;
         *) echo "unknown variant $1" >&2; return 1 ;;
     esac
 }

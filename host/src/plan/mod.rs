@@ -31,12 +31,12 @@ pub const DEFAULT_DEPTH: u32 = 4;
 /// Default slots in a GPU ring when its stages' contexts time-slice the GPU (isolation
 /// `process`): a stage runs in slices of its own, so the ring must hold what the producer makes
 /// while its consumer waits for its turn. Measured on an H100 at 4K: 5,944–6,196 frames/s with
-/// 4 slots, 8,924 with 8 (docs/benchmarks.md).
+/// 4 slots, 8,924 with 8 (docs/benchmarks-history.md).
 pub const TIME_SLICED_DEPTH: u32 = 8;
 /// Default slots in a GPU ring whose frames are at least [`LARGE_FRAME_BYTES`]: cuda stages
 /// send wake-ups of sleeping neighbours in batches of up to half a ring (link/wakes.rs,
 /// `HeldWakes`), 4 with 8 slots; on an H100 a 4K chain's hosts used 151 % of a core with 8 slots
-/// and batches of 4 against 172 % with 4 slots and each wake-up at once (docs/benchmarks.md).
+/// and batches of 4 against 172 % with 4 slots and each wake-up at once (docs/benchmarks-history.md).
 pub const LARGE_FRAME_DEPTH: u32 = 8;
 /// Frames this large never stay in a GPU's L2 cache (50 MB on an H100) from one stage to the
 /// next, so more slots cost nothing but memory; smaller frames get [`SMALL_FRAME_GPU_DEPTH`]
@@ -46,7 +46,7 @@ pub const LARGE_FRAME_BYTES: u64 = 16 << 20;
 /// one context): on an H100, 1080p `generator → rgb-process → yuv420` ran at 91.7–104 % of one
 /// process in 7 of 7 rounds with 3 slots, 80.6–96.4 % with 4 and 80.0–87.0 % with 2 (two calls,
 /// medians 93.3/94.5 %, 86.2/88.1 %, 82.1 %); 720p and an 8-stage 1080p chain the same with 3
-/// or 4 (docs/benchmarks.md). Two 1080p rings of 3 slots (37 MB) fit that GPU's 50 MB L2
+/// or 4 (docs/benchmarks-history.md). Two 1080p rings of 3 slots (37 MB) fit that GPU's 50 MB L2
 /// cache, of 4 slots (50 MB) not: the likely reason, not proven. With 3 slots wake-ups go out
 /// one at a time (batches are at most half a ring), but that is not it: 4 slots with each
 /// wake-up at once ran at 80–87 %.
@@ -56,11 +56,11 @@ pub const MAX_DEPTH: u32 = 64;
 /// Most consumers one link may have (fan-out).
 pub const MAX_CONSUMERS: usize = 16;
 /// Microseconds a waiting stage in the cpu domain spins before it sleeps: a handoff of small
-/// frames between processes in well under a microsecond (docs/benchmarks.md).
+/// frames between processes in well under a microsecond (docs/benchmarks-history.md).
 pub const DEFAULT_SPIN_US: u32 = 20;
 /// The same for a stage in the cuda domain: none. Its host runs ahead of its GPU by up to a
 /// ring's depth, so a few microseconds of futex wake-up cost no frames, and spinning cost a
-/// core per stage (measured on an H100: docs/benchmarks.md). 20 µs at 1080p, where consumers
+/// core per stage (measured on an H100: docs/benchmarks-history.md). 20 µs at 1080p, where consumers
 /// poll their frames on the host, moved separate frames/s by −4 to +11 % over eight calls, for
 /// the generator's core: not taken ("Spinning and stream priorities" there).
 pub const CUDA_SPIN_US: u32 = 0;

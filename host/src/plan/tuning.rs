@@ -22,7 +22,7 @@ pub struct Tuning {
     /// Waking ahead (`link::wait::Waiter::waking_ahead`): a stage woken from idle spins this
     /// long for its frame (0: it does not wake ahead). Cuda stages, whose hosts otherwise add
     /// a futex wake-up to every hop of a frame through an idle pipeline (measured on an H100
-    /// at 1,000 frames/s, docs/benchmarks.md); cpu stages spend milliseconds on a large frame,
+    /// at 1,000 frames/s, docs/benchmarks-history.md); cpu stages spend milliseconds on a large frame,
     /// which a wake-up does not change.
     pub wake_ahead_us: u64,
     /// How long a sleep (or a source's gap between frames) counts as idle for waking ahead: 500
@@ -118,13 +118,13 @@ const WAKE_BEFORE_DUE_US: u64 = 150;
 /// 156–171 % to 108 % of a core, for 3–4 % of its frames/s. Smaller frames get no bound: there
 /// it cost 5–9 % of the frames/s (1080p, 720p, 256x256) and saved little CPU, except on long
 /// chains (an 8-stage 1080p chain: 636 % -> 269 % for 3 % of its frames/s), where
-/// `GPUIPC_GPU_LEAD=64` is a choice for a machine short of cores (docs/benchmarks.md).
+/// `GPUIPC_GPU_LEAD=64` is a choice for a machine short of cores (docs/benchmarks-history.md).
 const LARGE_FRAMES_LEAD: u32 = 64;
 /// A consumer of frames under [`LARGE_FRAME_BYTES`] polls a `ready` event on its host this long
 /// before it leaves the wait to its GPU. On an H100 under MPS, waiting on the host took an
 /// 8-stage 1080p chain from 17,023 to 19,978 frames/s (87.9 to 104.0 % of one process), the
 /// same chain at 720p from 19,896 to 24,684 and 1080p generator → rgb-process → yuv420 from
-/// 54,066 to 60,478, for most of a core more in the last stage (docs/benchmarks.md). Larger
+/// 54,066 to 60,478, for most of a core more in the last stage (docs/benchmarks-history.md). Larger
 /// frames keep the GPU's wait: their kernels hide its stalls (a 4K chain ran at 101 % of one
 /// process with it) and the 4K host CPU stays low.
 const SMALL_FRAMES_READY_SPIN_US: u64 = 200;

@@ -10,7 +10,7 @@
 //! bottleneck the GPU is never that far behind and the check costs one event record per
 //! `CHECK_EVERY` frames.
 //!
-//! `GPUIPC_GPU_LEAD` (0: no bound) sets it; docs/benchmarks.md has what it was measured to
+//! `GPUIPC_GPU_LEAD` (0: no bound) sets it; docs/benchmarks-history.md has what it was measured to
 //! cost and buy. The sleep polls the event: the driver's blocking wait cost more host CPU on an
 //! H100 (4K: 136 % against 110 % of a core summed over three stages; removed since).
 
