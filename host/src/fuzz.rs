@@ -135,7 +135,7 @@ proptest! {
         }
         image.truncate(len);
         #[allow(unsafe_code)]
-        // SAFETY (test): a fresh mapping of `len` bytes, not shared with anyone, `image` fits.
+        // SAFETY: (test) a fresh mapping of `len` bytes, not shared with anyone, `image` fits.
         unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), shm.as_ptr(), image.len()) };
         let _ = RingGeometry::read(&shm, None, "fuzz");
     }

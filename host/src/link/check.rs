@@ -442,7 +442,7 @@ mod tests {
 
     macro_rules! set {
         ($($field:tt)+) => {
-            // SAFETY (test): the header is a page-aligned mapping a header long; nobody else
+            // SAFETY: (test) the header is a page-aligned mapping a header long; nobody else
             // uses the ring, and a scribbled field is what the test is about.
             |h: *mut RingHeader| unsafe { (*h).$($field)+ }
         };
@@ -562,7 +562,7 @@ mod tests {
         let message = refused_after("magic", set!(magic = 0x1234));
         assert!(message.ends_with("is 0x1234, expected 0x4752435049555047 (\"GPUIPCRG\")"), "{message}");
         let message = refused_after("version", |h| {
-            // SAFETY (test): as in `set!`.
+            // SAFETY: (test) as in `set!`.
             unsafe { (*h).version.store(VERSION + 1, Ordering::Release) }
         });
         assert!(message.ends_with(&format!("is {}, expected {VERSION}", VERSION + 1)), "{message}");
@@ -606,7 +606,7 @@ mod tests {
         // Another format with its own layout: the header holds together, the plan decides.
         let message = refused_after("format", |h| {
             let format = FrameFormat::new(PixelFormat::I420, 32, 24);
-            // SAFETY (test): as in `set!`.
+            // SAFETY: (test) as in `set!`.
             unsafe {
                 (*h).format = format;
                 (*h).layout = FrameLayout::for_format(format).unwrap();
@@ -708,7 +708,7 @@ mod tests {
             RingMap::open_checked(fds(&ring, FrameAccess::Write), &params(), LINK, FrameAccess::Write).unwrap();
         let other = SharedMemory::open(fd(ring.control_block())).unwrap();
         let h = other.as_ptr() as *mut RingHeader;
-        // SAFETY (test): as in `set!`.
+        // SAFETY: (test) as in `set!`.
         unsafe {
             (*h).depth = 200;
             (*h).slot_bytes = 1 << 40;

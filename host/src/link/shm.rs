@@ -158,7 +158,7 @@ mod tests {
     fn a_read_only_descriptor_maps_only_for_reading_and_for_good() {
         let memory = SharedMemory::create("gpuipc-test-shm", 8192).unwrap();
         let read_only = memory.read_only_fd().unwrap();
-        // SAFETY (test): a fresh mapping, if the kernel made one; it is not used.
+        // SAFETY: (test) a fresh mapping, if the kernel made one; it is not used.
         let writable = unsafe {
             rustix::mm::mmap(
                 std::ptr::null_mut(),
@@ -175,12 +175,12 @@ mod tests {
             "mmap(PROT_WRITE, MAP_SHARED) of a descriptor open for reading"
         );
         let mapping = Mapping::read_only(read_only).unwrap();
-        // SAFETY (test): the whole of `mapping`, on page bounds; nothing writes it if it fails.
+        // SAFETY: (test) the whole of `mapping`, on page bounds; nothing writes it if it fails.
         let made_writable =
             unsafe { rustix::mm::mprotect(mapping.as_ptr().cast(), 8192, MprotectFlags::READ | MprotectFlags::WRITE) };
         assert_eq!(made_writable.err(), Some(Errno::ACCESS), "mprotect(PROT_WRITE) of the read-only mapping");
         // What the writer writes, the reader reads.
-        // SAFETY (test): both mappings are 8192 bytes of the same memory; only this thread uses them.
+        // SAFETY: (test) both mappings are 8192 bytes of the same memory; only this thread uses them.
         unsafe {
             memory.as_ptr().add(4100).write(7);
             assert_eq!(mapping.as_ptr().add(4100).read(), 7);

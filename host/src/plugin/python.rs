@@ -52,9 +52,9 @@ pub fn preload() -> Result<(), String> {
     LOADED
         .get_or_init(|| {
             let library = locate()?;
+            let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL;
             // SAFETY: loading libpython runs no Python code (nothing initialises the
             // interpreter until the plugin does); it stays loaded for the process's life.
-            let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL;
             let loaded = unsafe { libloading::os::unix::Library::open(Some(&library), flags) }
                 .map_err(|e| format!("cannot load {} for {}: {e}", library.display(), python_exe()))?;
             std::mem::forget(loaded);

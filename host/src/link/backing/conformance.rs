@@ -57,7 +57,7 @@ impl Access {
             Access::Host => {
                 assert_eq!(frame.domain, DOMAIN_CPU);
                 #[allow(unsafe_code)]
-                // SAFETY (test): the producer owns the slot the frame points at.
+                // SAFETY: (test) the producer owns the slot the frame points at.
                 unsafe {
                     std::ptr::copy_nonoverlapping(bytes.as_ptr(), frame.addr as *mut u8, bytes.len())
                 };
@@ -70,7 +70,7 @@ impl Access {
         match self {
             Access::Host => {
                 #[allow(unsafe_code)]
-                // SAFETY (test): the consumer's claim keeps the producer out of the slot.
+                // SAFETY: (test) the consumer's claim keeps the producer out of the slot.
                 unsafe { std::slice::from_raw_parts(frame.addr as *const u8, len) }.to_vec()
             }
             Access::Gpu(gpu) => {
@@ -230,7 +230,7 @@ fn device_consumer_child() {
     }
     let gpu = gpuipc_cuda::testing::gpu_for_test().expect("the parent found a GPU");
     #[allow(unsafe_code)]
-    // SAFETY (test): the parent mapped the ring to fd 3 and the socket to fd 4 for this.
+    // SAFETY: (test) the parent mapped the ring to fd 3 and the socket to fd 4 for this.
     let (ring_fd, socket_fd) = unsafe { (OwnedFd::from_raw_fd(3), OwnedFd::from_raw_fd(4)) };
     let map = RingMap::open(crate::link::ring::RingFds { control: ring_fd, data: None }, FrameAccess::Read).unwrap();
     let socket = ControlSocket::from_fd(socket_fd);

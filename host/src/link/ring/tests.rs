@@ -33,8 +33,8 @@ fn reopen_to_read(map: &RingMap) -> RingMap {
 
 fn fill(map: &RingMap, slot: usize, seq: u64) {
     let (ptr, len) = map.slot_data(slot).unwrap();
-    // SAFETY (test): the producer owns the slot while writing.
     #[allow(unsafe_code)]
+    // SAFETY: (test) the producer owns the slot while writing.
     let bytes = unsafe { std::slice::from_raw_parts_mut(ptr, len as usize) };
     for chunk in bytes.chunks_exact_mut(8) {
         chunk.copy_from_slice(&seq.to_le_bytes());
@@ -43,8 +43,8 @@ fn fill(map: &RingMap, slot: usize, seq: u64) {
 
 fn check(map: &RingMap, slot: &ReadSlot) {
     let (ptr, len) = map.slot_data(slot.index()).unwrap();
-    // SAFETY (test): the consumer's claim keeps the producer out.
     #[allow(unsafe_code)]
+    // SAFETY: (test) the consumer's claim keeps the producer out.
     let bytes = unsafe { std::slice::from_raw_parts(ptr, len as usize) };
     for chunk in bytes.chunks_exact(8) {
         assert_eq!(u64::from_le_bytes(chunk.try_into().unwrap()), slot.meta().seq, "torn frame");
@@ -292,7 +292,7 @@ fn consumers_read_the_frames_the_producer_wrote_through_memory_they_cannot_write
         assert_eq!(slot.meta().seq, 41);
         assert_eq!(consumer.ring().fds_for(FrameAccess::Read).len(), 1, "no descriptor of the frames kept");
         let (ptr, _) = consumer.ring().slot_data(slot.index()).unwrap();
-        // SAFETY (test): the page holding the frame, in the consumer's mapping; if the
+        // SAFETY: (test) the page holding the frame, in the consumer's mapping; if the
         // kernel allowed it, nothing would write there.
         let made_writable = unsafe {
             rustix::mm::mprotect(
@@ -304,7 +304,7 @@ fn consumers_read_the_frames_the_producer_wrote_through_memory_they_cannot_write
         assert_eq!(made_writable.err(), Some(Errno::ACCESS));
     }
     let given = map.fds_for(FrameAccess::Read)[1];
-    // SAFETY (test): a fresh mapping, if the kernel made one; it is not used.
+    // SAFETY: (test) a fresh mapping, if the kernel made one; it is not used.
     let writable = unsafe {
         rustix::mm::mmap(std::ptr::null_mut(), page, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, given, 0)
     };
