@@ -39,8 +39,8 @@ cp scripts/bench-run.sh "$bundle/bench.sh"
 cp scripts/bench-replicas.sh "$bundle/bench-replicas.sh"
 cp scripts/bench-wait.sh "$bundle/bench-wait.sh"
 cp scripts/bench-latency.sh "$bundle/bench-latency.sh"
-cp scripts/lib-bench.sh "$bundle/lib-bench.sh"
-cp scripts/bench-compare.sh "$bundle/bench-compare.sh"  # sourced by bench.sh, bench-wait.sh, bench-latency.sh
+cp scripts/lib-bench.sh "$bundle/lib-bench.sh"  # sourced by bench.sh, bench-wait.sh, bench-latency.sh, bench-compare.sh
+cp scripts/bench-compare.sh "$bundle/bench-compare.sh"
 cp scripts/trace-hops.py "$bundle/trace-hops.py"
 cp scripts/bench-decode.sh "$bundle/bench-decode.sh"
 chmod +x "$bundle/check.sh" "$bundle/bench-compare.sh" "$bundle/bench.sh" "$bundle/bench-wait.sh" "$bundle/bench-latency.sh" "$bundle/bench-decode.sh"
