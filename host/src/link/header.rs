@@ -17,7 +17,7 @@ use crate::plan::ring_size::{self, CONTROL_BYTES};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUIPCRG");
 /// 4: slot data moved out of the control block's memfd into one of its own (`data_offset` gone).
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// Most slots a ring can have.
 pub const MAX_SLOTS: usize = 64;
 /// Most consumers a ring can have: claim and pending masks are 16 bits each.
@@ -73,6 +73,10 @@ pub struct ConsumerState {
     pub next_ordinal: AtomicU64,
     pub received: AtomicU64,
     pub dropped: AtomicU64,
+    /// Frames this consumer took from this link and lost inside a process that died (the
+    /// host's count, or the consumer's for a frame a dead producer made): a join killed
+    /// between its inputs' takes lost the frame on the links it had taken it from only.
+    pub lost: AtomicU64,
 }
 
 /// A slot's frame metadata; written by the producer while it owns the slot (state WRITING),

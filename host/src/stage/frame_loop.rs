@@ -174,6 +174,9 @@ impl FrameLoop<'_, '_> {
                 let s = self.stats.get();
                 s.lost.fetch_add(1, Ordering::Relaxed);
                 s.lost_below.fetch_max(seq + 1, Ordering::Release);
+                for input in &self.inputs {
+                    input.count_lost();
+                }
                 if let (Some(replica), Some(taken)) = (&self.replica, ticket) {
                     // Nothing will be published under its ticket: the turn passes it.
                     replica.lost(taken);

@@ -27,12 +27,10 @@ pub fn reclaim_stage(
             && l.consumers.iter().all(|c| group.contains(c))
     };
     // The last frame taken: a stage works on one frame (one aligned set) at a time.
-    let taken = stage
-        .inputs
-        .iter()
-        .map(|input| rings[input.link].header().consumers[input.consumer].0.next_seq.load(Ordering::Acquire))
-        .max()
-        .and_then(|next| next.checked_sub(1));
+    let next_seq = |input: &crate::plan::InputPlan| {
+        rings[input.link].header().consumers[input.consumer].0.next_seq.load(Ordering::Acquire)
+    };
+    let taken = stage.inputs.iter().map(next_seq).max().and_then(|next| next.checked_sub(1));
     for input in &stage.inputs {
         // A ring whose every end died is emptied by its producer's turn below.
         if !whole_ring_dead(input.link) {
@@ -74,6 +72,13 @@ pub fn reclaim_stage(
     let s = stats.get();
     s.lost_below.store(seq + 1, Ordering::Release);
     s.lost.fetch_add(1, Ordering::Relaxed);
+    // On each link it took the frame from: a join killed between its inputs' takes took it
+    // from some only, and the others give it up (dropped) when the stage carries on.
+    for input in &stage.inputs {
+        if next_seq(input) == seq + 1 {
+            rings[input.link].count_lost(input.consumer);
+        }
+    }
     1
 }
 

@@ -105,7 +105,8 @@ pub struct StageReport {
 /// What became of the frames of one link at one of its consumers. Every frame the producer
 /// made was delivered (the consumer did its work on it), dropped on the way (by the link's
 /// policy, to align a join's inputs, given up with a producer process that died before its
-/// GPU work ran, or left when the stream ended), or lost inside a consumer process that died:
+/// GPU work ran, or left when the stream ended), or lost inside a consumer process that died
+/// (counted on each link it had taken the frame from):
 /// `produced = delivered + dropped + lost`, exactly, however many processes died.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LinkReport {
@@ -210,15 +211,18 @@ impl RunReport {
         for (l, (link, ring)) in plan.links.iter().zip(rings).enumerate() {
             let published = ring.header().producer.0.published.load(std::sync::atomic::Ordering::Acquire);
             for (c, &consumer) in link.consumers.iter().enumerate() {
-                let mut dropped = ring.dropped(c);
-                if dropped > published {
+                let mut plausible = |what: &str, count: u64| {
+                    if count <= published {
+                        return count;
+                    }
                     self.warnings.push(format!(
-                        "link '{}': its control block says consumer '{}' dropped {dropped} of the {published} frames published on it; shown as 0 (something wrote over the ring's control block)",
+                        "link '{}': its control block says consumer '{}' {what} {count} of the {published} frames published on it; shown as 0 (something wrote over the ring's control block)",
                         plan.link_name(l),
                         plan.stages[consumer].name
                     ));
-                    dropped = 0;
-                }
+                    0
+                };
+                let (dropped, lost) = (plausible("dropped", ring.dropped(c)), plausible("lost", ring.lost(c)));
                 links.push(LinkReport {
                     link: plan.link_name(l),
                     host: None,
@@ -227,7 +231,7 @@ impl RunReport {
                     produced: sum(link.producer, |r| r.frames),
                     delivered: sum(consumer, |r| r.frames),
                     dropped,
-                    lost: sum(consumer, |r| r.lost),
+                    lost,
                 });
             }
         }

@@ -142,6 +142,11 @@ impl Consumer {
         self.ring.header().consumers[self.index].0.dropped.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Count a frame taken from this link as lost (made by a producer process that died).
+    pub fn count_lost(&self) {
+        self.ring.count_lost(self.index);
+    }
+
     /// A shared consumer starts each take where its siblings left the stream.
     pub fn catch_up(&mut self) {
         if self.shared {

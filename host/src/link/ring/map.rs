@@ -237,6 +237,16 @@ impl RingMap {
     pub fn dropped(&self, c: usize) -> u64 {
         self.header().consumers[c].0.dropped.load(Ordering::Relaxed)
     }
+
+    /// Frames consumer `c` took from this link and lost (see `ConsumerState::lost`).
+    pub fn lost(&self, c: usize) -> u64 {
+        self.header().consumers[c].0.lost.load(Ordering::Relaxed)
+    }
+
+    /// Count one frame consumer `c` took from this link as lost.
+    pub fn count_lost(&self, c: usize) {
+        self.header().consumers[c].0.lost.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl RingSides for RingMap {
