@@ -205,6 +205,8 @@ unsafe extern "C" fn create<P: Plugin>(
         let (text, inputs, output, ctx) =
             unsafe { (params_text(params), formats(inputs, n_inputs), output.as_ref().copied(), &*ctx) };
         crate::log::install(ctx.log);
+        // The CUDA crate's messages (kernel cache, failed releases) go there too.
+        crate::cuda::bridge_logs();
         // SAFETY: the stage name and cache dir are valid strings for the call.
         let (stage, cache_dir) = unsafe { (ctx.stage.to_string_lossy(), ctx.kernel_cache_dir.to_string_lossy()) };
         let cache_dir = std::path::PathBuf::from(cache_dir);

@@ -11,6 +11,7 @@ use crate::context::RawStream;
 use crate::driver::check;
 use crate::error::CudaError;
 use crate::log;
+use crate::target::Target;
 
 /// Device memory holding a copy of some bytes, freed on drop (with its context current, as a
 /// plugin's is when the runner destroys it).
@@ -21,10 +22,16 @@ pub struct DeviceTable {
 }
 
 impl DeviceTable {
-    /// Allocate `bytes.len()` bytes in `on.context` (which must be current on this thread) and
-    /// copy `bytes` there on `on.stream`, waiting until the copy is done: it blocks the
-    /// thread, so it is for setting up, not for the frame loop.
-    pub fn upload(on: RawStream, bytes: &[u8]) -> Result<DeviceTable, CudaError> {
+    /// Allocate `bytes.len()` bytes in `on`'s context (which must be current on this thread,
+    /// as the runner leaves it for `create`) and copy `bytes` there on its stream, waiting
+    /// until the copy is done: it blocks the thread, so it is for `create`, not for the frame
+    /// loop.
+    pub fn upload(on: &impl Target, bytes: &[u8]) -> Result<DeviceTable, CudaError> {
+        let uploaded = on.raw_stream().and_then(|on| DeviceTable::upload_to(on, bytes));
+        uploaded.map_err(|e| e.during(format!("uploading a {}-byte table", bytes.len())))
+    }
+
+    fn upload_to(on: RawStream, bytes: &[u8]) -> Result<DeviceTable, CudaError> {
         const OP: &str = "device table upload";
         if bytes.is_empty() {
             return Err(CudaError::Invalid { op: OP, reason: "a device table cannot be empty".into() });

@@ -61,6 +61,7 @@ impl GpuSepia {
                 KernelArg::U32(channels),
                 KernelArg::U32(k),
             ],
-        )
+        )?;
+        Ok(())
     }
 }

@@ -71,6 +71,7 @@ impl GpuGenerator {
                 KernelArg::U32(place.box_width),
                 KernelArg::U32(place.box_height),
             ],
-        )
+        )?;
+        Ok(())
     }
 }

@@ -25,7 +25,7 @@ impl GpuLut {
     pub fn new(ctx: &CreateContext<'_>, table: &[u8; 256]) -> Result<GpuLut> {
         let kernels = Kernels::load(ctx, FILE_NAME, SOURCE, &[ENTRY_POINT])?;
         let kernel = kernels.get(ENTRY_POINT)?.clone();
-        let table = DeviceTable::upload(ctx, ctx.cuda_stream, table)?;
+        let table = DeviceTable::upload(ctx, table)?;
         Ok(GpuLut { kernel, table })
     }
 
@@ -57,6 +57,7 @@ impl GpuLut {
                 KernelArg::U32(output.0.format.pixel),
                 self.table.arg(),
             ],
-        )
+        )?;
+        Ok(())
     }
 }

@@ -120,6 +120,7 @@ impl GpuConverter {
                 (&self.p010, [&planes[..], &rest, &coefficients].concat())
             }
         };
-        kernel.launch(stream, grid, (BLOCK_X, 1, 1), 0, &args)
+        kernel.launch(stream, grid, (BLOCK_X, 1, 1), 0, &args)?;
+        Ok(())
     }
 }

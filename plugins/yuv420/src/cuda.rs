@@ -97,6 +97,7 @@ impl GpuConverter {
                 KernelArg::I32(c.v_g),
                 KernelArg::I32(c.v_b),
             ],
-        )
+        )?;
+        Ok(())
     }
 }

@@ -98,12 +98,14 @@ impl GpuFault {
             Poison::IllegalAddress => (0, 1),
             Poison::Trap => (0, 2),
         };
-        self.poison.launch(stream, (1, 1, 1), (1, 1, 1), 0, &[KernelArg::DevicePtr(target), KernelArg::U32(how)])
+        self.poison.launch(stream, (1, 1, 1), (1, 1, 1), 0, &[KernelArg::DevicePtr(target), KernelArg::U32(how)])?;
+        Ok(())
     }
 
     /// Enqueue a kernel of `blocks` blocks of one warp each that spin for `micros`
     /// microseconds on `stream`.
     pub fn busy(&self, micros: u64, blocks: u32, stream: usize) -> Result<()> {
-        self.busy.launch(stream, (blocks, 1, 1), (32, 1, 1), 0, &[KernelArg::U64(micros.saturating_mul(1000))])
+        self.busy.launch(stream, (blocks, 1, 1), (32, 1, 1), 0, &[KernelArg::U64(micros.saturating_mul(1000))])?;
+        Ok(())
     }
 }
