@@ -14,12 +14,13 @@
 //! check (the device addresses a kernel is given) is spelled out on [`Kernel`].
 //!
 //! ```ignore
-//! use gpuipc_plugin_api::cuda::{self, KernelArg, Kernels};
+//! use gpuipc_plugin_api::cuda::{self, KernelArg, KernelSource};
+//!
+//! /// `src/fill.cu`, built into the plugin.
+//! const SOURCE: KernelSource = gpuipc_plugin_api::kernel_source!("src", "fill.cu");
 //!
 //! // In `Plugin::create`, when `ctx.domain == Domain::Cuda`:
-//! let kernels = Kernels::load(ctx, "kernels/fill.cu", include_str!("../../../kernels/fill.cu"),
-//!                             &["fill"])?;
-//! let fill = kernels.get("fill")?.clone();
+//! let [fill] = SOURCE.load(ctx, ["fill"])?;
 //!
 //! // In `Plugin::process`, for a device output frame:
 //! let plane = cuda::device_plane(buffer, &out.info().layout, 0)?;
@@ -48,9 +49,12 @@
 //! closed to others (0700), files are 0600, and a file is loaded only if its trailer names the
 //! key it is looked up by and the hash of its CUBIN matches.
 
+mod source;
 pub mod testing;
 #[cfg(test)]
 mod tests;
+
+pub use source::KernelSource;
 
 pub use gpuipc_cuda::{
     CudaError, DeviceBytes, DeviceTable, Kernel, KernelArg, Kernels, MAX_KERNEL_PARAMS, NVRTC_OPTIONS, ScratchBuffer,

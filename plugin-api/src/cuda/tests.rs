@@ -112,6 +112,16 @@ fn loading_outside_the_cuda_domain_is_an_error() {
     );
 }
 
+#[test]
+fn kernel_sources_are_built_in_and_load_only_in_the_cuda_domain() {
+    const SOURCE: KernelSource = crate::kernel_source!("template/src", "sepia.cu");
+    assert_eq!(SOURCE.file_name, "sepia.cu");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("template/src/sepia.cu");
+    assert_eq!(SOURCE.source, std::fs::read_to_string(path).unwrap());
+    let e = SOURCE.load(&crate::testing::cpu_context(), ["sepia"]).unwrap_err();
+    assert_eq!(e.to_string(), "loading kernels sepia.cu: stage `test` runs in the cpu domain without a CUDA context");
+}
+
 /// On a GPU: the driver reports the parameters as declared, mismatched launches are refused
 /// before reaching the driver, and a checked launch and a device table work. Skipped
 /// without a GPU unless GPUIPC_REQUIRE_GPU=1; needs NVRTC.
@@ -137,6 +147,11 @@ fn gpu_launches_are_checked_and_run() {
     assert_eq!(e.to_string(), "kernels/test.cu: no kernel `missing` was loaded (loaded: put, nothing)");
     let e = Kernels::load(&ctx, "kernels/test.cu", source, &["absent"]).unwrap_err();
     assert!(e.to_string().contains("CUDA_ERROR_NOT_FOUND (500)"), "{e}");
+    // The same through a KernelSource: the kernels in the order asked for.
+    let built_in = KernelSource { file_name: "kernels/test.cu", source };
+    let [nothing, put_again] = built_in.load(&ctx, ["nothing", "put"]).unwrap();
+    assert_eq!((nothing.name(), put_again.name()), ("nothing", "put"));
+    assert_eq!(put_again.param_sizes(), [8, 4, 8, 4, 4, 8]);
 
     let table: Vec<u8> = (0..=255).collect();
     let table = DeviceTable::upload(&ctx, &table).unwrap();
