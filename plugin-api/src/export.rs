@@ -178,6 +178,7 @@ unsafe extern "C" fn negotiate<P: Plugin>(
         // SAFETY: host contract: params text and `n_inputs` formats are valid for the call,
         // `output` and `has_output` are writable.
         let (text, inputs) = unsafe { (params_text(params), formats(inputs, n_inputs)) };
+        P::INFO.check_inputs(inputs)?;
         let params = parse_params::<P>(&text)?;
         P::check(&params, inputs)?;
         let result = P::negotiate(&params, inputs)?;
@@ -218,6 +219,7 @@ unsafe extern "C" fn create<P: Plugin>(
             cuda_stream: ctx.cuda_stream as usize,
             kernel_cache_dir: (!cache_dir.as_os_str().is_empty()).then_some(cache_dir.as_path()),
         };
+        P::INFO.check_inputs(inputs)?;
         let params = parse_params::<P>(&text)?;
         P::check(&params, inputs)?;
         let plugin = P::create(params, inputs, output, &context)?;

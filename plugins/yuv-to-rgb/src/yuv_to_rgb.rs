@@ -336,12 +336,10 @@ pub struct YuvToRgb {
     gpu: Option<GpuConverter>,
 }
 
-fn output_format(params: &Params, inputs: &[FrameFormat]) -> Result<FrameFormat> {
-    let [input] = inputs else { bail!("yuv-to-rgb takes 1 input, got {}", inputs.len()) };
-    match input.pixel_format().and_then(sample_bits) {
-        Some(_) => Ok(FrameFormat::new(params.format.pixel(), input.width, input.height)),
-        None => bail!("yuv-to-rgb takes i420, nv12 or p010 frames; input is {input}"),
-    }
+/// The output for the one input (i420, nv12 or p010, checked against `INFO` before
+/// `negotiate` and `create` are called): the `format` param's format, the same size.
+fn output_format(params: &Params, input: FrameFormat) -> FrameFormat {
+    FrameFormat::new(params.format.pixel(), input.width, input.height)
 }
 
 impl Plugin for YuvToRgb {
@@ -396,7 +394,7 @@ impl Plugin for YuvToRgb {
     }
 
     fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
-        output_format(params, inputs).map(Some)
+        Ok(Some(output_format(params, inputs[0])))
     }
 
     fn create(
@@ -405,7 +403,7 @@ impl Plugin for YuvToRgb {
         output: Option<FrameFormat>,
         ctx: &CreateContext<'_>,
     ) -> Result<YuvToRgb> {
-        let expected = output_format(&params, inputs)?;
+        let expected = output_format(&params, inputs[0]);
         if output != Some(expected) {
             bail!("yuv-to-rgb makes {expected} frames here, but the output was set to {output:?}");
         }
@@ -413,8 +411,8 @@ impl Plugin for YuvToRgb {
             Domain::Cuda => Some(GpuConverter::new(ctx)?),
             Domain::Cpu => None,
         };
-        // `output_format` took only formats whose samples it knows.
-        let bits = inputs[0].pixel_format().and_then(sample_bits).expect("a negotiated input format");
+        // INFO.accepts holds only formats whose samples it knows.
+        let bits = inputs[0].pixel_format().and_then(sample_bits).expect("an input format of INFO.accepts");
         Ok(YuvToRgb {
             threads: params.threads,
             coeffs: Coefficients::for_bits(params.matrix, params.range, bits),
@@ -430,7 +428,7 @@ impl Plugin for YuvToRgb {
         output: Option<&mut OutputFrame<'_>>,
         ctx: &ProcessContext,
     ) -> Result<()> {
-        let [input] = inputs else { bail!("yuv-to-rgb takes 1 input, got {}", inputs.len()) };
+        let input = &inputs[0];
         let output = output.ok_or_else(|| Error::new("yuv-to-rgb needs an output frame"))?;
         if input.info.format != self.input {
             bail!("input frame is {}, expected {}", input.info.format, self.input);
@@ -454,7 +452,7 @@ impl Plugin for YuvToRgb {
 }
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::testing::{check_doc_examples, cpu_context, frame_bytes, packed_planes, padded};
+    use gpuipc_plugin_api::testing::{CpuStage, check_doc_examples, cpu_context, frame_bytes, packed_planes, padded};
     use gpuipc_plugin_api::{FrameInfo, parse_params};
 
     use super::*;
@@ -1159,7 +1157,7 @@ mod tests {
             p,
             Params { matrix: Matrix::Bt709, range: ColorRange::Limited, format: RgbFormat::Rgb8, threads: 0 }
         );
-        let e = YuvToRgb::negotiate(&p, &[FrameFormat::new(PixelFormat::Rgb8, 4, 4)]).unwrap_err();
+        let e = CpuStage::<YuvToRgb>::new("", &[FrameFormat::new(PixelFormat::Rgb8, 4, 4)]).err().unwrap();
         assert_eq!(e.message(), "yuv-to-rgb takes i420, nv12 or p010 frames; input is rgb8 4x4");
         let out = YuvToRgb::negotiate(&p, &[FrameFormat::new(PixelFormat::P010, 7, 5)]).unwrap();
         assert_eq!(out, Some(FrameFormat::new(PixelFormat::Rgb8, 7, 5)));

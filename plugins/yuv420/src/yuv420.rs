@@ -229,14 +229,10 @@ pub struct Yuv420 {
     gpu: Option<GpuConverter>,
 }
 
-fn output_format(params: &Params, inputs: &[FrameFormat]) -> Result<FrameFormat> {
-    let [input] = inputs else { bail!("yuv420 takes 1 input, got {}", inputs.len()) };
-    match input.pixel_format() {
-        Some(PixelFormat::Rgb8 | PixelFormat::Rgba8) => {
-            Ok(FrameFormat::new(params.layout.pixel(), input.width, input.height))
-        }
-        _ => bail!("yuv420 takes rgb8 or rgba8 frames; input is {input}"),
-    }
+/// The output for the one input (rgb8 or rgba8, checked against `INFO` before `negotiate` and
+/// `create` are called): the `layout` param's format, the same size.
+fn output_format(params: &Params, input: FrameFormat) -> FrameFormat {
+    FrameFormat::new(params.layout.pixel(), input.width, input.height)
 }
 
 impl Plugin for Yuv420 {
@@ -289,7 +285,7 @@ impl Plugin for Yuv420 {
     }
 
     fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
-        output_format(params, inputs).map(Some)
+        Ok(Some(output_format(params, inputs[0])))
     }
 
     fn create(
@@ -298,7 +294,7 @@ impl Plugin for Yuv420 {
         output: Option<FrameFormat>,
         ctx: &CreateContext<'_>,
     ) -> Result<Yuv420> {
-        let expected = output_format(&params, inputs)?;
+        let expected = output_format(&params, inputs[0]);
         if output != Some(expected) {
             bail!("yuv420 makes {expected} frames here, but the output was set to {output:?}");
         }
@@ -323,7 +319,7 @@ impl Plugin for Yuv420 {
         output: Option<&mut OutputFrame<'_>>,
         ctx: &ProcessContext,
     ) -> Result<()> {
-        let [input] = inputs else { bail!("yuv420 takes 1 input, got {}", inputs.len()) };
+        let input = &inputs[0];
         let output = output.ok_or_else(|| Error::new("yuv420 needs an output frame"))?;
         if input.info.format != self.input {
             bail!("input frame is {}, expected {}", input.info.format, self.input);
@@ -348,7 +344,7 @@ impl Plugin for Yuv420 {
 
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::testing::{check_doc_examples, cpu_context, frame_bytes, packed_planes, padded};
+    use gpuipc_plugin_api::testing::{CpuStage, check_doc_examples, cpu_context, frame_bytes, packed_planes, padded};
     use gpuipc_plugin_api::{FrameInfo, parse_params};
 
     use super::*;
@@ -681,8 +677,8 @@ mod tests {
             p,
             Params { matrix: Matrix::Bt709, range: ColorRange::Limited, layout: ChromaLayout::I420, threads: 0 }
         );
-        let e = Yuv420::negotiate(&p, &[FrameFormat::new(PixelFormat::Gray8, 4, 4)]).unwrap_err();
-        assert!(e.message().contains("gray8 4x4"), "{e}");
+        let e = CpuStage::<Yuv420>::new("", &[FrameFormat::new(PixelFormat::Gray8, 4, 4)]).err().unwrap();
+        assert_eq!(e.message(), "yuv420 takes rgb8 or rgba8 frames; input is gray8 4x4");
         let nv12 = Params { layout: ChromaLayout::Nv12, ..p };
         let out = Yuv420::negotiate(&nv12, &[FrameFormat::new(PixelFormat::Rgba8, 7, 5)]).unwrap();
         assert_eq!(out, Some(FrameFormat::new(PixelFormat::Nv12, 7, 5)));
