@@ -9,6 +9,9 @@ use serde::Deserialize;
 
 use crate::cuda::GpuConverter;
 use gpuipc_plugin_api::bands;
+/// The `matrix` and `range` params: the same names and values as `yuv420`'s.
+pub use gpuipc_plugin_api::color::{ColorRange, Matrix};
+use gpuipc_plugin_api::color::{matrix_param, range_param};
 
 /// Fractional bits of the fixed-point coefficients for 8-bit samples (`i420`, `nv12`); 10-bit
 /// ones (`p010`) take 2 more ([`Coefficients::frac_bits`]).
@@ -37,38 +40,6 @@ pub struct Params {
     /// Threads converting a frame in the cpu domain, 0..=[`bands::MAX_THREADS`]; 0 is a share
     /// of the cores ([`bands::thread_count`]). Default 0.
     pub threads: u32,
-}
-
-/// The `matrix` param: the same names and values as `yuv420`'s.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Matrix {
-    /// Kr = 0.2126, Kb = 0.0722 (HD).
-    #[default]
-    Bt709,
-    /// Kr = 0.299, Kb = 0.114 (SD, JPEG).
-    Bt601,
-}
-
-impl Matrix {
-    /// `(Kr, Kb)`.
-    pub fn kr_kb(self) -> (f64, f64) {
-        match self {
-            Matrix::Bt709 => (0.2126, 0.0722),
-            Matrix::Bt601 => (0.299, 0.114),
-        }
-    }
-}
-
-/// The `range` param: the same names and values as `yuv420`'s.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ColorRange {
-    /// Y in 16..=235, U and V in 16..=240.
-    #[default]
-    Limited,
-    /// Y, U and V in 0..=255.
-    Full,
 }
 
 /// The `format` param.
@@ -361,20 +332,12 @@ impl Plugin for YuvToRgb {
 
     /// The `# Params` table of the crate docs, for `gpuipc-host inspect`.
     const PARAMS: &'static [ParamInfo] = &[
-        ParamInfo {
-            name: "matrix",
-            kind: r#""bt709" | "bt601""#,
-            default: r#""bt709""#,
-            range: "",
-            description: "luma weights the frames were made with: BT.709 Kr = 0.2126, Kb = 0.0722; BT.601 Kr = 0.299, Kb = 0.114",
-        },
-        ParamInfo {
-            name: "range",
-            kind: r#""limited" | "full""#,
-            default: r#""limited""#,
-            range: "",
-            description: "limited: Y 16..=235, U, V 16..=240 (p010: 64..=940, 64..=960; values beyond clamp); full: 0..=255 (p010: 0..=1023)",
-        },
+        matrix_param(
+            "luma weights the frames were made with: BT.709 Kr = 0.2126, Kb = 0.0722; BT.601 Kr = 0.299, Kb = 0.114",
+        ),
+        range_param(
+            "limited: Y 16..=235, U, V 16..=240 (p010: 64..=940, 64..=960; values beyond clamp); full: 0..=255 (p010: 0..=1023)",
+        ),
         ParamInfo {
             name: "format",
             kind: r#""rgb8" | "rgba8""#,

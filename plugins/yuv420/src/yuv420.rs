@@ -7,6 +7,10 @@ use gpuipc_plugin_api::{
 };
 use serde::Deserialize;
 
+/// The `matrix` and `range` params, shared with yuv-to-rgb.
+pub use gpuipc_plugin_api::color::{ColorRange, Matrix};
+use gpuipc_plugin_api::color::{matrix_param, range_param};
+
 use crate::bands;
 use crate::cpu::RowCoefficients;
 use crate::cuda::GpuConverter;
@@ -36,38 +40,6 @@ impl Params {
         bands::check_threads_param(self.threads, &mut problems);
         if problems.is_empty() { Ok(()) } else { Err(Error::new(problems.join("; "))) }
     }
-}
-
-/// The `matrix` param.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Matrix {
-    /// Kr = 0.2126, Kb = 0.0722 (HD).
-    #[default]
-    Bt709,
-    /// Kr = 0.299, Kb = 0.114 (SD, JPEG).
-    Bt601,
-}
-
-impl Matrix {
-    /// `(Kr, Kb)`.
-    pub fn kr_kb(self) -> (f64, f64) {
-        match self {
-            Matrix::Bt709 => (0.2126, 0.0722),
-            Matrix::Bt601 => (0.299, 0.114),
-        }
-    }
-}
-
-/// The `range` param.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ColorRange {
-    /// Y in 16..=235, U and V in 16..=240.
-    #[default]
-    Limited,
-    /// Y, U and V in 0..=255.
-    Full,
 }
 
 /// The `layout` param.
@@ -254,20 +226,8 @@ impl Plugin for Yuv420 {
 
     /// The `# Params` table of the crate docs, for `gpuipc-host inspect`.
     const PARAMS: &'static [ParamInfo] = &[
-        ParamInfo {
-            name: "matrix",
-            kind: r#""bt709" | "bt601""#,
-            default: r#""bt709""#,
-            range: "",
-            description: "luma weights: BT.709 Kr = 0.2126, Kb = 0.0722; BT.601 Kr = 0.299, Kb = 0.114",
-        },
-        ParamInfo {
-            name: "range",
-            kind: r#""limited" | "full""#,
-            default: r#""limited""#,
-            range: "",
-            description: "limited: Y 16..=235, U, V 16..=240; full: 0..=255",
-        },
+        matrix_param("luma weights: BT.709 Kr = 0.2126, Kb = 0.0722; BT.601 Kr = 0.299, Kb = 0.114"),
+        range_param("limited: Y 16..=235, U, V 16..=240; full: 0..=255"),
         ParamInfo {
             name: "layout",
             kind: r#""i420" | "nv12""#,
