@@ -66,6 +66,7 @@
 //! says why it holds.
 #![deny(unsafe_code)]
 
+mod alloc;
 mod args;
 mod cache;
 mod context;

@@ -8,6 +8,7 @@ use std::ffi::c_void;
 
 use cudarc::driver::sys::{self, CUevent, CUresult};
 
+use crate::alloc::DeviceAlloc;
 use crate::args::KernelArg;
 use crate::context::RawStream;
 use crate::driver::check;
@@ -52,8 +53,8 @@ use crate::target::{DeviceBuffer, DeviceBytes, Target};
 #[derive(Debug)]
 pub struct ScratchBuffer {
     on: RawStream,
-    addr: u64,
-    len: usize,
+    /// Freed after `Drop` below has waited for the uploads still reading staged bytes.
+    memory: DeviceAlloc,
     /// Host copies of uploaded bytes, oldest first, each until its copy has run.
     staged: VecDeque<Staged>,
     /// Events of completed uploads, recorded again by later ones.
@@ -94,35 +95,22 @@ impl ScratchBuffer {
     /// Allocate `len` bytes (at least 1) in `on.context`, which must be current on this
     /// thread. The contents are whatever the allocation held.
     fn alloc(on: RawStream, len: usize) -> Result<ScratchBuffer, CudaError> {
-        const OP: &str = "scratch buffer allocation";
-        if len == 0 {
-            return Err(CudaError::Invalid { op: OP, reason: "a scratch buffer cannot be empty".into() });
-        }
-        if on.stream == 0 {
-            return Err(CudaError::Invalid {
-                op: OP,
-                reason: "no stream (the legacy default stream is refused)".into(),
-            });
-        }
-        on.require_current()?;
-        let mut addr: sys::CUdeviceptr = 0;
-        // SAFETY: the driver is loaded and a context current (checked above); writes the new
-        // allocation's address.
-        check("cuMemAlloc", None, unsafe { sys::cuMemAlloc_v2(&mut addr, len) })?;
-        Ok(ScratchBuffer { on, addr, len, staged: VecDeque::new(), spare_events: Vec::new() })
+        let memory = DeviceAlloc::new("scratch buffer allocation", "scratch buffer", on, len)?;
+        Ok(ScratchBuffer { on, memory, staged: VecDeque::new(), spare_events: Vec::new() })
     }
 
     /// The buffer's device address.
     pub fn addr(&self) -> u64 {
-        self.addr
+        self.memory.addr()
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        self.memory.len()
     }
 
+    /// Never true: an empty buffer is refused.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.memory.len() == 0
     }
 
     /// The stream every operation is enqueued on.
@@ -132,7 +120,7 @@ impl ScratchBuffer {
 
     /// The buffer as a kernel's pointer argument.
     pub fn arg(&self) -> KernelArg {
-        KernelArg::DevicePtr(self.addr)
+        KernelArg::DevicePtr(self.addr())
     }
 
     /// The device address of `offset..offset + len` after checking that `stream` is the
@@ -147,14 +135,14 @@ impl ScratchBuffer {
                 ),
             });
         }
-        check_range(op, self.len, offset, len)?;
+        check_range(op, self.len(), offset, len)?;
         self.on.require_current()?;
-        Ok(self.addr + offset as u64)
+        Ok(self.addr() + offset as u64)
     }
 
     /// Enqueue setting every byte to `value`.
     pub fn memset(&self, stream: usize, value: u8) -> Result<(), CudaError> {
-        self.memset_range(stream, 0, self.len, value)
+        self.memset_range(stream, 0, self.len(), value)
     }
 
     /// Enqueue setting `len` bytes from `offset` to `value`.
@@ -259,7 +247,7 @@ impl ScratchBuffer {
     /// The whole buffer in host memory; waits for the GPU as
     /// [`copy_to_host`](Self::copy_to_host) does.
     pub fn to_vec(&self, stream: usize) -> Result<Vec<u8>, CudaError> {
-        let mut bytes = vec![0; self.len];
+        let mut bytes = vec![0; self.len()];
         self.copy_to_host(stream, 0, &mut bytes)?;
         Ok(bytes)
     }
@@ -347,13 +335,7 @@ impl Drop for ScratchBuffer {
         for event in self.spare_events.drain(..) {
             destroy_event(event);
         }
-        // SAFETY: `addr` came from cuMemAlloc and is freed once, here. The runner synchronises
-        // its stream before destroying the plugin, and cuMemFree itself waits for the
-        // context's pending work, so no kernel or copy still uses the buffer. Needs the
-        // buffer's context current, as the runner leaves it when destroying the plugin.
-        if let Err(e) = check("cuMemFree", None, unsafe { sys::cuMemFree_v2(self.addr) }) {
-            log::release_failed(Some(&format!("freeing a {}-byte scratch buffer", self.len)), &e);
-        }
+        // `memory` is freed after this, as a field.
     }
 }
 
