@@ -178,6 +178,7 @@ unsafe extern "C" fn negotiate<P: Plugin>(
         // SAFETY: host contract: params text and `n_inputs` formats are valid for the call,
         // `output` and `has_output` are writable.
         let (text, inputs) = unsafe { (params_text(params), formats(inputs, n_inputs)) };
+        P::INFO.check_inputs(inputs)?;
         let params = parse_params::<P>(&text)?;
         P::check(&params, inputs)?;
         let result = P::negotiate(&params, inputs)?;
@@ -205,6 +206,8 @@ unsafe extern "C" fn create<P: Plugin>(
         let (text, inputs, output, ctx) =
             unsafe { (params_text(params), formats(inputs, n_inputs), output.as_ref().copied(), &*ctx) };
         crate::log::install(ctx.log);
+        // The CUDA crate's messages (kernel cache, failed releases) go there too.
+        crate::cuda::bridge_logs();
         // SAFETY: the stage name and cache dir are valid strings for the call.
         let (stage, cache_dir) = unsafe { (ctx.stage.to_string_lossy(), ctx.kernel_cache_dir.to_string_lossy()) };
         let cache_dir = std::path::PathBuf::from(cache_dir);
@@ -216,6 +219,7 @@ unsafe extern "C" fn create<P: Plugin>(
             cuda_stream: ctx.cuda_stream as usize,
             kernel_cache_dir: (!cache_dir.as_os_str().is_empty()).then_some(cache_dir.as_path()),
         };
+        P::INFO.check_inputs(inputs)?;
         let params = parse_params::<P>(&text)?;
         P::check(&params, inputs)?;
         let plugin = P::create(params, inputs, output, &context)?;

@@ -5,12 +5,9 @@
 
 use crate::format::{FrameFormat, FrameLayout, PixelFormat, PlaneLayout};
 
-/// A frame in GPU memory: the device address of byte 0 and how many bytes follow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DeviceBuffer {
-    pub addr: u64,
-    pub len: u64,
-}
+/// A frame in GPU memory: the device address of byte 0 and how many bytes follow (the CUDA
+/// crate's type, which its copies take).
+pub use gpuipc_cuda::DeviceBuffer;
 
 /// Where a frame's bytes are.
 #[derive(Debug)]

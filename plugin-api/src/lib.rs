@@ -66,6 +66,7 @@
 pub mod abi;
 pub mod bands;
 pub mod child;
+pub mod color;
 pub mod cuda;
 mod error;
 #[doc(hidden)]

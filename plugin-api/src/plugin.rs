@@ -2,7 +2,7 @@
 
 use serde::de::DeserializeOwned;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::{FrameFormat, PixelFormat};
 use crate::frame::{InputFrame, OutputFrame};
 
@@ -46,6 +46,47 @@ pub struct PluginInfo {
     pub accepts: &'static [PixelFormat],
     /// Pixel formats the output may have (empty for a sink).
     pub produces: &'static [PixelFormat],
+}
+
+impl PluginInfo {
+    /// Whether `inputs` (one format per input) are what the plugin declares it takes: as many
+    /// as `min_inputs..=max_inputs`, each in a pixel format of `accepts`. The host plans no
+    /// stage that breaks this, and the export glue (and [`crate::testing::CpuStage`]) checks it
+    /// again before [`Plugin::check`], [`Plugin::negotiate`] and [`Plugin::create`], so a
+    /// plugin needs no check of its own: a filter declaring one input finds `inputs[0]` in
+    /// every call, in a format it accepts.
+    pub fn check_inputs(&self, inputs: &[FrameFormat]) -> Result<()> {
+        let n = u32::try_from(inputs.len()).unwrap_or(u32::MAX);
+        if n < self.min_inputs || n > self.max_inputs {
+            let takes = match (self.min_inputs, self.max_inputs) {
+                (_, 0) => "no inputs".to_owned(),
+                (1, 1) => "1 input".to_owned(),
+                (min, max) if min == max => format!("{min} inputs"),
+                (min, max) => format!("{min} to {max} inputs"),
+            };
+            return Err(Error::new(format!("{} takes {takes}, got {n}", self.name)));
+        }
+        let refused: Vec<String> = inputs
+            .iter()
+            .enumerate()
+            .filter(|(_, format)| !format.pixel_format().is_some_and(|p| self.accepts.contains(&p)))
+            .map(
+                |(i, format)| {
+                    if inputs.len() == 1 { format!("input is {format}") } else { format!("input {i} is {format}") }
+                },
+            )
+            .collect();
+        if refused.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<&str> = self.accepts.iter().map(|p| p.name()).collect();
+        let accepted = match names.split_last() {
+            Some((last, [])) => (*last).to_owned(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => "no".to_owned(),
+        };
+        Err(Error::new(format!("{} takes {accepted} frames; {}", self.name, refused.join(", "))))
+    }
 }
 
 /// One param a plugin reads from its stage's `params` table, as `gpuipc-host inspect` shows
@@ -182,4 +223,47 @@ pub struct ProcessContext {
     pub frame_index: u64,
     /// Raw `CUstream` to launch on (cuda domain only), 0 otherwise.
     pub cuda_stream: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILTER: PluginInfo = PluginInfo {
+        name: "tone",
+        version: "1",
+        description: "",
+        domains: &[Domain::Cpu],
+        min_inputs: 1,
+        max_inputs: 1,
+        accepts: &[PixelFormat::Rgb8, PixelFormat::Rgba8, PixelFormat::Gray8],
+        produces: &[PixelFormat::Rgb8],
+    };
+
+    #[test]
+    fn inputs_are_checked_against_the_declared_count_and_formats() {
+        let rgb = FrameFormat::new(PixelFormat::Rgb8, 4, 4);
+        let i420 = FrameFormat::new(PixelFormat::I420, 4, 4);
+        FILTER.check_inputs(&[rgb]).unwrap();
+        assert_eq!(FILTER.check_inputs(&[rgb, rgb]).unwrap_err().message(), "tone takes 1 input, got 2");
+        assert_eq!(
+            FILTER.check_inputs(&[i420]).unwrap_err().message(),
+            "tone takes rgb8, rgba8 or gray8 frames; input is i420 4x4"
+        );
+        let unknown = FrameFormat { pixel: 99, ..rgb };
+        assert!(FILTER.check_inputs(&[unknown]).unwrap_err().message().starts_with("tone takes rgb8, rgba8 or gray8"));
+
+        let source = PluginInfo { name: "gen", min_inputs: 0, max_inputs: 0, accepts: &[], ..FILTER };
+        source.check_inputs(&[]).unwrap();
+        assert_eq!(source.check_inputs(&[rgb]).unwrap_err().message(), "gen takes no inputs, got 1");
+        let pair = PluginInfo { name: "diff", min_inputs: 2, max_inputs: 2, accepts: &[PixelFormat::Gray8], ..FILTER };
+        assert_eq!(pair.check_inputs(&[]).unwrap_err().message(), "diff takes 2 inputs, got 0");
+        let gray = FrameFormat::new(PixelFormat::Gray8, 4, 4);
+        assert_eq!(
+            pair.check_inputs(&[gray, i420]).unwrap_err().message(),
+            "diff takes gray8 frames; input 1 is i420 4x4"
+        );
+        let some = PluginInfo { name: "mix", min_inputs: 1, max_inputs: 3, ..FILTER };
+        assert_eq!(some.check_inputs(&[]).unwrap_err().message(), "mix takes 1 to 3 inputs, got 0");
+    }
 }

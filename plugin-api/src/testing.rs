@@ -69,19 +69,12 @@ pub struct CpuStage<P: Plugin> {
 
 impl<P: Plugin> CpuStage<P> {
     /// Parse `params` (`key = value` lines, or empty), then what the host does at plan time
-    /// and when the stage starts: `check` and `negotiate` with `inputs` (one format per input,
-    /// in the order of the stage's `inputs`), then `check` again and `create` with
-    /// [`cpu_context`]. An error is any of theirs, as the host would report it.
+    /// and when the stage starts: [`PluginInfo::check_inputs`](crate::PluginInfo::check_inputs),
+    /// `check` and `negotiate` with `inputs` (one format per input, in the order of the
+    /// stage's `inputs`), then `check` again and `create` with [`cpu_context`]. An error is any
+    /// of theirs, as the host would report it.
     pub fn new(params: &str, inputs: &[FrameFormat]) -> Result<CpuStage<P>> {
-        let count = inputs.len() as u32;
-        if count < P::INFO.min_inputs || count > P::INFO.max_inputs {
-            return Err(Error::new(format!(
-                "{} takes {}..={} inputs, the test gives {count}",
-                P::INFO.name,
-                P::INFO.min_inputs,
-                P::INFO.max_inputs
-            )));
-        }
+        P::INFO.check_inputs(inputs)?;
         let planned = parse_params::<P>(params)?;
         P::check(&planned, inputs)?;
         let output = P::negotiate(&planned, inputs)?;
@@ -417,7 +410,7 @@ mod tests {
         let e = CpuStage::<Invert>::new("level = 1", &[rgb]).err().unwrap();
         assert_eq!(e.message(), "param `level`: unknown field `level`, expected `sloppy`");
         let e = CpuStage::<Invert>::new("", &[rgb, rgb, rgb]).err().unwrap();
-        assert_eq!(e.message(), "invert takes 1..=2 inputs, the test gives 3");
+        assert_eq!(e.message(), "invert takes 1 to 2 inputs, got 3");
         let gray = FrameFormat::new(PixelFormat::Gray8, 3, 2);
         let mut sloppy = CpuStage::<Invert>::new("sloppy = true", &[gray]).unwrap();
         let e = sloppy.process(0, &[&[0; 6]]).unwrap_err();

@@ -294,8 +294,10 @@ impl Drop for Gpu {
 }
 
 /// A context and one of its streams as raw handles (`CUcontext`, `CUstream`), owned by someone
-/// else: the stage runner hands them to a plugin, which passes them to
-/// [`Kernels::load`](crate::Kernels::load) and [`DeviceTable::upload`](crate::DeviceTable::upload).
+/// else: the stage runner hands them to a plugin, which passes them (as a
+/// [`Target`](crate::Target)) to [`Kernels::load`](crate::Kernels::load),
+/// [`DeviceTable::upload`](crate::DeviceTable::upload) and
+/// [`ScratchBuffer::zeroed`](crate::ScratchBuffer::zeroed).
 /// Whether the handles are live cannot be checked (the runner vouches for that); what is
 /// checked is that `context` is the one current on the calling thread before it is used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

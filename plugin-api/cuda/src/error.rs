@@ -44,6 +44,13 @@ pub enum CudaError {
     /// The context handed to a plugin is not the one current on the calling thread.
     #[error("the stage's CUDA context {expected:#x} is not current on this thread (current: {current:#x})")]
     NotCurrent { expected: usize, current: usize },
+    /// A plugin's call in a stage that has no CUDA context: one in the cpu domain.
+    #[error("stage `{stage}` runs in the {domain} domain without a CUDA context")]
+    NoContext { stage: String, domain: &'static str },
+    /// What was being done when `source` happened (allocating a scratch buffer, uploading a
+    /// table).
+    #[error("{what}: {source}")]
+    Context { what: String, source: Box<CudaError> },
     /// Loading a kernel file failed (a compile error names the file itself and is not wrapped).
     #[error("loading kernels {file}: {source}")]
     Load { file: String, source: Box<CudaError> },
@@ -108,12 +115,19 @@ fn log_section(log: &str) -> String {
 }
 
 impl CudaError {
+    /// This error, said to have happened while `what` was being done.
+    pub(crate) fn during(self, what: impl Into<String>) -> CudaError {
+        CudaError::Context { what: what.into(), source: Box::new(self) }
+    }
+
     /// The `CUresult` of the driver call that failed, looking through the context variants;
     /// `None` for errors that are not a driver call's.
     pub fn driver_code(&self) -> Option<u32> {
         match self {
             CudaError::Driver { code, .. } => Some(*code),
-            CudaError::Load { source, .. } | CudaError::Kernel { source, .. } => source.driver_code(),
+            CudaError::Load { source, .. } | CudaError::Kernel { source, .. } | CudaError::Context { source, .. } => {
+                source.driver_code()
+            }
             _ => None,
         }
     }

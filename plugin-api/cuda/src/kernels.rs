@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::context::RawStream;
 use crate::error::CudaError;
 use crate::module::{Kernel, Module};
+use crate::target::Target;
 use crate::{cache, driver, library, log, nvrtc};
 
-/// The entry points of one kernel source file, loaded into a context.
+/// The entry points of one kernel source file, loaded into a context (a stage's).
 pub struct Kernels {
     file_name: String,
     arch: String,
@@ -36,40 +36,34 @@ enum Origin {
 
 impl Kernels {
     /// Compile `source` (the kernel file `file_name`, a name for messages and the cache) for
-    /// the architecture of the device of `on.context`, or take it from the kernel cache (see
-    /// [`kernel_cache_dir`](crate::kernel_cache_dir); `cache_dir` is the explicit folder, if any), load it
-    /// into that context, which must be current on this thread, and look up every one of
-    /// `entry_points` (`extern "C"` names) with its parameters. The kernels launch on
-    /// `on.stream` only.
+    /// the architecture of the device of `on`'s context, or take it from the kernel cache (in
+    /// [`kernel_cache_dir`](crate::kernel_cache_dir), or `on`'s own folder), load it into that
+    /// context, which must be current on this thread (as the runner leaves it for `create`),
+    /// and look up every one of `entry_points` (`extern "C"` names) with its parameters. The
+    /// kernels launch on `on`'s stream only.
     ///
     /// A compile error is [`CudaError::Compile`], with the file name, the architecture and
     /// NVRTC's full log; every other error is wrapped in [`CudaError::Load`] naming the file.
     /// A cached CUBIN the driver refuses is deleted and compiled again.
-    pub fn load(
-        on: RawStream,
-        cache_dir: Option<&Path>,
-        file_name: &str,
-        source: &str,
-        entry_points: &[&str],
-    ) -> Result<Kernels, CudaError> {
-        Kernels::load_inner(on, cache_dir, file_name, source, entry_points).map_err(|e| match e {
+    pub fn load(on: &impl Target, file_name: &str, source: &str, entry_points: &[&str]) -> Result<Kernels, CudaError> {
+        Kernels::load_inner(on, file_name, source, entry_points).map_err(|e| match e {
             CudaError::Compile { .. } => e,
             e => CudaError::Load { file: file_name.to_owned(), source: Box::new(e) },
         })
     }
 
     fn load_inner(
-        on: RawStream,
-        cache_dir: Option<&Path>,
+        target: &impl Target,
         file_name: &str,
         source: &str,
         entry_points: &[&str],
     ) -> Result<Kernels, CudaError> {
+        let on = target.raw_stream()?;
         library::modules()?;
         let device = on.require_current()?;
         let (major, minor) = driver::compute_capability(device, None)?;
         let arch = format!("sm_{major}{minor}");
-        let cache_dir = cache::dir(cache_dir);
+        let cache_dir = cache::dir(target.kernel_cache_dir());
         let (cubin, origin) = cubin_for(cache_dir.as_deref(), file_name, source, &arch, false)?;
         let module = match (Module::load(&cubin), origin) {
             (Ok(module), _) => module,
@@ -206,8 +200,8 @@ mod tests {
         if library::driver_available() {
             return;
         }
-        let on = RawStream { context: 0x1000, stream: 0x2000 };
-        let e = Kernels::load(on, None, "kernels/k.cu", "", &["k"]).unwrap_err();
+        let on = crate::RawStream { context: 0x1000, stream: 0x2000 };
+        let e = Kernels::load(&on, "kernels/k.cu", "", &["k"]).unwrap_err();
         assert!(matches!(&e, CudaError::Load { source, .. } if matches!(**source, CudaError::NoDriver { .. })), "{e}");
         assert!(e.to_string().starts_with("loading kernels kernels/k.cu: "), "{e}");
     }

@@ -11,7 +11,9 @@
 //! - devices: [`devices`], [`count_devices`], [`can_access_peer`], [`vmm_fd_supported`],
 //!   [`driver_version`], [`built_for_cuda`];
 //! - [`Gpu`]: one device's primary context and the one non-blocking [`Stream`] a stage works
-//!   on; [`RawStream`]: a context and stream someone else owns, as a plugin is handed them;
+//!   on; [`RawStream`]: a context and stream someone else owns, as a plugin is handed them,
+//!   and [`Target`], what the types a plugin makes take to say where they live (a
+//!   `RawStream`, or plugin-api's `CreateContext`);
 //! - memory: [`DeviceMemory`] (frame slots: VMM POSIX-fd or legacy IPC exports and their
 //!   imports, private allocations) and [`PinnedHost`] (a host range registered for fast
 //!   copies);
@@ -25,11 +27,15 @@
 //!   communicator, created non-blocking and aborted on drop, sending and receiving device
 //!   memory on a stage's stream (the `nccl` links between hosts); `libnccl.so.2` is loaded at
 //!   run time like the others (`nccl.rs` says why it is not cudarc's loader);
-//! - [`Scratch`]: device memory a plugin allocates in the context it is handed, with fills
-//!   and copies (host to device without waiting, device to device, a read-back that waits)
-//!   enqueued on its stream;
+//! - [`ScratchBuffer`]: device memory a plugin allocates in the context it is handed, with
+//!   fills and copies (host to device without waiting, device to device, to and from frames
+//!   ([`DeviceBuffer`], [`DeviceBytes`]), a read-back that waits) enqueued on its stream;
 //! - [`log`]: where this crate's messages go; [`testing`]: skipping tests without NVRTC or a
 //!   GPU.
+//!
+//! plugin-api's `cuda` module re-exports the types a plugin uses (kernels, tables, scratch
+//! buffers, NCCL) rather than wrapping them: one type per concept, whose errors convert into a
+//! plugin's with `?`.
 //!
 //! # Finding the libraries
 //!
@@ -60,6 +66,7 @@
 //! says why it holds.
 #![deny(unsafe_code)]
 
+mod alloc;
 mod args;
 mod cache;
 mod context;
@@ -77,6 +84,7 @@ mod pinned;
 mod scratch;
 mod sleep_event;
 mod table;
+mod target;
 pub mod testing;
 mod timing;
 
@@ -95,9 +103,10 @@ pub use module::Kernel;
 pub use nccl::{NCCL_ID_BYTES, NcclId, NcclPair, nccl_available, nccl_version};
 pub use nvrtc::{NVRTC_OPTIONS, compile_cubin, nvrtc_version};
 pub use pinned::PinnedHost;
-pub use scratch::Scratch;
+pub use scratch::ScratchBuffer;
 pub use sleep_event::SleepEvent;
 pub use table::DeviceTable;
+pub use target::{DeviceBuffer, DeviceBytes, Target};
 pub use timing::{TimingEvent, memory_in_use};
 
 #[cfg(test)]
@@ -124,8 +133,9 @@ mod tests {
         assert!(err.no_device());
         assert!(err.to_string().contains("libcuda.so.1"), "{err}");
         let on = RawStream { context: 0x1000, stream: 0x2000 };
-        assert!(matches!(DeviceTable::upload(on, &[1]), Err(CudaError::NoDriver { .. })));
-        assert!(matches!(Scratch::alloc(on, 1), Err(CudaError::NoDriver { .. })));
+        let no_driver_during = |r: Result<(), CudaError>| matches!(r, Err(CudaError::Context { source, .. }) if matches!(*source, CudaError::NoDriver { .. }));
+        assert!(no_driver_during(DeviceTable::upload(&on, &[1]).map(drop)));
+        assert!(no_driver_during(ScratchBuffer::zeroed(&on, 1).map(drop)));
         // Nothing else can be reached without a `Gpu`; the type system closes the rest.
         let _: fn(&Arc<Gpu>, usize) -> Result<DeviceMemory, CudaError> = DeviceMemory::private;
     }
@@ -169,16 +179,26 @@ mod tests {
                 out[3] = __float_as_uint(f); out[4] = table[0] | (table[255] << 8);
             }
         "#;
-        let cache = tempfile::tempdir().unwrap();
+        /// The stream, with a kernel cache folder of the test's own.
+        struct Cached(RawStream, tempfile::TempDir);
+        impl Target for Cached {
+            fn raw_stream(&self) -> Result<RawStream, CudaError> {
+                Ok(self.0)
+            }
+            fn kernel_cache_dir(&self) -> Option<&std::path::Path> {
+                Some(self.1.path())
+            }
+        }
         let on = gpu.raw_stream();
+        let cached = Cached(on, tempfile::tempdir().unwrap());
         gpu.bind().unwrap();
-        let kernels = Kernels::load(on, Some(cache.path()), "kernels/test.cu", source, &["put"]).unwrap();
-        let e = Kernels::load(on, Some(cache.path()), "kernels/test.cu", source, &["absent"]).unwrap_err();
+        let kernels = Kernels::load(&cached, "kernels/test.cu", source, &["put"]).unwrap();
+        let e = Kernels::load(&cached, "kernels/test.cu", source, &["absent"]).unwrap_err();
         assert_eq!(e.driver_code(), Some(500), "CUDA_ERROR_NOT_FOUND: {e}");
         assert!(e.to_string().contains("CUDA_ERROR_NOT_FOUND"), "{e}");
         let put = kernels.get("put").unwrap();
         assert_eq!(put.param_sizes(), [8, 4, 8, 4, 4, 8]);
-        let table = DeviceTable::upload(on, &bytes).unwrap();
+        let table = DeviceTable::upload(&on, &bytes).unwrap();
         let out = DeviceMemory::private(&gpu, 20).unwrap();
         let args = [
             KernelArg::DevicePtr(out.addr()),

@@ -17,6 +17,7 @@ use crate::context::Gpu;
 use crate::driver::check;
 use crate::error::CudaError;
 use crate::log;
+use crate::target::DeviceBuffer;
 
 /// How a [`DeviceMemory`] was made, which decides how it is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +86,11 @@ impl DeviceMemory {
 
     pub fn kind(&self) -> MemoryKind {
         self.kind
+    }
+
+    /// The whole allocation as a [`DeviceBuffer`], as a frame in it is handed to a plugin.
+    pub fn buffer(&self) -> DeviceBuffer {
+        DeviceBuffer { addr: self.addr, len: self.len as u64 }
     }
 
     /// A private allocation (`cuMemAlloc`), e.g. a staging buffer or an unread output.

@@ -96,15 +96,18 @@ impl Drop for Module {
     }
 }
 
-/// One entry point of a loaded module, ready to launch on the stream it was loaded for.
+/// One entry point of a loaded kernel file, ready to launch on the stream it was loaded for
+/// (a stage's).
 ///
 /// # What [`Kernel::launch`] checks, and what it cannot
 ///
 /// Checked, so that a launch cannot make the driver read host memory it should not:
 /// - the number of arguments and the byte size of each, against the kernel's parameters as
 ///   the driver reports them (`cuFuncGetParamInfo`, read once at load);
-/// - the stream: only the stream given at load ([`RawStream::stream`](crate::RawStream)) is
-///   accepted, since the driver would dereference any other value as a stream handle;
+/// - the stream: only the one given at load ([`RawStream::stream`](crate::RawStream); for a
+///   plugin the stage's, `CreateContext::cuda_stream`, the same as
+///   `ProcessContext::cuda_stream`) is accepted, since the driver would dereference any other
+///   value as a stream handle;
 /// - grid and block dimensions are non-zero; the driver checks their limits and the shared
 ///   memory size and returns an error.
 ///
@@ -116,7 +119,8 @@ impl Drop for Module {
 ///   context, and under MPS every process's on the GPU), other device memory of this process
 ///   (another frame slot), or host memory the device can reach (pinned or registered memory,
 ///   and any host memory on systems with HMM/ATS). Passing addresses of the frames being
-///   processed and of memory this process allocated is the caller's part.
+///   processed (plugin-api's `cuda::device_plane` checks that a plane lies inside its frame)
+///   and of memory this process allocated is the caller's part.
 #[derive(Clone)]
 pub struct Kernel {
     name: Arc<str>,

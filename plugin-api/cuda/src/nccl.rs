@@ -234,7 +234,7 @@ impl NcclId {
 /// died): a broken link never leaves a kernel waiting forever.
 ///
 /// Sends and receives go on the stream given at [`NcclPair::connect`] and only on it (another
-/// is refused before NCCL sees it, as [`Scratch`](crate::Scratch) does).
+/// is refused before NCCL sees it, as [`ScratchBuffer`](crate::ScratchBuffer) does).
 #[derive(Debug)]
 pub struct NcclPair {
     on: RawStream,

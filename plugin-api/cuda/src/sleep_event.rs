@@ -7,19 +7,19 @@ use cudarc::driver::sys;
 
 use crate::context::{Gpu, Stream};
 use crate::error::CudaError;
-use crate::timing::LocalEvent;
+use crate::event::RawEvent;
 
 /// A local event without timing whose [`SleepEvent::synchronize`] puts the calling thread to
 /// sleep until the GPU reaches the record (the driver wakes it), where a plain event's would
 /// spin.
 #[derive(Debug)]
-pub struct SleepEvent(LocalEvent);
+pub struct SleepEvent(RawEvent);
 
 impl SleepEvent {
     pub fn create(gpu: &Arc<Gpu>) -> Result<SleepEvent, CudaError> {
         let flags =
             sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32 | sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
-        Ok(SleepEvent(LocalEvent::create(gpu, flags)?))
+        Ok(SleepEvent(RawEvent::create(gpu, flags)?))
     }
 
     /// Record after everything enqueued on `stream` so far (a stream of this event's context).

@@ -4,19 +4,23 @@
 //! memory, and read back, all on the stage's stream.
 //!
 //! The CUDA driver and NVRTC are wrapped once, in the workspace crate `gpuipc-cuda`
-//! (`plugin-api/cuda`), which the host uses too; this module re-exports what plugin authors
-//! need and adapts it to [`CreateContext`](crate::CreateContext) and [`Error`],
-//! whose text keeps the driver's code and name (e.g. `CUDA_ERROR_ILLEGAL_ADDRESS (700)`) and
-//! NVRTC's compile log. Everything here is safe to call; what a launch cannot check (the
-//! device addresses a kernel is given) is spelled out on [`Kernel`].
+//! (`plugin-api/cuda`), which the host uses too; this module re-exports its types as they are
+//! (one type per concept) and adds what ties them to a stage: a
+//! [`CreateContext`] is the [`Target`] they are made in, a device
+//! frame is [`DeviceBytes`] a [`ScratchBuffer`] copies, and [`device_plane`] and [`row_grid`]
+//! shape a launch. Their errors are [`CudaError`]s, which keep the driver's code and name
+//! (e.g. `CUDA_ERROR_ILLEGAL_ADDRESS (700)`) and NVRTC's compile log, and which `?` turns
+//! into a plugin's [`Error`] (as text). Everything here is safe to call; what a launch cannot
+//! check (the device addresses a kernel is given) is spelled out on [`Kernel`].
 //!
 //! ```ignore
-//! use gpuipc_plugin_api::cuda::{self, KernelArg, Kernels};
+//! use gpuipc_plugin_api::cuda::{self, KernelArg, KernelSource};
+//!
+//! /// `src/fill.cu`, built into the plugin.
+//! const SOURCE: KernelSource = gpuipc_plugin_api::kernel_source!("src", "fill.cu");
 //!
 //! // In `Plugin::create`, when `ctx.domain == Domain::Cuda`:
-//! let kernels = Kernels::load(ctx, "kernels/fill.cu", include_str!("../../../kernels/fill.cu"),
-//!                             &["fill"])?;
-//! let fill = kernels.get("fill")?.clone();
+//! let [fill] = SOURCE.load(ctx, ["fill"])?;
 //!
 //! // In `Plugin::process`, for a device output frame:
 //! let plane = cuda::device_plane(buffer, &out.info().layout, 0)?;
@@ -45,46 +49,79 @@
 //! closed to others (0700), files are 0600, and a file is loaded only if its trailer names the
 //! key it is looked up by and the hash of its CUBIN matches.
 
-mod kernel;
-mod scratch;
-mod table;
+mod source;
 pub mod testing;
+#[cfg(test)]
+mod tests;
 
-pub use gpuipc_cuda::{KernelArg, MAX_KERNEL_PARAMS, NVRTC_OPTIONS, nvrtc_available};
+pub use source::KernelSource;
+
+pub use gpuipc_cuda::{
+    CudaError, DeviceBytes, DeviceTable, Kernel, KernelArg, Kernels, MAX_KERNEL_PARAMS, NVRTC_OPTIONS, ScratchBuffer,
+    Target, compile_cubin, nvrtc_available, nvrtc_version, synchronize_stream,
+};
 /// NCCL between two stages on different hosts (the built-in `nccl-send` and `nccl-receive`):
 /// a two-rank communicator on the stage's context and stream (`RawStream { context:
 /// ctx.cuda_context, stream: ctx.cuda_stream }`), aborted when dropped. See `gpuipc-cuda`'s
 /// `nccl.rs` for how `libnccl.so.2` is found.
 pub use gpuipc_cuda::{NCCL_ID_BYTES, NcclId, NcclPair, RawStream, nccl_available, nccl_version};
 
-/// Wait on the host until everything enqueued on `stream` is done (a stage's stream, or a
-/// raw stream another library handed over).
-pub fn synchronize_stream(stream: usize) -> Result<()> {
-    gpuipc_cuda::synchronize_stream(stream).map_err(|e| crate::Error::new(e.to_string()))
-}
-pub use kernel::{Kernel, Kernels};
-pub use scratch::ScratchBuffer;
-pub use table::DeviceTable;
+use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::format::FrameLayout;
-use crate::frame::DeviceBuffer;
+use crate::frame::{DeviceBuffer, InputFrame, OutputFrame};
+use crate::plugin::{CreateContext, Domain};
 
-/// Compile `source` to a CUBIN for `arch` (`sm_80`, `sm_90`, ...) with the options the stages
-/// use, exactly as [`Kernels::load`] does on a cache miss. Needs NVRTC, not a GPU. A compile
-/// error names the file and the architecture and holds NVRTC's whole log.
-pub fn compile_cubin(file_name: &str, source: &str, arch: &str) -> Result<Vec<u8>> {
-    Ok(gpuipc_cuda::compile_cubin(file_name, source, arch)?)
+/// A stage's context and stream, where [`Kernels::load`], [`ScratchBuffer::zeroed`] and
+/// [`DeviceTable::upload`] put what a plugin makes in `create`; in the cpu domain there are
+/// none, which they report as [`CudaError::NoContext`] naming the stage.
+impl Target for CreateContext<'_> {
+    fn raw_stream(&self) -> Result<RawStream, CudaError> {
+        if self.domain != Domain::Cuda || self.cuda_context == 0 {
+            return Err(CudaError::NoContext { stage: self.stage.to_owned(), domain: self.domain.name() });
+        }
+        Ok(RawStream { context: self.cuda_context, stream: self.cuda_stream })
+    }
+
+    fn kernel_cache_dir(&self) -> Option<&Path> {
+        self.kernel_cache_dir
+    }
 }
 
-/// The loaded NVRTC's (major, minor) version.
-pub fn nvrtc_version() -> Result<(i32, i32)> {
-    Ok(gpuipc_cuda::nvrtc_version()?)
+/// A device input frame's bytes, for [`ScratchBuffer::copy_from`].
+impl DeviceBytes for InputFrame<'_> {
+    fn device_bytes(&self) -> Result<DeviceBuffer, CudaError> {
+        frame_bytes(&self.info.layout, self.device_buffer(), "input")
+    }
+}
+
+/// A device output frame's bytes, for [`ScratchBuffer::copy_to`].
+impl DeviceBytes for OutputFrame<'_> {
+    fn device_bytes(&self) -> Result<DeviceBuffer, CudaError> {
+        frame_bytes(&self.info().layout, self.device_buffer(), "output")
+    }
+}
+
+/// The bytes of a frame of `layout` in `buffer`: its total size, or less where the buffer is
+/// shorter but still holds every plane's last row.
+fn frame_bytes(layout: &FrameLayout, buffer: Option<DeviceBuffer>, which: &str) -> Result<DeviceBuffer, CudaError> {
+    let refuse = |reason: String| CudaError::Invalid { op: "frame copy", reason };
+    let Some(buffer) = buffer else {
+        return Err(refuse(format!("the {which} frame is in host memory, not on the GPU (cpu domain)")));
+    };
+    let needed =
+        layout.planes().iter().map(|p| p.offset + p.pitch * p.rows.saturating_sub(1) + p.row_bytes).max().unwrap_or(0);
+    if needed > buffer.len {
+        return Err(refuse(format!("the frame's layout needs {needed} bytes, its device buffer has {}", buffer.len)));
+    }
+    Ok(DeviceBuffer { addr: buffer.addr, len: layout.total_bytes.min(buffer.len) })
 }
 
 /// Send the CUDA crate's messages (what the kernel cache did, failed releases) to the host's
-/// log through this plugin's log callback: a cdylib's own `tracing` reaches no one.
-fn bridge_logs() {
+/// log through this plugin's log callback: a cdylib's own `tracing` reaches no one. Called
+/// when a stage is created, and by [`testing::GpuHarness`].
+pub(crate) fn bridge_logs() {
     fn forward(level: gpuipc_cuda::log::Level, message: &str) {
         use gpuipc_cuda::log::Level;
         match level {
@@ -145,32 +182,4 @@ pub const MAX_GRID_X: u32 = i32::MAX as u32;
 pub fn row_grid(threads_per_row: u64, rows: u64, block_x: u32) -> (u32, u32, u32) {
     let x = threads_per_row.div_ceil(block_x.max(1) as u64);
     (x.clamp(1, MAX_GRID_X as u64) as u32, rows.clamp(1, MAX_GRID_Y as u64) as u32, 1)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::format::{FrameFormat, PixelFormat};
-
-    #[test]
-    fn planes_are_checked_against_the_buffer() {
-        let layout = FrameLayout::for_format(FrameFormat::new(PixelFormat::I420, 5, 3)).unwrap();
-        let buffer = DeviceBuffer { addr: 0x7000_0000, len: layout.total_bytes };
-        let u = device_plane(buffer, &layout, 1).unwrap();
-        assert_eq!(u, DevicePlane { addr: 0x7000_0100, pitch: 64, row_bytes: 3, rows: 2 });
-        assert!(device_plane(buffer, &layout, 3).is_err());
-        // The last plane's last row must fit up to its pitch.
-        let short = DeviceBuffer { len: layout.planes[2].offset + 64 * 2 - 1, ..buffer };
-        let e = device_plane(short, &layout, 2).unwrap_err();
-        assert!(e.message().contains("does not fit"), "{e}");
-        let top = DeviceBuffer { addr: u64::MAX - 10, ..buffer };
-        assert!(device_plane(top, &layout, 1).is_err());
-    }
-
-    #[test]
-    fn row_grids_are_clamped() {
-        assert_eq!(row_grid(243, 2160, 128), (2, 2160, 1));
-        assert_eq!(row_grid(1, 100_000, 128), (1, 65535, 1));
-        assert_eq!(row_grid(0, 0, 128), (1, 1, 1));
-    }
 }

@@ -12,11 +12,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// Device memory a test made: [`GpuHarness::upload`]'s frames.
+pub use gpuipc_cuda::DeviceMemory;
+use gpuipc_cuda::Gpu;
 pub use gpuipc_cuda::testing::{REQUIRE_GPU_ENV, REQUIRE_NVRTC_ENV, nvrtc_for_test, skip_test};
-use gpuipc_cuda::{DeviceMemory, Gpu};
 
 use crate::error::Result;
-use crate::frame::DeviceBuffer;
 use crate::plugin::{CreateContext, Domain, ProcessContext};
 
 /// A CUDA context (the device's primary context) current on the creating thread and a stream
@@ -24,18 +25,6 @@ use crate::plugin::{CreateContext, Domain, ProcessContext};
 pub struct GpuHarness {
     gpu: Arc<Gpu>,
     cache_dir: PathBuf,
-}
-
-/// Device memory holding one frame, freed on drop.
-pub struct DeviceFrame {
-    memory: DeviceMemory,
-}
-
-impl DeviceFrame {
-    /// The frame as a plugin sees it.
-    pub fn buffer(&self) -> DeviceBuffer {
-        DeviceBuffer { addr: self.memory.addr(), len: self.memory.len() as u64 }
-    }
 }
 
 impl GpuHarness {
@@ -86,17 +75,18 @@ impl GpuHarness {
         self.gpu.stream_ptr() as usize
     }
 
-    /// A device frame holding a copy of `bytes`.
-    pub fn upload(&self, bytes: &[u8]) -> Result<DeviceFrame> {
+    /// Device memory holding a copy of `bytes`, freed on drop: a frame, as a plugin sees it
+    /// through [`DeviceMemory::buffer`].
+    pub fn upload(&self, bytes: &[u8]) -> Result<DeviceMemory> {
         let memory = DeviceMemory::private(&self.gpu, bytes.len())?;
         self.gpu.upload(memory.addr(), bytes)?;
-        Ok(DeviceFrame { memory })
+        Ok(memory)
     }
 
     /// The bytes of `frame`, after everything enqueued on the stream so far has finished.
-    pub fn download(&self, frame: &DeviceFrame) -> Result<Vec<u8>> {
-        let mut bytes = vec![0; frame.memory.len()];
-        self.gpu.download(frame.memory.addr(), &mut bytes)?;
+    pub fn download(&self, frame: &DeviceMemory) -> Result<Vec<u8>> {
+        let mut bytes = vec![0; frame.len()];
+        self.gpu.download(frame.addr(), &mut bytes)?;
         Ok(bytes)
     }
 }

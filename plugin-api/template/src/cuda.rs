@@ -1,15 +1,12 @@
 //! The sepia stage's cuda path: `sepia.cu`, next to this file, compiled with NVRTC when a cuda
 //! stage starts (and cached), launched on the stage's stream.
 
-use gpuipc_plugin_api::cuda::{self, Kernel, KernelArg, Kernels};
+use gpuipc_plugin_api::cuda::{self, Kernel, KernelArg, KernelSource};
 use gpuipc_plugin_api::{CreateContext, DeviceBuffer, FrameInfo, Result};
 
-/// The kernel source, built into the library.
-pub const SOURCE: &str = include_str!("sepia.cu");
-/// How the source is named in NVRTC's messages and the kernel cache.
-pub const FILE_NAME: &str = "sepia.cu";
-/// The kernel's entry point.
-pub const ENTRY_POINT: &str = "sepia";
+/// The kernel source, `src/sepia.cu`, built into the library and named `sepia.cu` in NVRTC's
+/// messages and the kernel cache.
+const SOURCE: KernelSource = gpuipc_plugin_api::kernel_source!("src", "sepia.cu");
 /// Threads per block.
 const BLOCK_X: u32 = 128;
 
@@ -22,10 +19,8 @@ pub struct GpuSepia {
 impl GpuSepia {
     /// Compile (or take from the cache) and load the kernel into the stage's context.
     pub fn new(ctx: &CreateContext<'_>) -> Result<GpuSepia> {
-        let kernels = Kernels::load(ctx, FILE_NAME, SOURCE, &[ENTRY_POINT])?;
-        Ok(GpuSepia {
-            kernel: kernels.get(ENTRY_POINT)?.clone(),
-        })
+        let [kernel] = SOURCE.load(ctx, ["sepia"])?;
+        Ok(GpuSepia { kernel })
     }
 
     /// Enqueue toning `input` into `output` (the same rgb8 or rgba8 format and size, which
@@ -61,6 +56,7 @@ impl GpuSepia {
                 KernelArg::U32(channels),
                 KernelArg::U32(k),
             ],
-        )
+        )?;
+        Ok(())
     }
 }

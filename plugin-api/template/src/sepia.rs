@@ -99,8 +99,8 @@ impl Plugin for Sepia {
         Ok(())
     }
 
-    /// The host has checked the input's pixel format against `INFO.accepts`; the output is
-    /// the input's format and size.
+    /// The host (and the export glue, before this is called) has checked the inputs against
+    /// `INFO`: one, in a pixel format of `INFO.accepts`. The output is its format and size.
     fn negotiate(_: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
         Ok(Some(inputs[0]))
     }
@@ -134,9 +134,8 @@ impl Plugin for Sepia {
         output: Option<&mut OutputFrame<'_>>,
         ctx: &ProcessContext,
     ) -> Result<()> {
-        let [input] = inputs else {
-            bail!("sepia takes 1 input, got {}", inputs.len())
-        };
+        // One input, as INFO says: the host (and the export glue) checked it.
+        let input = &inputs[0];
         let output = output.ok_or("sepia needs an output frame")?;
         if output.info().format != self.format || input.info.format != self.format {
             bail!(

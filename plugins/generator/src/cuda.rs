@@ -1,15 +1,13 @@
 //! The generator's cuda path: `kernels/generator.cu` drawing a frame straight into device
 //! memory, with the per-frame values (noise hash state, box corner) computed by the CPU code.
 
-use gpuipc_plugin_api::cuda::{self, Kernel, KernelArg, Kernels};
+use gpuipc_plugin_api::cuda::{self, Kernel, KernelArg, KernelSource};
 use gpuipc_plugin_api::{CreateContext, DeviceBuffer, FrameLayout, PixelFormat, Result, bail};
 
 use crate::generator::{Pattern, PatternFrame};
 
 /// The kernel source, compiled with NVRTC when a cuda stage starts.
-pub const SOURCE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels/generator.cu"));
-/// How the source is named in NVRTC's messages and the kernel cache.
-pub const FILE_NAME: &str = "kernels/generator.cu";
+const SOURCE: KernelSource = gpuipc_plugin_api::kernel_source!("../..", "kernels/generator.cu");
 /// Threads per block (any works; 128 is what the kernel's header suggests).
 const BLOCK_X: u32 = 128;
 
@@ -42,9 +40,8 @@ pub struct GpuGenerator {
 impl GpuGenerator {
     /// Compile (or take from the cache) and load the kernel drawing `pixel` frames.
     pub fn new(ctx: &CreateContext<'_>, pixel: PixelFormat) -> Result<GpuGenerator> {
-        let entry = entry_point(pixel)?;
-        let kernels = Kernels::load(ctx, FILE_NAME, SOURCE, &[entry])?;
-        Ok(GpuGenerator { kernel: kernels.get(entry)?.clone() })
+        let [kernel] = SOURCE.load(ctx, [entry_point(pixel)?])?;
+        Ok(GpuGenerator { kernel })
     }
 
     /// Enqueue drawing `frame` into plane 0 of the device frame `out` on `stream`.
@@ -71,6 +68,7 @@ impl GpuGenerator {
                 KernelArg::U32(place.box_width),
                 KernelArg::U32(place.box_height),
             ],
-        )
+        )?;
+        Ok(())
     }
 }

@@ -421,10 +421,8 @@ impl Plugin for Generator {
         params.validate()
     }
 
-    fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
-        if !inputs.is_empty() {
-            bail!("the generator is a source and takes no inputs, got {}", inputs.len());
-        }
+    /// A source: no inputs (checked against `INFO` before this is called).
+    fn negotiate(params: &Params, _inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
         Ok(Some(params.frame_format()))
     }
 

@@ -1,15 +1,11 @@
 //! The rgb-process stage's cuda path: `kernels/rgb_process.cu` mapping every colour byte of a
 //! device frame through the stage's table, uploaded once at create.
 
-use gpuipc_plugin_api::cuda::{self, DeviceTable, Kernel, KernelArg, Kernels};
+use gpuipc_plugin_api::cuda::{self, DeviceTable, Kernel, KernelArg, KernelSource};
 use gpuipc_plugin_api::{CreateContext, DeviceBuffer, FrameInfo, Result};
 
 /// The kernel source, compiled with NVRTC when a cuda stage starts.
-pub const SOURCE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels/rgb_process.cu"));
-/// How the source is named in NVRTC's messages and the kernel cache.
-pub const FILE_NAME: &str = "kernels/rgb_process.cu";
-/// The kernel's entry point.
-pub const ENTRY_POINT: &str = "rgb_process_lut";
+const SOURCE: KernelSource = gpuipc_plugin_api::kernel_source!("../..", "kernels/rgb_process.cu");
 /// Threads per block (any works; 128 is what the kernel's header suggests).
 const BLOCK_X: u32 = 128;
 
@@ -23,9 +19,8 @@ pub struct GpuLut {
 impl GpuLut {
     /// Compile (or take from the cache) and load the kernel; upload `table`.
     pub fn new(ctx: &CreateContext<'_>, table: &[u8; 256]) -> Result<GpuLut> {
-        let kernels = Kernels::load(ctx, FILE_NAME, SOURCE, &[ENTRY_POINT])?;
-        let kernel = kernels.get(ENTRY_POINT)?.clone();
-        let table = DeviceTable::upload(ctx, ctx.cuda_stream, table)?;
+        let [kernel] = SOURCE.load(ctx, ["rgb_process_lut"])?;
+        let table = DeviceTable::upload(ctx, table)?;
         Ok(GpuLut { kernel, table })
     }
 
@@ -57,6 +52,7 @@ impl GpuLut {
                 KernelArg::U32(output.0.format.pixel),
                 self.table.arg(),
             ],
-        )
+        )?;
+        Ok(())
     }
 }

@@ -102,14 +102,6 @@ pub struct RgbProcess {
     gpu: Option<GpuLut>,
 }
 
-fn check_input(inputs: &[FrameFormat]) -> Result<FrameFormat> {
-    let [input] = inputs else { bail!("rgb-process takes 1 input, got {}", inputs.len()) };
-    match input.pixel_format() {
-        Some(p) if RgbProcess::INFO.accepts.contains(&p) => Ok(*input),
-        _ => bail!("rgb-process takes rgb8, rgba8 or gray8 frames; input is {input}"),
-    }
-}
-
 impl Plugin for RgbProcess {
     type Params = Params;
 
@@ -166,8 +158,10 @@ impl Plugin for RgbProcess {
         params.validate()
     }
 
+    /// The one input, in a format of `INFO.accepts` (checked against `INFO` before this is
+    /// called), is also the output's format.
     fn negotiate(_params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
-        check_input(inputs).map(Some)
+        Ok(Some(inputs[0]))
     }
 
     fn create(
@@ -176,7 +170,7 @@ impl Plugin for RgbProcess {
         output: Option<FrameFormat>,
         ctx: &CreateContext<'_>,
     ) -> Result<RgbProcess> {
-        let format = check_input(inputs)?;
+        let format = inputs[0];
         if output != Some(format) {
             bail!("rgb-process writes its input format {format}, but the output was set to {output:?}");
         }
@@ -194,7 +188,7 @@ impl Plugin for RgbProcess {
         output: Option<&mut OutputFrame<'_>>,
         ctx: &ProcessContext,
     ) -> Result<()> {
-        let [input] = inputs else { bail!("rgb-process takes 1 input, got {}", inputs.len()) };
+        let input = &inputs[0];
         let output = output.ok_or_else(|| Error::new("rgb-process needs an output frame"))?;
         for frame in [&input.info, output.info()] {
             if frame.format != self.format {
@@ -231,7 +225,7 @@ impl Plugin for RgbProcess {
 
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::testing::{check_doc_examples, cpu_context, frame_bytes, packed_planes, padded};
+    use gpuipc_plugin_api::testing::{CpuStage, check_doc_examples, cpu_context, frame_bytes, packed_planes, padded};
     use gpuipc_plugin_api::{FrameInfo, parse_params};
 
     use super::*;
@@ -473,7 +467,7 @@ mod tests {
 
     #[test]
     fn formats_it_cannot_take_are_refused() {
-        let e = RgbProcess::negotiate(&params(""), &[FrameFormat::new(PixelFormat::I420, 4, 4)]).unwrap_err();
-        assert!(e.message().contains("i420 4x4"), "{e}");
+        let e = CpuStage::<RgbProcess>::new("", &[FrameFormat::new(PixelFormat::I420, 4, 4)]).err().unwrap();
+        assert_eq!(e.message(), "rgb-process takes rgb8, rgba8 or gray8 frames; input is i420 4x4");
     }
 }

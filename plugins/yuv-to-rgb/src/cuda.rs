@@ -1,24 +1,18 @@
 //! The yuv-to-rgb stage's cuda path: `kernels/yuv_to_rgb.cu` converting a device frame with
 //! the fixed-point [`Coefficients`] computed on the CPU.
 
-use gpuipc_plugin_api::cuda::{self, Kernel, KernelArg, Kernels};
+use gpuipc_plugin_api::cuda::{self, Kernel, KernelArg, KernelSource};
 use gpuipc_plugin_api::{CreateContext, DeviceBuffer, FrameInfo, PixelFormat, Result, bail};
 
 use crate::yuv_to_rgb::{Coefficients, sample_bits};
 
 /// The kernel source, compiled with NVRTC when a cuda stage starts.
-pub const SOURCE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels/yuv_to_rgb.cu"));
-/// How the source is named in NVRTC's messages and the kernel cache.
-pub const FILE_NAME: &str = "kernels/yuv_to_rgb.cu";
-/// The entry point for 8-bit input (`i420`, `nv12`).
-pub const ENTRY_POINT: &str = "yuv420_to_rgb";
-/// The entry point for 10-bit input (`p010`).
-pub const P010_ENTRY_POINT: &str = "p010_to_rgb";
+const SOURCE: KernelSource = gpuipc_plugin_api::kernel_source!("../..", "kernels/yuv_to_rgb.cu");
 /// Threads per block (any works; 128 is what the kernel's header suggests).
 const BLOCK_X: u32 = 128;
 
-/// [`ENTRY_POINT`]'s `layout` argument: 0 i420, 1 nv12; `None` for other formats (`p010` has
-/// an entry point of its own).
+/// The `layout` argument of `yuv420_to_rgb`, the entry point for 8-bit input: 0 i420, 1 nv12;
+/// `None` for other formats (`p010` has an entry point of its own, `p010_to_rgb`).
 pub fn layout_code(pixel: PixelFormat) -> Option<u32> {
     match pixel {
         PixelFormat::I420 => Some(0),
@@ -30,15 +24,17 @@ pub fn layout_code(pixel: PixelFormat) -> Option<u32> {
 /// The loaded kernels.
 #[derive(Debug)]
 pub struct GpuConverter {
+    /// `yuv420_to_rgb`, for 8-bit input (`i420`, `nv12`).
     yuv420: Kernel,
+    /// `p010_to_rgb`, for 10-bit input (`p010`).
     p010: Kernel,
 }
 
 impl GpuConverter {
     /// Compile (or take from the cache) and load the kernels.
     pub fn new(ctx: &CreateContext<'_>) -> Result<GpuConverter> {
-        let kernels = Kernels::load(ctx, FILE_NAME, SOURCE, &[ENTRY_POINT, P010_ENTRY_POINT])?;
-        Ok(GpuConverter { yuv420: kernels.get(ENTRY_POINT)?.clone(), p010: kernels.get(P010_ENTRY_POINT)?.clone() })
+        let [yuv420, p010] = SOURCE.load(ctx, ["yuv420_to_rgb", "p010_to_rgb"])?;
+        Ok(GpuConverter { yuv420, p010 })
     }
 
     /// Enqueue converting the i420/nv12/p010 device frame `input` into the rgb8/rgba8 device
@@ -120,6 +116,7 @@ impl GpuConverter {
                 (&self.p010, [&planes[..], &rest, &coefficients].concat())
             }
         };
-        kernel.launch(stream, grid, (BLOCK_X, 1, 1), 0, &args)
+        kernel.launch(stream, grid, (BLOCK_X, 1, 1), 0, &args)?;
+        Ok(())
     }
 }

@@ -9,6 +9,9 @@ use serde::Deserialize;
 
 use crate::cuda::GpuConverter;
 use gpuipc_plugin_api::bands;
+/// The `matrix` and `range` params: the same names and values as `yuv420`'s.
+pub use gpuipc_plugin_api::color::{ColorRange, Matrix};
+use gpuipc_plugin_api::color::{matrix_param, range_param};
 
 /// Fractional bits of the fixed-point coefficients for 8-bit samples (`i420`, `nv12`); 10-bit
 /// ones (`p010`) take 2 more ([`Coefficients::frac_bits`]).
@@ -37,38 +40,6 @@ pub struct Params {
     /// Threads converting a frame in the cpu domain, 0..=[`bands::MAX_THREADS`]; 0 is a share
     /// of the cores ([`bands::thread_count`]). Default 0.
     pub threads: u32,
-}
-
-/// The `matrix` param: the same names and values as `yuv420`'s.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Matrix {
-    /// Kr = 0.2126, Kb = 0.0722 (HD).
-    #[default]
-    Bt709,
-    /// Kr = 0.299, Kb = 0.114 (SD, JPEG).
-    Bt601,
-}
-
-impl Matrix {
-    /// `(Kr, Kb)`.
-    pub fn kr_kb(self) -> (f64, f64) {
-        match self {
-            Matrix::Bt709 => (0.2126, 0.0722),
-            Matrix::Bt601 => (0.299, 0.114),
-        }
-    }
-}
-
-/// The `range` param: the same names and values as `yuv420`'s.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ColorRange {
-    /// Y in 16..=235, U and V in 16..=240.
-    #[default]
-    Limited,
-    /// Y, U and V in 0..=255.
-    Full,
 }
 
 /// The `format` param.
@@ -336,12 +307,10 @@ pub struct YuvToRgb {
     gpu: Option<GpuConverter>,
 }
 
-fn output_format(params: &Params, inputs: &[FrameFormat]) -> Result<FrameFormat> {
-    let [input] = inputs else { bail!("yuv-to-rgb takes 1 input, got {}", inputs.len()) };
-    match input.pixel_format().and_then(sample_bits) {
-        Some(_) => Ok(FrameFormat::new(params.format.pixel(), input.width, input.height)),
-        None => bail!("yuv-to-rgb takes i420, nv12 or p010 frames; input is {input}"),
-    }
+/// The output for the one input (i420, nv12 or p010, checked against `INFO` before
+/// `negotiate` and `create` are called): the `format` param's format, the same size.
+fn output_format(params: &Params, input: FrameFormat) -> FrameFormat {
+    FrameFormat::new(params.format.pixel(), input.width, input.height)
 }
 
 impl Plugin for YuvToRgb {
@@ -363,20 +332,12 @@ impl Plugin for YuvToRgb {
 
     /// The `# Params` table of the crate docs, for `gpuipc-host inspect`.
     const PARAMS: &'static [ParamInfo] = &[
-        ParamInfo {
-            name: "matrix",
-            kind: r#""bt709" | "bt601""#,
-            default: r#""bt709""#,
-            range: "",
-            description: "luma weights the frames were made with: BT.709 Kr = 0.2126, Kb = 0.0722; BT.601 Kr = 0.299, Kb = 0.114",
-        },
-        ParamInfo {
-            name: "range",
-            kind: r#""limited" | "full""#,
-            default: r#""limited""#,
-            range: "",
-            description: "limited: Y 16..=235, U, V 16..=240 (p010: 64..=940, 64..=960; values beyond clamp); full: 0..=255 (p010: 0..=1023)",
-        },
+        matrix_param(
+            "luma weights the frames were made with: BT.709 Kr = 0.2126, Kb = 0.0722; BT.601 Kr = 0.299, Kb = 0.114",
+        ),
+        range_param(
+            "limited: Y 16..=235, U, V 16..=240 (p010: 64..=940, 64..=960; values beyond clamp); full: 0..=255 (p010: 0..=1023)",
+        ),
         ParamInfo {
             name: "format",
             kind: r#""rgb8" | "rgba8""#,
@@ -396,7 +357,7 @@ impl Plugin for YuvToRgb {
     }
 
     fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
-        output_format(params, inputs).map(Some)
+        Ok(Some(output_format(params, inputs[0])))
     }
 
     fn create(
@@ -405,7 +366,7 @@ impl Plugin for YuvToRgb {
         output: Option<FrameFormat>,
         ctx: &CreateContext<'_>,
     ) -> Result<YuvToRgb> {
-        let expected = output_format(&params, inputs)?;
+        let expected = output_format(&params, inputs[0]);
         if output != Some(expected) {
             bail!("yuv-to-rgb makes {expected} frames here, but the output was set to {output:?}");
         }
@@ -413,8 +374,8 @@ impl Plugin for YuvToRgb {
             Domain::Cuda => Some(GpuConverter::new(ctx)?),
             Domain::Cpu => None,
         };
-        // `output_format` took only formats whose samples it knows.
-        let bits = inputs[0].pixel_format().and_then(sample_bits).expect("a negotiated input format");
+        // INFO.accepts holds only formats whose samples it knows.
+        let bits = inputs[0].pixel_format().and_then(sample_bits).expect("an input format of INFO.accepts");
         Ok(YuvToRgb {
             threads: params.threads,
             coeffs: Coefficients::for_bits(params.matrix, params.range, bits),
@@ -430,7 +391,7 @@ impl Plugin for YuvToRgb {
         output: Option<&mut OutputFrame<'_>>,
         ctx: &ProcessContext,
     ) -> Result<()> {
-        let [input] = inputs else { bail!("yuv-to-rgb takes 1 input, got {}", inputs.len()) };
+        let input = &inputs[0];
         let output = output.ok_or_else(|| Error::new("yuv-to-rgb needs an output frame"))?;
         if input.info.format != self.input {
             bail!("input frame is {}, expected {}", input.info.format, self.input);
@@ -454,7 +415,7 @@ impl Plugin for YuvToRgb {
 }
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::testing::{check_doc_examples, cpu_context, frame_bytes, packed_planes, padded};
+    use gpuipc_plugin_api::testing::{CpuStage, check_doc_examples, cpu_context, frame_bytes, packed_planes, padded};
     use gpuipc_plugin_api::{FrameInfo, parse_params};
 
     use super::*;
@@ -1159,7 +1120,7 @@ mod tests {
             p,
             Params { matrix: Matrix::Bt709, range: ColorRange::Limited, format: RgbFormat::Rgb8, threads: 0 }
         );
-        let e = YuvToRgb::negotiate(&p, &[FrameFormat::new(PixelFormat::Rgb8, 4, 4)]).unwrap_err();
+        let e = CpuStage::<YuvToRgb>::new("", &[FrameFormat::new(PixelFormat::Rgb8, 4, 4)]).err().unwrap();
         assert_eq!(e.message(), "yuv-to-rgb takes i420, nv12 or p010 frames; input is rgb8 4x4");
         let out = YuvToRgb::negotiate(&p, &[FrameFormat::new(PixelFormat::P010, 7, 5)]).unwrap();
         assert_eq!(out, Some(FrameFormat::new(PixelFormat::Rgb8, 7, 5)));

@@ -1,17 +1,13 @@
 //! The yuv420 stage's cuda path: `kernels/yuv420.cu` converting a device frame with the
 //! fixed-point [`Coefficients`] computed on the CPU.
 
-use gpuipc_plugin_api::cuda::{self, Kernel, KernelArg, Kernels};
+use gpuipc_plugin_api::cuda::{self, Kernel, KernelArg, KernelSource};
 use gpuipc_plugin_api::{CreateContext, DeviceBuffer, FrameInfo, PixelFormat, Result, bail};
 
 use crate::yuv420::{ChromaLayout, Coefficients};
 
 /// The kernel source, compiled with NVRTC when a cuda stage starts.
-pub const SOURCE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels/yuv420.cu"));
-/// How the source is named in NVRTC's messages and the kernel cache.
-pub const FILE_NAME: &str = "kernels/yuv420.cu";
-/// The kernel's entry point.
-pub const ENTRY_POINT: &str = "rgb_to_yuv420";
+const SOURCE: KernelSource = gpuipc_plugin_api::kernel_source!("../..", "kernels/yuv420.cu");
 /// Threads per block (any works; 128 is what the kernel's header suggests).
 const BLOCK_X: u32 = 128;
 
@@ -32,8 +28,8 @@ pub struct GpuConverter {
 impl GpuConverter {
     /// Compile (or take from the cache) and load the kernel.
     pub fn new(ctx: &CreateContext<'_>) -> Result<GpuConverter> {
-        let kernels = Kernels::load(ctx, FILE_NAME, SOURCE, &[ENTRY_POINT])?;
-        Ok(GpuConverter { kernel: kernels.get(ENTRY_POINT)?.clone() })
+        let [kernel] = SOURCE.load(ctx, ["rgb_to_yuv420"])?;
+        Ok(GpuConverter { kernel })
     }
 
     /// Enqueue converting the rgb8/rgba8 device frame `input` into the i420/nv12 device frame
@@ -97,6 +93,7 @@ impl GpuConverter {
                 KernelArg::I32(c.v_g),
                 KernelArg::I32(c.v_b),
             ],
-        )
+        )?;
+        Ok(())
     }
 }

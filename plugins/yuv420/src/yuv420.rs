@@ -7,6 +7,10 @@ use gpuipc_plugin_api::{
 };
 use serde::Deserialize;
 
+/// The `matrix` and `range` params, shared with yuv-to-rgb.
+pub use gpuipc_plugin_api::color::{ColorRange, Matrix};
+use gpuipc_plugin_api::color::{matrix_param, range_param};
+
 use crate::bands;
 use crate::cpu::RowCoefficients;
 use crate::cuda::GpuConverter;
@@ -36,38 +40,6 @@ impl Params {
         bands::check_threads_param(self.threads, &mut problems);
         if problems.is_empty() { Ok(()) } else { Err(Error::new(problems.join("; "))) }
     }
-}
-
-/// The `matrix` param.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Matrix {
-    /// Kr = 0.2126, Kb = 0.0722 (HD).
-    #[default]
-    Bt709,
-    /// Kr = 0.299, Kb = 0.114 (SD, JPEG).
-    Bt601,
-}
-
-impl Matrix {
-    /// `(Kr, Kb)`.
-    pub fn kr_kb(self) -> (f64, f64) {
-        match self {
-            Matrix::Bt709 => (0.2126, 0.0722),
-            Matrix::Bt601 => (0.299, 0.114),
-        }
-    }
-}
-
-/// The `range` param.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ColorRange {
-    /// Y in 16..=235, U and V in 16..=240.
-    #[default]
-    Limited,
-    /// Y, U and V in 0..=255.
-    Full,
 }
 
 /// The `layout` param.
@@ -229,14 +201,10 @@ pub struct Yuv420 {
     gpu: Option<GpuConverter>,
 }
 
-fn output_format(params: &Params, inputs: &[FrameFormat]) -> Result<FrameFormat> {
-    let [input] = inputs else { bail!("yuv420 takes 1 input, got {}", inputs.len()) };
-    match input.pixel_format() {
-        Some(PixelFormat::Rgb8 | PixelFormat::Rgba8) => {
-            Ok(FrameFormat::new(params.layout.pixel(), input.width, input.height))
-        }
-        _ => bail!("yuv420 takes rgb8 or rgba8 frames; input is {input}"),
-    }
+/// The output for the one input (rgb8 or rgba8, checked against `INFO` before `negotiate` and
+/// `create` are called): the `layout` param's format, the same size.
+fn output_format(params: &Params, input: FrameFormat) -> FrameFormat {
+    FrameFormat::new(params.layout.pixel(), input.width, input.height)
 }
 
 impl Plugin for Yuv420 {
@@ -258,20 +226,8 @@ impl Plugin for Yuv420 {
 
     /// The `# Params` table of the crate docs, for `gpuipc-host inspect`.
     const PARAMS: &'static [ParamInfo] = &[
-        ParamInfo {
-            name: "matrix",
-            kind: r#""bt709" | "bt601""#,
-            default: r#""bt709""#,
-            range: "",
-            description: "luma weights: BT.709 Kr = 0.2126, Kb = 0.0722; BT.601 Kr = 0.299, Kb = 0.114",
-        },
-        ParamInfo {
-            name: "range",
-            kind: r#""limited" | "full""#,
-            default: r#""limited""#,
-            range: "",
-            description: "limited: Y 16..=235, U, V 16..=240; full: 0..=255",
-        },
+        matrix_param("luma weights: BT.709 Kr = 0.2126, Kb = 0.0722; BT.601 Kr = 0.299, Kb = 0.114"),
+        range_param("limited: Y 16..=235, U, V 16..=240; full: 0..=255"),
         ParamInfo {
             name: "layout",
             kind: r#""i420" | "nv12""#,
@@ -289,7 +245,7 @@ impl Plugin for Yuv420 {
     }
 
     fn negotiate(params: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
-        output_format(params, inputs).map(Some)
+        Ok(Some(output_format(params, inputs[0])))
     }
 
     fn create(
@@ -298,7 +254,7 @@ impl Plugin for Yuv420 {
         output: Option<FrameFormat>,
         ctx: &CreateContext<'_>,
     ) -> Result<Yuv420> {
-        let expected = output_format(&params, inputs)?;
+        let expected = output_format(&params, inputs[0]);
         if output != Some(expected) {
             bail!("yuv420 makes {expected} frames here, but the output was set to {output:?}");
         }
@@ -323,7 +279,7 @@ impl Plugin for Yuv420 {
         output: Option<&mut OutputFrame<'_>>,
         ctx: &ProcessContext,
     ) -> Result<()> {
-        let [input] = inputs else { bail!("yuv420 takes 1 input, got {}", inputs.len()) };
+        let input = &inputs[0];
         let output = output.ok_or_else(|| Error::new("yuv420 needs an output frame"))?;
         if input.info.format != self.input {
             bail!("input frame is {}, expected {}", input.info.format, self.input);
@@ -348,7 +304,7 @@ impl Plugin for Yuv420 {
 
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::testing::{check_doc_examples, cpu_context, frame_bytes, packed_planes, padded};
+    use gpuipc_plugin_api::testing::{CpuStage, check_doc_examples, cpu_context, frame_bytes, packed_planes, padded};
     use gpuipc_plugin_api::{FrameInfo, parse_params};
 
     use super::*;
@@ -681,8 +637,8 @@ mod tests {
             p,
             Params { matrix: Matrix::Bt709, range: ColorRange::Limited, layout: ChromaLayout::I420, threads: 0 }
         );
-        let e = Yuv420::negotiate(&p, &[FrameFormat::new(PixelFormat::Gray8, 4, 4)]).unwrap_err();
-        assert!(e.message().contains("gray8 4x4"), "{e}");
+        let e = CpuStage::<Yuv420>::new("", &[FrameFormat::new(PixelFormat::Gray8, 4, 4)]).err().unwrap();
+        assert_eq!(e.message(), "yuv420 takes rgb8 or rgba8 frames; input is gray8 4x4");
         let nv12 = Params { layout: ChromaLayout::Nv12, ..p };
         let out = Yuv420::negotiate(&nv12, &[FrameFormat::new(PixelFormat::Rgba8, 7, 5)]).unwrap();
         assert_eq!(out, Some(FrameFormat::new(PixelFormat::Nv12, 7, 5)));

@@ -1,19 +1,11 @@
 //! The test-gpu-fault stage's cuda path: `kernels/gpu_fault.cu` copying every plane of a
 //! device frame, and the kernel that faults on purpose.
 
-use gpuipc_plugin_api::cuda::{self, Kernel, KernelArg, Kernels};
+use gpuipc_plugin_api::cuda::{self, Kernel, KernelArg, KernelSource};
 use gpuipc_plugin_api::{CreateContext, DeviceBuffer, Error, FrameInfo, Result, bail};
 
 /// The kernel source, compiled with NVRTC when a cuda stage starts.
-pub const SOURCE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../kernels/gpu_fault.cu"));
-/// How the source is named in NVRTC's messages and the kernel cache.
-pub const FILE_NAME: &str = "kernels/gpu_fault.cu";
-/// The entry point copying one plane.
-pub const COPY: &str = "gpu_fault_copy";
-/// The entry point that faults.
-pub const POISON: &str = "gpu_fault_poison";
-/// The entry point that keeps one SM busy for a given time.
-pub const BUSY: &str = "gpu_fault_busy";
+const SOURCE: KernelSource = gpuipc_plugin_api::kernel_source!("../../..", "kernels/gpu_fault.cu");
 /// Threads per block of the copy (any works; 128 is what the kernel's header suggests).
 const BLOCK_X: u32 = 128;
 
@@ -30,8 +22,11 @@ pub enum Poison {
 /// The loaded kernels.
 #[derive(Debug)]
 pub struct GpuFault {
+    /// `gpu_fault_copy`, copying one plane.
     copy: Kernel,
+    /// `gpu_fault_poison`, which faults.
     poison: Kernel,
+    /// `gpu_fault_busy`, which keeps one SM busy for a given time.
     busy: Kernel,
 }
 
@@ -39,12 +34,8 @@ impl GpuFault {
     /// Compile (or take from the cache) and load both kernels, whatever the mode, so that a
     /// stage asked to fault fails at frame `at` and not earlier.
     pub fn new(ctx: &CreateContext<'_>) -> Result<GpuFault> {
-        let kernels = Kernels::load(ctx, FILE_NAME, SOURCE, &[COPY, POISON, BUSY])?;
-        Ok(GpuFault {
-            copy: kernels.get(COPY)?.clone(),
-            poison: kernels.get(POISON)?.clone(),
-            busy: kernels.get(BUSY)?.clone(),
-        })
+        let [copy, poison, busy] = SOURCE.load(ctx, ["gpu_fault_copy", "gpu_fault_poison", "gpu_fault_busy"])?;
+        Ok(GpuFault { copy, poison, busy })
     }
 
     /// Enqueue copying every plane of `input` into `output` on `stream`, row by row, padding
@@ -98,12 +89,14 @@ impl GpuFault {
             Poison::IllegalAddress => (0, 1),
             Poison::Trap => (0, 2),
         };
-        self.poison.launch(stream, (1, 1, 1), (1, 1, 1), 0, &[KernelArg::DevicePtr(target), KernelArg::U32(how)])
+        self.poison.launch(stream, (1, 1, 1), (1, 1, 1), 0, &[KernelArg::DevicePtr(target), KernelArg::U32(how)])?;
+        Ok(())
     }
 
     /// Enqueue a kernel of `blocks` blocks of one warp each that spin for `micros`
     /// microseconds on `stream`.
     pub fn busy(&self, micros: u64, blocks: u32, stream: usize) -> Result<()> {
-        self.busy.launch(stream, (blocks, 1, 1), (32, 1, 1), 0, &[KernelArg::U64(micros.saturating_mul(1000))])
+        self.busy.launch(stream, (blocks, 1, 1), (32, 1, 1), 0, &[KernelArg::U64(micros.saturating_mul(1000))])?;
+        Ok(())
     }
 }

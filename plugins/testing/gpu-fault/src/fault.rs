@@ -91,14 +91,6 @@ pub struct GpuFaultStage {
     gpu: Option<GpuFault>,
 }
 
-fn check_input(inputs: &[FrameFormat]) -> Result<FrameFormat> {
-    let [input] = inputs else { bail!("test-gpu-fault takes 1 input, got {}", inputs.len()) };
-    match input.pixel_format() {
-        Some(_) => Ok(*input),
-        None => bail!("test-gpu-fault cannot copy {input}: unknown pixel format"),
-    }
-}
-
 impl Plugin for GpuFaultStage {
     type Params = Params;
 
@@ -116,8 +108,10 @@ impl Plugin for GpuFaultStage {
         produces: &PixelFormat::ALL,
     };
 
+    /// The one input (checked against `INFO` before this is called) is also the output's
+    /// format.
     fn negotiate(_: &Params, inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
-        check_input(inputs).map(Some)
+        Ok(Some(inputs[0]))
     }
 
     fn create(
@@ -126,7 +120,7 @@ impl Plugin for GpuFaultStage {
         output: Option<FrameFormat>,
         ctx: &CreateContext<'_>,
     ) -> Result<GpuFaultStage> {
-        let format = check_input(inputs)?;
+        let format = inputs[0];
         if output != Some(format) {
             bail!(
                 "test-gpu-fault writes its input format {format}, but the output was set to \
@@ -154,7 +148,7 @@ impl Plugin for GpuFaultStage {
         output: Option<&mut OutputFrame<'_>>,
         ctx: &ProcessContext,
     ) -> Result<()> {
-        let [input] = inputs else { bail!("test-gpu-fault takes 1 input, got {}", inputs.len()) };
+        let input = &inputs[0];
         let output = output.ok_or_else(|| Error::new("test-gpu-fault needs an output frame"))?;
         for frame in [&input.info, output.info()] {
             if frame.format != self.format {
@@ -208,7 +202,7 @@ impl Plugin for GpuFaultStage {
 
 #[cfg(test)]
 mod tests {
-    use gpuipc_plugin_api::testing::{check_doc_examples, cpu_context, frame_bytes, packed_planes, padded};
+    use gpuipc_plugin_api::testing::{CpuStage, check_doc_examples, cpu_context, frame_bytes, packed_planes, padded};
     use gpuipc_plugin_api::{DeviceBuffer, FrameInfo, parse_params};
 
     use super::*;
@@ -331,7 +325,8 @@ mod tests {
     fn mismatched_frames_and_domains_are_refused() {
         let format = FrameFormat::new(PixelFormat::Rgb8, 4, 4);
         let other = FrameFormat::new(PixelFormat::Gray8, 4, 4);
-        assert!(GpuFaultStage::negotiate(&params(""), &[format, format]).is_err());
+        let e = CpuStage::<GpuFaultStage>::new("", &[format, format]).err().unwrap();
+        assert_eq!(e.message(), "test-gpu-fault takes 1 input, got 2");
         let e = GpuFaultStage::create(params(""), &[format], Some(other), &cpu_context()).unwrap_err();
         assert!(e.message().contains("writes its input format rgb8 4x4"), "{e}");
 
