@@ -495,6 +495,12 @@ impl Watch<'_, '_> {
         ))
     }
 
+    /// Take back the link ends of process `i`, replica `replica` of stage `stage`, which died.
+    fn reclaim_replica(&self, i: usize, stage: usize, replica: u32, queue: &crate::link::queue::QueueMap) -> u64 {
+        let (plan, stats, rings) = (self.launch.plan, &self.launch.stats[i], self.launch.rings);
+        super::reclaim::reclaim_replica(plan, stage, replica, self.slots[i].pid, stats, queue, rings)
+    }
+
     /// After a GPU fault in process `i`, the stages it shares a GPU ring with (under MPS,
     /// every cuda stage on its GPU) cannot stop by themselves: their streams wait on events the
     /// faulted context will never record, or their own context faulted too. Waiting out the
@@ -534,15 +540,7 @@ impl Watch<'_, '_> {
         let replica = self.launch.procs[i].replica.expect("a stage with a queue block runs replicas");
         self.slots[i].outcome = Some(StageOutcome::Gone(cause.clone()));
         let plan = self.launch.plan;
-        super::reclaim::reclaim_replica(
-            plan,
-            stage,
-            replica,
-            self.slots[i].pid,
-            &self.launch.stats[i],
-            queue,
-            self.launch.rings,
-        );
+        self.reclaim_replica(i, stage, replica, queue);
         super::reclaim::replica_gone(plan, stage, replica, queue, self.launch.rings);
         self.broker.forget(plan, &reach(self.launch, stages), i, true);
         self.slots[i].life = Life::Ended;
@@ -581,15 +579,7 @@ impl Watch<'_, '_> {
         let lost = match (self.launch.procs[i].replica, self.launch.queues.get(stage).and_then(Option::as_ref)) {
             (Some(replica), Some(queue)) => {
                 // Given up, not lost: counted dropped on the input links by `on_loss = "drop"`.
-                super::reclaim::reclaim_replica(
-                    plan,
-                    stage,
-                    replica,
-                    self.slots[i].pid,
-                    &self.launch.stats[i],
-                    queue,
-                    self.launch.rings,
-                );
+                self.reclaim_replica(i, stage, replica, queue);
                 0
             }
             _ => super::reclaim::reclaim_stage(
