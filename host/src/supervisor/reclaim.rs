@@ -113,7 +113,22 @@ pub fn reclaim_replica(
             rings[input.link].claimed_seqs(input.consumer).into_iter().filter(|seq| !claimed_by_others(seq)).collect()
         })
         .collect();
-    let untracked = if died_taking { stray.first().and_then(|seqs| seqs.iter().max().copied()) } else { None };
+    // Where the stage's shared position stands: frames numbered below it were taken.
+    let next_seq: Vec<u64> = s
+        .inputs
+        .iter()
+        .map(|input| rings[input.link].header().consumers[input.consumer].0.next_seq.load(Ordering::Acquire))
+        .collect();
+    // The dead one's frame without a ticket: the last one taken, if it still holds a claim on
+    // it. Not merely the newest claim no live sibling has marked: a sibling that finished its
+    // frame (its holding cleared) may not have let go of its claim yet, and that frame, done
+    // and counted, was taken for the dead one's (counted twice, or given up: issue 25).
+    let untracked = if died_taking {
+        let last_taken = next_seq.first().and_then(|n| n.checked_sub(1));
+        stray.first().and_then(|seqs| seqs.iter().max().copied()).filter(|&seq| Some(seq) == last_taken)
+    } else {
+        None
+    };
     let output = s.output.as_ref().and_then(|o| o.link);
     let published_below = output.map(|l| rings[l].header().producer.0.seq_end.load(Ordering::Acquire));
     let retry = s.on_loss() == crate::config::OnLoss::Retry;
@@ -129,9 +144,11 @@ pub fn reclaim_replica(
         Settled::Owed(held) => Some(held.seq),
         _ => None,
     };
-    for (input, seqs) in s.inputs.iter().zip(&stray) {
+    for ((input, seqs), &next) in s.inputs.iter().zip(&stray).zip(&next_seq) {
         for &seq in seqs {
-            rings[input.link].release_replica_claim(input.consumer, seq, owed == Some(seq) || awaited(seq));
+            // A frame claimed and not taken yet stays for a sibling to take.
+            let keep = owed == Some(seq) || awaited(seq) || seq >= next;
+            rings[input.link].release_replica_claim(input.consumer, seq, keep);
         }
     }
     let dropped = match settled {
