@@ -8,7 +8,7 @@ mod selftest;
 
 use std::fmt::Write as _;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -263,19 +263,14 @@ fn parse_module_version(text: &str) -> Option<String> {
 /// Whether MPS can be used, and whether a daemon of this user already runs (stages would then
 /// talk to it unless gpuipc starts its own with a private pipe directory).
 fn mps_status() -> String {
-    let on_path = find_on_path("nvidia-cuda-mps-control").is_some();
+    let on_path = crate::gpu::mps_installed();
     let daemons = mps_processes();
     let running = if daemons.is_empty() {
         "no MPS daemon of this user is running".to_string()
     } else {
         format!("MPS processes of this user are running: {}", daemons.join(", "))
     };
-    format!("nvidia-cuda-mps-control {}; {running}", if on_path { "on PATH" } else { "not on PATH" })
-}
-
-fn find_on_path(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file())
+    format!("{} {}; {running}", crate::gpu::MPS_CONTROL, if on_path { "on PATH" } else { "not on PATH" })
 }
 
 /// "nvidia-cuda-mps-control (pid 123)" for each MPS process of this user (from /proc; the
