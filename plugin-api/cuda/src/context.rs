@@ -6,7 +6,7 @@
 
 use std::ffi::c_void;
 
-use cudarc::driver::sys::{self, CUcontext, CUdevice, CUstream};
+use cudarc::driver::sys::{self, CUcontext, CUdevice, CUevent, CUstream};
 
 use crate::driver::{self, check};
 use crate::error::CudaError;
@@ -319,6 +319,65 @@ pub fn synchronize_stream(stream: usize) -> Result<(), CudaError> {
     library::driver()?;
     // SAFETY: cuStreamSynchronize reads only the handle; an invalid one is an error it returns.
     check("cuStreamSynchronize", None, unsafe { sys::cuStreamSynchronize(stream as CUstream) })
+}
+
+/// Orders work on one raw stream after another's, on the GPU: the host never blocks. For a
+/// plugin that hands its frames to a library with a stream of its own (a Python stage's DLPack
+/// consumer on another stream): that stream waits for the stage's before it reads, and the
+/// stage's waits for it before the frame is passed on. One event of the context current when
+/// it is made, destroyed on drop; each [`StreamOrder::order`] records it anew (a wait enqueued
+/// before keeps the record it was enqueued on).
+#[derive(Debug)]
+pub struct StreamOrder {
+    event: CUevent,
+}
+
+// SAFETY: a driver handle; the driver is thread-safe, and every use names its streams.
+unsafe impl Send for StreamOrder {}
+// SAFETY: as above.
+unsafe impl Sync for StreamOrder {}
+
+impl StreamOrder {
+    /// An event of the context current on this thread; an error if none is.
+    pub fn new() -> Result<StreamOrder, CudaError> {
+        library::driver()?;
+        let mut current: CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one CUcontext (null if none is current).
+        check("cuCtxGetCurrent", None, unsafe { sys::cuCtxGetCurrent(&mut current) })?;
+        if current.is_null() {
+            return Err(CudaError::Invalid {
+                op: "cuEventCreate",
+                reason: "no CUDA context is current on this thread".to_owned(),
+            });
+        }
+        let mut event: CUevent = std::ptr::null_mut();
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        // SAFETY: a context is current; writes one CUevent.
+        check("cuEventCreate", None, unsafe { sys::cuEventCreate(&mut event, flags) })?;
+        Ok(StreamOrder { event })
+    }
+
+    /// Make `then` wait (on the GPU) for everything enqueued on `first` so far. Both are raw
+    /// `CUstream`s of the event's context, or 1 for the legacy default stream, 2 for the
+    /// per-thread one.
+    pub fn order(&self, first: usize, then: usize) -> Result<(), CudaError> {
+        // SAFETY: a live event; the driver checks the stream handle and returns an error for
+        // one of another context.
+        check("cuEventRecord", None, unsafe { sys::cuEventRecord(self.event, first as CUstream) })?;
+        // SAFETY: as above; flags 0.
+        check("cuStreamWaitEvent", None, unsafe { sys::cuStreamWaitEvent(then as CUstream, self.event, 0) })
+    }
+}
+
+impl Drop for StreamOrder {
+    fn drop(&mut self) {
+        // SAFETY: our live event; waits already enqueued on it stay valid (the driver defers
+        // the release until they complete).
+        let r = unsafe { sys::cuEventDestroy_v2(self.event) };
+        if let Err(e) = check("cuEventDestroy", None, r) {
+            log::release_failed(None, &e);
+        }
+    }
 }
 
 impl RawStream {

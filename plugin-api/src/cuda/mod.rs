@@ -58,7 +58,7 @@ pub use source::KernelSource;
 
 pub use gpuipc_cuda::{
     CudaError, DeviceBytes, DeviceTable, Kernel, KernelArg, Kernels, MAX_KERNEL_PARAMS, NVRTC_OPTIONS, ScratchBuffer,
-    Target, compile_cubin, nvrtc_available, nvrtc_version, synchronize_stream,
+    StreamOrder, Target, compile_cubin, nvrtc_available, nvrtc_version, synchronize_stream,
 };
 /// NCCL between two stages on different hosts (the built-in `nccl-send` and `nccl-receive`):
 /// a two-rank communicator on the stage's context and stream (`RawStream { context:

@@ -3,12 +3,13 @@
 //! of its first row, its shape and strides (NumPy's array interface on the CPU; the CUDA array
 //! interface and DLPack on the GPU). The views are valid for the call they are given to.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use gpuipc_plugin_api::{FrameFormat, PixelFormat, PlaneLayout};
+use gpuipc_plugin_api::cuda::{CudaError, StreamOrder};
+use gpuipc_plugin_api::{FrameFormat, FrameLayout, PixelFormat, PlaneLayout};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PyList, PyTuple};
 
 /// A frame format: `Format("rgb8", 1920, 1080)`.
 #[pyclass(module = "gpuipc", frozen, eq)]
@@ -54,7 +55,9 @@ impl Format {
     }
 }
 
-/// What a frame is: its number, stamp, format and plane layouts.
+/// What a frame is: its number, stamp, format and plane layouts. The format and the layout
+/// are made into Python objects when read, so a stage that never reads them does not pay for
+/// them on every frame.
 #[pyclass(module = "gpuipc", frozen)]
 pub struct FrameInfo {
     /// The sequence number the source gave it.
@@ -63,30 +66,53 @@ pub struct FrameInfo {
     /// When the source made it, nanoseconds since the Unix epoch.
     #[pyo3(get)]
     timestamp_ns: u64,
-    #[pyo3(get)]
-    format: Format,
-    #[pyo3(get)]
-    width: u32,
-    #[pyo3(get)]
-    height: u32,
-    /// One dict per plane: `offset`, `pitch`, `row_bytes`, `rows` (bytes; rows).
-    #[pyo3(get)]
-    layout: Py<PyAny>,
+    frame_format: FrameFormat,
+    frame_layout: FrameLayout,
 }
 
 #[pymethods]
 impl FrameInfo {
+    #[getter]
+    fn format(&self) -> Format {
+        Format::of(self.frame_format)
+    }
+
+    #[getter]
+    fn width(&self) -> u32 {
+        self.frame_format.width
+    }
+
+    #[getter]
+    fn height(&self) -> u32 {
+        self.frame_format.height
+    }
+
+    /// One dict per plane: `offset`, `pitch`, `row_bytes`, `rows` (bytes; rows).
+    #[getter]
+    fn layout<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let mut layouts = Vec::new();
+        for plane in self.frame_layout.planes() {
+            let d = PyDict::new(py);
+            d.set_item("offset", plane.offset)?;
+            d.set_item("pitch", plane.pitch)?;
+            d.set_item("row_bytes", plane.row_bytes)?;
+            d.set_item("rows", plane.rows)?;
+            layouts.push(d);
+        }
+        PyList::new(py, layouts)
+    }
+
     fn __repr__(&self) -> String {
-        format!("FrameInfo(seq={}, format={})", self.seq, self.format.__repr__())
+        format!("FrameInfo(seq={}, format={})", self.seq, self.format().__repr__())
     }
 }
 
-/// One frame: `planes` (an array per plane) and `info`; a source's output frame also has
-/// `end_stream()`.
+/// One frame: `planes` (a tuple with an array per plane) and `info`; a source's output frame
+/// also has `end_stream()`.
 #[pyclass(module = "gpuipc", frozen)]
 pub struct Frame {
     #[pyo3(get)]
-    planes: Py<PyAny>,
+    planes: Py<PyTuple>,
     #[pyo3(get)]
     info: Py<FrameInfo>,
     /// Set by `end_stream()`: this frame is not made, and the stream ends.
@@ -102,75 +128,107 @@ impl Frame {
     }
 }
 
+impl Frame {
+    /// A frame of `info` whose planes are `planes` ([`planes`]).
+    pub fn new(py: Python<'_>, info: &gpuipc_plugin_api::FrameInfo, planes: Py<PyTuple>) -> PyResult<Frame> {
+        let info = FrameInfo {
+            seq: info.seq,
+            timestamp_ns: info.timestamp_ns,
+            frame_format: info.format,
+            frame_layout: info.layout,
+        };
+        Ok(Frame { planes, info: Py::new(py, info)?, ends_stream: std::sync::atomic::AtomicBool::new(false) })
+    }
+}
+
 /// Where a frame's bytes are, as the plugin API hands them over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bytes {
     Host { addr: usize, writable: bool },
     Device { addr: u64, device: i32, stream: usize, writable: bool },
 }
 
-impl Frame {
-    /// A frame whose planes view `bytes` laid out as `format` / `layout`. Host planes become
-    /// NumPy arrays (`asarray`: NumPy's `asarray`).
-    pub fn new(
-        py: Python<'_>,
-        frame: &gpuipc_plugin_api::FrameInfo,
-        bytes: &Bytes,
-        asarray: Option<&Bound<'_, PyAny>>,
-        foreign_streams: &std::sync::Arc<Mutex<Vec<usize>>>,
-    ) -> PyResult<Frame> {
-        let (format, layout, seq, timestamp_ns) = (frame.format, &frame.layout, frame.seq, frame.timestamp_ns);
-        let pixel = format.pixel_format().ok_or_else(|| PyValueError::new_err("a frame of unknown pixel format"))?;
-        let mut planes = Vec::new();
-        let mut layouts = Vec::new();
-        let dtype = Dtype::of(pixel);
-        for (index, plane) in layout.planes().iter().enumerate() {
-            let (shape, strides) = plane_view(pixel, index, plane);
-            let view: Py<PyAny> = match bytes {
-                Bytes::Host { addr, writable } => {
-                    let plane =
-                        HostPlane { addr: *addr + plane.offset as usize, shape, strides, dtype, writable: *writable };
-                    let plane = Bound::new(py, plane)?.into_any();
-                    match asarray {
-                        Some(asarray) => asarray.call1((plane,))?.unbind(),
-                        None => plane.unbind(),
-                    }
+/// The planes of a frame of `format` laid out as `layout` in `bytes`, a view each: NumPy
+/// arrays on the host (`asarray`: NumPy's `asarray`), [`GpuPlane`]s on the GPU. They depend on
+/// nothing else, so a stage keeps them for the slot they view ([`crate::stage`]).
+pub fn planes(
+    py: Python<'_>,
+    format: FrameFormat,
+    layout: &FrameLayout,
+    bytes: &Bytes,
+    asarray: Option<&Bound<'_, PyAny>>,
+    streams: &Arc<ForeignStreams>,
+) -> PyResult<Py<PyTuple>> {
+    let pixel = format.pixel_format().ok_or_else(|| PyValueError::new_err("a frame of unknown pixel format"))?;
+    let dtype = Dtype::of(pixel);
+    let mut planes = Vec::new();
+    for (index, plane) in layout.planes().iter().enumerate() {
+        let (shape, strides) = plane_view(pixel, index, plane);
+        let view: Py<PyAny> = match *bytes {
+            Bytes::Host { addr, writable } => {
+                let plane = HostPlane { addr: addr + plane.offset as usize, shape, strides, dtype, writable };
+                let plane = Bound::new(py, plane)?.into_any();
+                match asarray {
+                    Some(asarray) => asarray.call1((plane,))?.unbind(),
+                    None => plane.unbind(),
                 }
-                Bytes::Device { addr, device, stream, writable } => Py::new(
-                    py,
-                    GpuPlane {
-                        addr: addr + plane.offset,
-                        shape,
-                        strides,
-                        dtype,
-                        writable: *writable,
-                        device: *device,
-                        stream: *stream,
-                        foreign_streams: foreign_streams.clone(),
-                    },
-                )?
-                .into_any(),
-            };
-            planes.push(view);
-            let d = PyDict::new(py);
-            d.set_item("offset", plane.offset)?;
-            d.set_item("pitch", plane.pitch)?;
-            d.set_item("row_bytes", plane.row_bytes)?;
-            d.set_item("rows", plane.rows)?;
-            layouts.push(d);
-        }
-        let info = FrameInfo {
-            seq,
-            timestamp_ns,
-            format: Format::of(format),
-            width: format.width,
-            height: format.height,
-            layout: pyo3::types::PyList::new(py, layouts)?.into_any().unbind(),
+            }
+            Bytes::Device { addr, device, stream, writable } => Py::new(
+                py,
+                GpuPlane {
+                    addr: addr + plane.offset,
+                    shape,
+                    strides,
+                    dtype,
+                    writable,
+                    device,
+                    stream,
+                    streams: streams.clone(),
+                },
+            )?
+            .into_any(),
         };
-        Ok(Frame {
-            planes: pyo3::types::PyList::new(py, planes)?.into_any().unbind(),
-            info: Py::new(py, info)?,
-            ends_stream: std::sync::atomic::AtomicBool::new(false),
-        })
+        planes.push(view);
+    }
+    Ok(PyTuple::new(py, planes)?.unbind())
+}
+
+/// The streams other than the stage's that its GPU planes were handed to during a call, and
+/// the event that orders them with the stage's stream on the GPU (made at the first such
+/// hand-over, in the stage's context).
+#[derive(Debug, Default)]
+pub struct ForeignStreams {
+    order: Mutex<(Option<StreamOrder>, Vec<usize>)>,
+}
+
+impl ForeignStreams {
+    /// `theirs` is to read or write a plane: it waits for what `ours` has enqueued so far (the
+    /// wait for the frame), and `ours` will wait for it at the end of the call.
+    fn hand_over(&self, ours: usize, theirs: usize) -> Result<(), CudaError> {
+        let mut guard = self.order.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (order, seen) = &mut *guard;
+        let order = match order {
+            Some(order) => order,
+            None => order.insert(StreamOrder::new()?),
+        };
+        order.order(ours, theirs)?;
+        if !seen.contains(&theirs) {
+            seen.push(theirs);
+        }
+        Ok(())
+    }
+
+    /// The end of a call: `ours` waits for every stream a plane was handed to, so the frame
+    /// is passed on (and the inputs released) after their work.
+    pub fn take_back(&self, ours: usize) -> Result<(), CudaError> {
+        let mut guard = self.order.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (order, seen) = &mut *guard;
+        if let Some(order) = order {
+            for theirs in seen.drain(..) {
+                order.order(theirs, ours)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -263,7 +321,8 @@ impl HostPlane {
 /// A plane in GPU memory: the CUDA array interface (version 3) and DLPack, for PyTorch, CuPy,
 /// Numba and anything else that takes either. Work on it belongs on the stage's stream
 /// (`ctx.cuda_stream`); a consumer that asks for it on another stream gets the frame after the
-/// stage's stream is done with what it had, and the stage waits for that stream after the call.
+/// stage's stream is done with what it had, and the stage's stream waits for that stream after
+/// the call (both on the GPU, with an event).
 #[pyclass(module = "gpuipc", frozen)]
 pub struct GpuPlane {
     addr: u64,
@@ -274,7 +333,7 @@ pub struct GpuPlane {
     writable: bool,
     device: i32,
     stream: usize,
-    foreign_streams: std::sync::Arc<Mutex<Vec<usize>>>,
+    streams: Arc<ForeignStreams>,
 }
 
 #[pymethods]
@@ -295,14 +354,9 @@ impl GpuPlane {
         _kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<PyAny>> {
         if let Some(theirs) = stream.filter(|&s| s != self.stream) {
-            // Another stream: ready for it once ours has done what it had enqueued (the
-            // wait for the frame), and the stage waits for theirs after the call.
-            gpuipc_plugin_api::cuda::synchronize_stream(self.stream)
-                .map_err(|e| PyValueError::new_err(e.to_string()))?;
-            let mut foreign = self.foreign_streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if !foreign.contains(&theirs) {
-                foreign.push(theirs);
-            }
+            // Another stream: it waits on the GPU for ours (the wait for the frame), and
+            // ours for it at the end of the call; the host never blocks.
+            self.streams.hand_over(self.stream, theirs).map_err(|e| PyValueError::new_err(e.to_string()))?;
         }
         let shape: Vec<i64> = self.shape.iter().map(|&v| v as i64).collect();
         // DLPack counts strides in elements: a pitch that is no whole number of them (never
@@ -330,7 +384,7 @@ pub struct Context {
     #[pyo3(get)]
     pub frame_index: u64,
     #[pyo3(get)]
-    pub stage: String,
+    pub stage: Py<pyo3::types::PyString>,
     /// `cpu` or `cuda`.
     #[pyo3(get)]
     pub domain: &'static str,

@@ -1,16 +1,16 @@
 //! The python stage: a Python class named by `params` does the work; this side loads it,
 //! hands it each frame without a copy and turns its exceptions into the stage's errors.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use gpuipc_plugin_api::{
     CreateContext, Domain, Error, FrameData, FrameDataMut, FrameFormat, InputFrame, OutputFrame, ParamInfo,
     PixelFormat, Plugin, PluginInfo, ProcessContext, Result, bail,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
-use crate::frames::{Bytes, Context, Format, Frame};
+use crate::frames::{Bytes, Context, ForeignStreams, Format, Frame};
 use crate::{classes, runtime};
 
 /// Most inputs a Python stage may have.
@@ -19,16 +19,67 @@ pub const MAX_INPUTS: u32 = 8;
 /// The keys this side reads; every other key of `params` is the class's.
 const OWN_KEYS: [&str; 3] = ["script", "module", "class"];
 
+/// Most sets of planes a stage keeps ([`PythonStage::planes`]): a ring's slots per input and
+/// output, with room for rings made anew after a restart.
+const KEPT_PLANES: usize = 64;
+
 /// A python stage instance: the Python object, and what each call needs.
 pub struct PythonStage {
     instance: Py<PyAny>,
-    stage: String,
+    /// The stage's name, made into a Python string once.
+    stage: Py<PyString>,
     domain: Domain,
     device: Option<u32>,
     /// `numpy.asarray`, in the cpu domain.
     asarray: Option<Py<PyAny>>,
     /// Streams other than the stage's that a GPU plane was handed to in this call.
-    foreign_streams: Arc<Mutex<Vec<usize>>>,
+    foreign_streams: Arc<ForeignStreams>,
+    /// The planes of the slots seen so far: a slot's planes depend only on where its bytes
+    /// are and how they are laid out, so each is made once, not on every frame (most of a
+    /// no-op stage's cost otherwise, issue 27; docs/benchmarks.md, "The Python stage").
+    planes: Vec<(PlaneKey, Py<PyTuple>)>,
+    /// Where the calls' time went, logged at debug level at the end of the stream.
+    times: CallTimes,
+}
+
+/// The time of every `process` call, in its parts (nanoseconds, summed over the calls): the
+/// breakdown `scripts/bench-python.sh` shows with `GPUIPC_LOG=info,plugin=debug`. Four clock
+/// reads a call (about 0.1 µs).
+#[derive(Debug, Default)]
+struct CallTimes {
+    calls: u64,
+    /// Taking the GIL (`Python::attach`).
+    gil: u64,
+    /// Making the call's frames, their infos, its context and arguments.
+    frames: u64,
+    /// The class's `process`, with whatever it calls back (`__dlpack__` included).
+    python: u64,
+    /// Ordering the stage's stream after the streams planes were handed to, and letting go
+    /// of the GIL.
+    after: u64,
+}
+
+impl CallTimes {
+    fn report(&self) -> String {
+        let per = |ns: u64| ns as f64 / 1000.0 / self.calls.max(1) as f64;
+        format!(
+            "{} calls; µs a call: {:.2} GIL, {:.2} frames and arguments, {:.2} the class's process, {:.2} stream order and release; {:.2} in all",
+            self.calls,
+            per(self.gil),
+            per(self.frames),
+            per(self.python),
+            per(self.after),
+            per(self.gil + self.frames + self.python + self.after),
+        )
+    }
+}
+
+/// What a set of planes views: a slot's bytes, their format and layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PlaneKey {
+    bytes: Bytes,
+    format: FrameFormat,
+    layout: gpuipc_plugin_api::FrameLayout,
 }
 
 impl Plugin for PythonStage {
@@ -116,7 +167,8 @@ impl Plugin for PythonStage {
             };
             let formats =
                 PyList::new(py, inputs.iter().map(|f| Format::of(*f))).map_err(|e| classes::describe(py, e))?;
-            let context = context(ctx.stage, ctx.domain, ctx.device_ordinal, cuda_stream, 0);
+            let stage = PyString::new(py, ctx.stage).unbind();
+            let context = context(py, &stage, ctx.domain, ctx.device_ordinal, cuda_stream, 0);
             let args = (class_params(py, &params)?, formats, output.map(Format::of), context);
             let instance = class.call1(args).map_err(|e| classes::describe(py, e))?.unbind();
             if !instance.bind(py).hasattr("process").map_err(|e| classes::describe(py, e))? {
@@ -124,11 +176,13 @@ impl Plugin for PythonStage {
             }
             Ok(PythonStage {
                 instance,
-                stage: ctx.stage.to_owned(),
+                stage,
                 domain: ctx.domain,
                 device: ctx.device_ordinal,
                 asarray,
-                foreign_streams: Arc::new(Mutex::new(Vec::new())),
+                foreign_streams: Arc::new(ForeignStreams::default()),
+                planes: Vec::new(),
+                times: CallTimes::default(),
             })
         })
     }
@@ -139,15 +193,17 @@ impl Plugin for PythonStage {
         mut output: Option<&mut OutputFrame<'_>>,
         ctx: &ProcessContext,
     ) -> Result<()> {
+        let entered = std::time::Instant::now();
+        let mut marks = [entered; 3];
         let result = Python::attach(|py| -> Result<()> {
-            let asarray = self.asarray.as_ref().map(|a| a.bind(py).clone());
+            marks[0] = std::time::Instant::now();
             let mut frames = Vec::with_capacity(inputs.len());
             for input in inputs {
                 let bytes = match input.data() {
                     FrameData::Host(b) => Bytes::Host { addr: b.as_ptr() as usize, writable: false },
                     FrameData::Device(d) => self.device_bytes(d.addr, ctx.cuda_stream, false),
                 };
-                frames.push(self.frame(py, &input.info, &bytes, asarray.as_ref())?);
+                frames.push(self.frame(py, &input.info, bytes)?);
             }
             let out = match output.as_deref_mut() {
                 None => None,
@@ -157,13 +213,16 @@ impl Plugin for PythonStage {
                         FrameDataMut::Host(b) => Bytes::Host { addr: b.as_mut_ptr() as usize, writable: true },
                         FrameDataMut::Device(d) => self.device_bytes(d.addr, ctx.cuda_stream, true),
                     };
-                    Some(self.frame(py, &info, &bytes, asarray.as_ref())?)
+                    Some(self.frame(py, &info, bytes)?)
                 }
             };
             let frames = PyList::new(py, frames).map_err(|e| classes::describe(py, e))?;
-            let context = context(&self.stage, self.domain, self.device, ctx.cuda_stream, ctx.frame_index);
+            let context = context(py, &self.stage, self.domain, self.device, ctx.cuda_stream, ctx.frame_index);
             let args = (frames, out.as_ref().map(|o| o.clone_ref(py)), context);
-            self.instance.bind(py).call_method1("process", args).map_err(|e| classes::describe(py, e))?;
+            marks[1] = std::time::Instant::now();
+            let called = self.instance.bind(py).call_method1(pyo3::intern!(py, "process"), args);
+            marks[2] = std::time::Instant::now();
+            called.map_err(|e| classes::describe(py, e))?;
             if let (Some(out), Some(o)) = (out, output)
                 && out.get().ends_stream.load(std::sync::atomic::Ordering::Relaxed)
             {
@@ -171,16 +230,21 @@ impl Plugin for PythonStage {
             }
             Ok(())
         });
-        // Work a consumer put on a stream of its own is done before the frame is passed on.
-        let foreign: Vec<usize> =
-            std::mem::take(&mut *self.foreign_streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-        for stream in foreign {
-            gpuipc_plugin_api::cuda::synchronize_stream(stream)?;
-        }
+        // Work a consumer put on a stream of its own is done before the frame is passed on:
+        // the stage's stream waits for it (on the GPU).
+        let ordered = self.foreign_streams.take_back(ctx.cuda_stream);
+        let t = &mut self.times;
+        t.calls += 1;
+        t.gil += (marks[0] - entered).as_nanos() as u64;
+        t.frames += (marks[1].max(marks[0]) - marks[0]).as_nanos() as u64;
+        t.python += (marks[2].max(marks[1]) - marks[1]).as_nanos() as u64;
+        t.after += marks[2].elapsed().as_nanos() as u64;
+        ordered?;
         result
     }
 
     fn flush(&mut self) -> Result<()> {
+        gpuipc_plugin_api::debug!("python stage: {}", self.times.report());
         Python::attach(|py| {
             let instance = self.instance.bind(py);
             if instance.hasattr("flush").map_err(|e| classes::describe(py, e))? {
@@ -196,25 +260,42 @@ impl PythonStage {
         Bytes::Device { addr, device: self.device.unwrap_or(0) as i32, stream, writable }
     }
 
-    fn frame(
-        &self,
-        py: Python<'_>,
-        info: &gpuipc_plugin_api::FrameInfo,
-        bytes: &Bytes,
-        asarray: Option<&Bound<'_, PyAny>>,
-    ) -> Result<Py<Frame>> {
-        let frame =
-            Frame::new(py, info, bytes, asarray, &self.foreign_streams).map_err(|e| classes::describe(py, e))?;
+    /// The frame of `info` in `bytes`, with the planes kept for that slot (made on its first
+    /// frame).
+    fn frame(&mut self, py: Python<'_>, info: &gpuipc_plugin_api::FrameInfo, bytes: Bytes) -> Result<Py<Frame>> {
+        let key = PlaneKey { bytes, format: info.format, layout: info.layout };
+        let planes = match self.planes.iter().find(|(k, _)| *k == key) {
+            Some((_, planes)) => planes.clone_ref(py),
+            None => {
+                let asarray = self.asarray.as_ref().map(|a| a.bind(py));
+                let planes =
+                    crate::frames::planes(py, info.format, &info.layout, &bytes, asarray, &self.foreign_streams)
+                        .map_err(|e| classes::describe(py, e))?;
+                if self.planes.len() == KEPT_PLANES {
+                    self.planes.clear();
+                }
+                self.planes.push((key, planes.clone_ref(py)));
+                planes
+            }
+        };
+        let frame = Frame::new(py, info, planes).map_err(|e| classes::describe(py, e))?;
         Py::new(py, frame).map_err(|e| classes::describe(py, e))
     }
 }
 
-fn context(stage: &str, domain: Domain, device: Option<u32>, cuda_stream: usize, frame_index: u64) -> Context {
+fn context(
+    py: Python<'_>,
+    stage: &Py<PyString>,
+    domain: Domain,
+    device: Option<u32>,
+    cuda_stream: usize,
+    frame_index: u64,
+) -> Context {
     let domain = match domain {
         Domain::Cpu => "cpu",
         Domain::Cuda => "cuda",
     };
-    Context { frame_index, stage: stage.to_owned(), domain, device, cuda_stream }
+    Context { frame_index, stage: stage.clone_ref(py), domain, device, cuda_stream }
 }
 
 /// `numpy.asarray`, or why the cpu domain cannot run.
