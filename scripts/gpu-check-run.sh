@@ -542,6 +542,16 @@ for lib in torch cupy; do
     compare_taps "$here/work/invert-ref" "$here/work/$lib-sums" || fail "$lib stage: output differs from cpu"
 done
 if "$python" -c "import torch" 2>/dev/null; then
+    # torch on its own default stream: the planes are handed to another stream than the
+    # stage's, which the stage orders with its own by events on the GPU (no host wait).
+    printf '%s\n' 'import torch' '' 'class Invert:' '    def __init__(self, params, input_formats, output_format, ctx):' '        pass' '' \
+        '    def process(self, inputs, output, ctx):' '        for src, dst in zip(inputs[0].planes, output.planes):' \
+        '            torch.bitwise_not(torch.from_dlpack(src), out=torch.from_dlpack(dst))' > "$here/work/torch_default_stream.py"
+    sed "s|pipelines/python/torch_invert.py|$here/work/torch_default_stream.py|" "$src" > "$here/work/torch-default-invert.toml"
+    (cd "$here" && rm -rf work/torch-default-sums && "$host" run work/torch-default-invert.toml --quiet --frames 60 --checksums work/torch-default-sums > work/torch-default-run.txt 2> work/torch-default-err.txt) ||
+        { fail "torch stage on torch's default stream"; tail -30 "$here/work/torch-default-err.txt"; }
+    echo "torch on its default stream between generator and yuv420 (cuda, 4K, 60 frames):"
+    compare_taps "$here/work/invert-ref" "$here/work/torch-default-sums" || fail "torch on its default stream: output differs from cpu"
     printf '%s\n' '[pipeline]' 'name = "torch-speed"' 'device = "cuda"' '' \
         '[[stage]]' 'name = "gen"' 'plugin = "generator"' 'params = { width = 3840, height = 2160, pattern = "gradient" }' '' \
         '[[stage]]' 'name = "invert"' 'plugin = "python"' 'inputs = ["gen"]' \

@@ -43,7 +43,8 @@ cp scripts/lib-bench.sh "$bundle/lib-bench.sh"  # sourced by bench.sh, bench-wai
 cp scripts/bench-compare.sh "$bundle/bench-compare.sh"
 cp scripts/trace-hops.py "$bundle/trace-hops.py"
 cp scripts/bench-decode.sh "$bundle/bench-decode.sh"
-chmod +x "$bundle/check.sh" "$bundle/bench-compare.sh" "$bundle/bench.sh" "$bundle/bench-wait.sh" "$bundle/bench-latency.sh" "$bundle/bench-decode.sh"
+cp scripts/bench-python.sh "$bundle/bench-python.sh"
+chmod +x "$bundle/check.sh" "$bundle/bench-compare.sh" "$bundle/bench.sh" "$bundle/bench-wait.sh" "$bundle/bench-latency.sh" "$bundle/bench-decode.sh" "$bundle/bench-python.sh"
 strip --strip-debug "$bundle"/bin/* "$bundle"/tests/*
 
 # Video (check.sh section 12, bench-decode.sh): clips made here with ffmpeg, which the GPU
