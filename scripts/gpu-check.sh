@@ -43,7 +43,9 @@ cp scripts/lib-bench.sh "$bundle/lib-bench.sh"  # sourced by bench.sh, bench-wai
 cp scripts/bench-compare.sh "$bundle/bench-compare.sh"
 cp scripts/trace-hops.py "$bundle/trace-hops.py"
 cp scripts/bench-decode.sh "$bundle/bench-decode.sh"
-chmod +x "$bundle/check.sh" "$bundle/bench-compare.sh" "$bundle/bench.sh" "$bundle/bench-wait.sh" "$bundle/bench-latency.sh" "$bundle/bench-decode.sh"
+cp "${CARGO_TARGET_DIR:-target}"/release/kernel-bench "$bundle/bin/"
+cp scripts/bench-kernels.sh "$bundle/bench-kernels.sh"
+chmod +x "$bundle/check.sh" "$bundle/bench-compare.sh" "$bundle/bench.sh" "$bundle/bench-wait.sh" "$bundle/bench-latency.sh" "$bundle/bench-decode.sh" "$bundle/bench-kernels.sh"
 strip --strip-debug "$bundle"/bin/* "$bundle"/tests/*
 
 # Video (check.sh section 12, bench-decode.sh): clips made here with ffmpeg, which the GPU
