@@ -44,7 +44,9 @@ cp scripts/bench-compare.sh "$bundle/bench-compare.sh"
 cp scripts/trace-hops.py "$bundle/trace-hops.py"
 cp scripts/bench-decode.sh "$bundle/bench-decode.sh"
 cp scripts/bench-python.sh "$bundle/bench-python.sh"
-chmod +x "$bundle/check.sh" "$bundle/bench-compare.sh" "$bundle/bench.sh" "$bundle/bench-wait.sh" "$bundle/bench-latency.sh" "$bundle/bench-decode.sh" "$bundle/bench-python.sh"
+cp "${CARGO_TARGET_DIR:-target}"/release/kernel-bench "$bundle/bin/"
+cp scripts/bench-kernels.sh "$bundle/bench-kernels.sh"
+chmod +x "$bundle"/*.sh
 strip --strip-debug "$bundle"/bin/* "$bundle"/tests/*
 
 # Video (check.sh section 12, bench-decode.sh): clips made here with ffmpeg, which the GPU

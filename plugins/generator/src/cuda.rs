@@ -35,25 +35,42 @@ pub fn pattern_code(pattern: Pattern) -> u32 {
 #[derive(Debug)]
 pub struct GpuGenerator {
     kernel: Kernel,
+    block_x: u32,
+    /// 16-byte pieces of a row per thread (the kernel's header: one).
+    per_thread: u32,
 }
 
 impl GpuGenerator {
     /// Compile (or take from the cache) and load the kernel drawing `pixel` frames.
     pub fn new(ctx: &CreateContext<'_>, pixel: PixelFormat) -> Result<GpuGenerator> {
-        let [kernel] = SOURCE.load(ctx, [entry_point(pixel)?])?;
-        Ok(GpuGenerator { kernel })
+        GpuGenerator::with_source(ctx, pixel, SOURCE, BLOCK_X, 1)
+    }
+
+    /// [`GpuGenerator::new`] with another source of the same entry points and arguments, and
+    /// another launch shape: `block_x` threads a block, `per_thread` 16-byte pieces of a row
+    /// a thread. For `kernel-bench` (kernels/bench), which times candidate kernels through
+    /// this launcher.
+    pub fn with_source(
+        ctx: &CreateContext<'_>,
+        pixel: PixelFormat,
+        source: KernelSource,
+        block_x: u32,
+        per_thread: u32,
+    ) -> Result<GpuGenerator> {
+        let [kernel] = source.load(ctx, [entry_point(pixel)?])?;
+        Ok(GpuGenerator { kernel, block_x: block_x.max(1), per_thread: per_thread.max(1) })
     }
 
     /// Enqueue drawing `frame` into plane 0 of the device frame `out` on `stream`.
     pub fn draw(&self, frame: &PatternFrame, out: DeviceBuffer, layout: &FrameLayout, stream: usize) -> Result<()> {
         let plane = cuda::device_plane(out, layout, 0)?;
         // One thread per 16 bytes of a row, one block row per row (grid-stride beyond).
-        let grid = cuda::row_grid(plane.row_bytes.div_ceil(16), plane.rows, BLOCK_X);
+        let grid = cuda::row_grid(plane.row_bytes.div_ceil(16 * u64::from(self.per_thread)), plane.rows, self.block_x);
         let place = frame.box_place;
         self.kernel.launch(
             stream,
             grid,
-            (BLOCK_X, 1, 1),
+            (self.block_x, 1, 1),
             0,
             &[
                 KernelArg::DevicePtr(plane.addr),

@@ -14,14 +14,31 @@ const BLOCK_X: u32 = 128;
 pub struct GpuLut {
     kernel: Kernel,
     table: DeviceTable,
+    block_x: u32,
+    /// 16-byte pieces of a row per thread (the kernel's header: one).
+    per_thread: u32,
 }
 
 impl GpuLut {
     /// Compile (or take from the cache) and load the kernel; upload `table`.
     pub fn new(ctx: &CreateContext<'_>, table: &[u8; 256]) -> Result<GpuLut> {
-        let [kernel] = SOURCE.load(ctx, ["rgb_process_lut"])?;
+        GpuLut::with_source(ctx, table, SOURCE, BLOCK_X, 1)
+    }
+
+    /// [`GpuLut::new`] with another source of the same entry point and arguments, and another
+    /// launch shape: `block_x` threads a block, `per_thread` 16-byte pieces of a row a thread.
+    /// For `kernel-bench` (kernels/bench), which times candidate kernels through this
+    /// launcher.
+    pub fn with_source(
+        ctx: &CreateContext<'_>,
+        table: &[u8; 256],
+        source: KernelSource,
+        block_x: u32,
+        per_thread: u32,
+    ) -> Result<GpuLut> {
+        let [kernel] = source.load(ctx, ["rgb_process_lut"])?;
         let table = DeviceTable::upload(ctx, table)?;
-        Ok(GpuLut { kernel, table })
+        Ok(GpuLut { kernel, table, block_x: block_x.max(1), per_thread: per_thread.max(1) })
     }
 
     /// Enqueue mapping plane 0 of `input` into plane 0 of `output` on `stream`. Both frames
@@ -35,11 +52,11 @@ impl GpuLut {
         let src = cuda::device_plane(input.1, &input.0.layout, 0)?;
         let dst = cuda::device_plane(output.1, &output.0.layout, 0)?;
         // One thread per 16 bytes of a row, one block row per row (grid-stride beyond).
-        let grid = cuda::row_grid(dst.row_bytes.div_ceil(16), dst.rows, BLOCK_X);
+        let grid = cuda::row_grid(dst.row_bytes.div_ceil(16 * u64::from(self.per_thread)), dst.rows, self.block_x);
         self.kernel.launch(
             stream,
             grid,
-            (BLOCK_X, 1, 1),
+            (self.block_x, 1, 1),
             0,
             &[
                 KernelArg::DevicePtr(src.addr),

@@ -28,13 +28,29 @@ pub struct GpuConverter {
     yuv420: Kernel,
     /// `p010_to_rgb`, for 10-bit input (`p010`).
     p010: Kernel,
+    block_x: u32,
+    /// Chroma samples (2 x 2 pixels) of a row pair per thread (the kernels' header: one).
+    per_thread: u32,
 }
 
 impl GpuConverter {
     /// Compile (or take from the cache) and load the kernels.
     pub fn new(ctx: &CreateContext<'_>) -> Result<GpuConverter> {
-        let [yuv420, p010] = SOURCE.load(ctx, ["yuv420_to_rgb", "p010_to_rgb"])?;
-        Ok(GpuConverter { yuv420, p010 })
+        GpuConverter::with_source(ctx, SOURCE, BLOCK_X, 1)
+    }
+
+    /// [`GpuConverter::new`] with another source of the same entry points and arguments, and
+    /// another launch shape: `block_x` threads a block, `per_thread` chroma samples of a row
+    /// pair a thread. For `kernel-bench` (kernels/bench), which times candidate kernels through
+    /// this launcher.
+    pub fn with_source(
+        ctx: &CreateContext<'_>,
+        source: KernelSource,
+        block_x: u32,
+        per_thread: u32,
+    ) -> Result<GpuConverter> {
+        let [yuv420, p010] = source.load(ctx, ["yuv420_to_rgb", "p010_to_rgb"])?;
+        Ok(GpuConverter { yuv420, p010, block_x: block_x.max(1), per_thread: per_thread.max(1) })
     }
 
     /// Enqueue converting the i420/nv12/p010 device frame `input` into the rgb8/rgba8 device
@@ -74,7 +90,8 @@ impl GpuConverter {
         let (width, height) = (output.0.width(), output.0.height());
         // One thread per chroma sample: ceil(width / 2) threads a row pair, one block row per
         // row pair (grid-stride beyond).
-        let grid = cuda::row_grid(u64::from(width).div_ceil(2), u64::from(height).div_ceil(2), BLOCK_X);
+        let per_row = u64::from(width).div_ceil(2 * u64::from(self.per_thread));
+        let grid = cuda::row_grid(per_row, u64::from(height).div_ceil(2), self.block_x);
         let c = coeffs;
         let coefficients = [c.y_offset, c.y_mul, c.r_v, c.g_u, c.g_v, c.b_u].map(KernelArg::I32);
         let planes = [
@@ -116,7 +133,7 @@ impl GpuConverter {
                 (&self.p010, [&planes[..], &rest, &coefficients].concat())
             }
         };
-        kernel.launch(stream, grid, (BLOCK_X, 1, 1), 0, &args)?;
+        kernel.launch(stream, grid, (self.block_x, 1, 1), 0, &args)?;
         Ok(())
     }
 }

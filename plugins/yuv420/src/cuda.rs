@@ -23,13 +23,29 @@ pub fn layout_code(layout: ChromaLayout) -> u32 {
 #[derive(Debug)]
 pub struct GpuConverter {
     kernel: Kernel,
+    block_x: u32,
+    /// Groups of 16 x 2 pixels per thread (the kernel's header: one).
+    per_thread: u32,
 }
 
 impl GpuConverter {
     /// Compile (or take from the cache) and load the kernel.
     pub fn new(ctx: &CreateContext<'_>) -> Result<GpuConverter> {
-        let [kernel] = SOURCE.load(ctx, ["rgb_to_yuv420"])?;
-        Ok(GpuConverter { kernel })
+        GpuConverter::with_source(ctx, SOURCE, BLOCK_X, 1)
+    }
+
+    /// [`GpuConverter::new`] with another source of the same entry point and arguments, and
+    /// another launch shape: `block_x` threads a block, `per_thread` groups of 16 x 2 pixels a
+    /// thread. For `kernel-bench` (kernels/bench), which times candidate kernels through this
+    /// launcher.
+    pub fn with_source(
+        ctx: &CreateContext<'_>,
+        source: KernelSource,
+        block_x: u32,
+        per_thread: u32,
+    ) -> Result<GpuConverter> {
+        let [kernel] = source.load(ctx, ["rgb_to_yuv420"])?;
+        Ok(GpuConverter { kernel, block_x: block_x.max(1), per_thread: per_thread.max(1) })
     }
 
     /// Enqueue converting the rgb8/rgba8 device frame `input` into the i420/nv12 device frame
@@ -62,12 +78,13 @@ impl GpuConverter {
         let (width, height) = (output.0.width(), output.0.height());
         // One thread per 16 x 2 pixels: ceil(width / 16) threads a row pair, one block row per
         // row pair (grid-stride beyond).
-        let grid = cuda::row_grid(u64::from(width).div_ceil(16), u64::from(height).div_ceil(2), BLOCK_X);
+        let per_row = u64::from(width).div_ceil(16 * u64::from(self.per_thread));
+        let grid = cuda::row_grid(per_row, u64::from(height).div_ceil(2), self.block_x);
         let c = coeffs;
         self.kernel.launch(
             stream,
             grid,
-            (BLOCK_X, 1, 1),
+            (self.block_x, 1, 1),
             0,
             &[
                 KernelArg::DevicePtr(src.addr),
