@@ -242,6 +242,13 @@ else
         grep -E "^[a-z]" "$here/work/two-gpus-$variant/run.txt" | sed 's/^/    /'
         grep -hE "output ring" "$here/work/two-gpus-$variant/err.txt" | sort | uniq -c | sed 's/^/    /'
     done
+    # The links between the GPUs read in place over peer access instead of copied in first.
+    GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615 run_into "$here/work/two-gpus-read" "$here/work/two-gpus-mps-auto.toml"
+    if diff -r "$here/work/two-gpus-cpu/sums" "$here/work/two-gpus-read/sums" > /dev/null; then
+        echo "match  two-gpus (mps-auto, read over peer access): cuda:0/cuda:1 = cpu byte for byte"
+    else
+        fail "two-gpus (read over peer access): output differs from cpu"
+    fi
     src=$here/pipelines/multi-gpu/replicas-two-gpus.toml
     sed -E 's/^device = .*/device = "cpu"/' "$src" > "$here/work/replicas-two-gpus-cpu.toml"
     (cd "$here/work" && rm -rf replicas-two-gpus-ref && "$host" run replicas-two-gpus-cpu.toml --in-process --quiet --checksums replicas-two-gpus-ref > /dev/null) ||

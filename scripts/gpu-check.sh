@@ -44,6 +44,7 @@ cp scripts/bench-compare.sh "$bundle/bench-compare.sh"
 cp scripts/trace-hops.py "$bundle/trace-hops.py"
 cp scripts/bench-decode.sh "$bundle/bench-decode.sh"
 cp scripts/bench-python.sh "$bundle/bench-python.sh"
+cp scripts/bench-two-gpus.sh "$bundle/bench-two-gpus.sh"
 cp "${CARGO_TARGET_DIR:-target}"/release/kernel-bench "$bundle/bin/"
 cp scripts/bench-kernels.sh "$bundle/bench-kernels.sh"
 chmod +x "$bundle"/*.sh

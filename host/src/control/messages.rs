@@ -46,8 +46,8 @@ pub enum ToStage {
 pub enum LinkMemoryWire {
     /// The ring's own shared memory (both ends cpu, or a cuda end that stages copies).
     Host,
-    /// GPU memory exported by the producer, with interprocess events.
-    Device { transport: Transport },
+    /// GPU memory exported by the producer, on GPU `device`, with interprocess events.
+    Device { transport: Transport, device: u32 },
 }
 
 /// A 64-byte CUDA IPC handle (event or legacy memory), as hex on the wire.

@@ -11,7 +11,7 @@
 
 pub use gpuipc_cuda::CudaError as GpuError;
 pub use gpuipc_cuda::{
-    ComputeMode, DeviceInfo, DeviceMemory, Gpu, IpcEvent, MemoryKind, PinnedHost, SleepEvent, TimingEvent,
+    ComputeMode, DeviceInfo, DeviceMemory, Gpu, IpcEvent, MemoryKind, PinnedHost, SideStream, SleepEvent, TimingEvent,
     built_for_cuda, can_access_peer, count_devices, devices, driver_available, driver_version, memory_in_use,
     vmm_fd_supported,
 };

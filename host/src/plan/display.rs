@@ -263,10 +263,25 @@ fn link_memory(plan: &Plan, link: usize) -> String {
                 Transport::Vmm => "VMM fds",
                 Transport::Legacy => "legacy IPC handles",
             };
-            let mut text = format!("GPU memory on cuda:{device} shared between processes ({shared}), zero copies");
-            if !peers.is_empty() {
-                let peers: Vec<String> = peers.iter().map(|p| format!("cuda:{p}")).collect();
-                text.push_str(&format!("; read from {} over peer access", peers.join(", ")));
+            let mut text = format!("GPU memory on cuda:{device} shared between processes ({shared})");
+            if peers.is_empty() {
+                text.push_str(", zero copies");
+                return text;
+            }
+            // A consumer on another GPU copies the frames in, or its kernels read them in place,
+            // as the tuning says for frames of this size (the same for every stage).
+            let overrides = super::tuning::Overrides::from_env(None);
+            let copied = l.consumers.first().is_some_and(|&c| {
+                l.layout.total_bytes >= super::tuning::Tuning::resolve(plan, c, &overrides).peer_copy_min_bytes
+            });
+            let peers: Vec<String> = peers.iter().map(|p| format!("cuda:{p}")).collect();
+            if copied {
+                text.push_str(&format!(
+                    ", zero copies on cuda:{device}; on {} copied into the GPU's own memory by its copy engines (peer_copy_min_bytes)",
+                    peers.join(", ")
+                ));
+            } else {
+                text.push_str(&format!(", zero copies; read from {} over peer access", peers.join(", ")));
             }
             text
         }

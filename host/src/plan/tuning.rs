@@ -38,6 +38,10 @@ pub struct Tuning {
     /// [`LARGE_FRAME_BYTES`], 0 (the GPU waits) where one is larger, whose kernels hide the
     /// GPU wait's stalls (`link::backing::device`).
     pub ready_spin_us: u64,
+    /// A cuda stage's input whose ring is on another GPU is copied into this stage's GPU by
+    /// the copy engines before its kernels read it, for frames of at least this many bytes
+    /// (`link::backing::device::CopyIn`); smaller ones are read over peer access in place.
+    pub peer_copy_min_bytes: u64,
 }
 
 /// Knobs set from outside the pipeline file: the command line's, then the environment's.
@@ -51,17 +55,19 @@ pub struct Overrides {
     pub wake_before_due_us: Option<u64>,
     pub gpu_lead: Option<u32>,
     pub ready_spin_us: Option<u64>,
+    pub peer_copy_min_bytes: Option<u64>,
 }
 
 /// The environment variables that set knobs, with the field each sets (the docs' table lists
 /// the same names; `validate` names the one that set a value).
-pub const VARIABLES: [&str; 6] = [
+pub const VARIABLES: [&str; 7] = [
     "GPUIPC_WAKE_BATCH",
     "GPUIPC_WAKE_AHEAD_US",
     "GPUIPC_WAKE_AHEAD_IDLE_US",
     "GPUIPC_WAKE_BEFORE_DUE_US",
     "GPUIPC_GPU_LEAD",
     "GPUIPC_READY_SPIN_US",
+    "GPUIPC_PEER_COPY_MIN_BYTES",
 ];
 
 impl Overrides {
@@ -82,6 +88,7 @@ impl Overrides {
             wake_before_due_us: number(VARIABLES[3]),
             gpu_lead: small(VARIABLES[4]),
             ready_spin_us: number(VARIABLES[5]),
+            peer_copy_min_bytes: number(VARIABLES[6]),
         }
     }
 
@@ -98,6 +105,7 @@ impl Overrides {
             self.wake_before_due_us,
             self.gpu_lead.map(u64::from),
             self.ready_spin_us,
+            self.peer_copy_min_bytes,
         ];
         for (name, value) in VARIABLES.iter().zip(vars) {
             if let Some(v) = value {
@@ -128,6 +136,9 @@ const LARGE_FRAMES_LEAD: u32 = 64;
 /// frames keep the GPU's wait: their kernels hide its stalls (a 4K chain ran at 101 % of one
 /// process with it) and the 4K host CPU stays low.
 const SMALL_FRAMES_READY_SPIN_US: u64 = 200;
+/// Frames from another GPU of at least this many bytes are copied in by the copy engines
+/// before the stage's kernels read them (docs/gpu.md, "Two GPUs", has the measurements).
+const PEER_COPY_MIN_BYTES: u64 = 0;
 
 /// What a stage's defaults depend on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +180,7 @@ impl Tuning {
             wake_before_due_us: o.wake_before_due_us.unwrap_or(WAKE_BEFORE_DUE_US),
             gpu_lead: o.gpu_lead.unwrap_or(if f.large_frames { LARGE_FRAMES_LEAD } else { 0 }),
             ready_spin_us: o.ready_spin_us.unwrap_or(if f.large_gpu_inputs { 0 } else { SMALL_FRAMES_READY_SPIN_US }),
+            peer_copy_min_bytes: o.peer_copy_min_bytes.unwrap_or(PEER_COPY_MIN_BYTES),
         }
     }
 }
@@ -200,7 +212,8 @@ mod tests {
                 wake_idle_us: 500,
                 wake_before_due_us: 150,
                 gpu_lead: 64,
-                ready_spin_us: 0
+                ready_spin_us: 0,
+                peer_copy_min_bytes: 0
             }
         );
         let hd = cuda(false, false);
@@ -226,14 +239,29 @@ mod tests {
             "GPUIPC_WAKE_BATCH" => Some("8".to_owned()),
             "GPUIPC_GPU_LEAD" => Some("lots".to_owned()),
             "GPUIPC_READY_SPIN_US" => Some("0".to_owned()),
+            "GPUIPC_PEER_COPY_MIN_BYTES" => Some("1048576".to_owned()),
             _ => None,
         };
         let o = Overrides::from_vars(Some(5), vars);
         assert_eq!(
             o,
-            Overrides { spin_us: Some(5), wake_batch: Some(8), ready_spin_us: Some(0), ..Overrides::default() }
+            Overrides {
+                spin_us: Some(5),
+                wake_batch: Some(8),
+                ready_spin_us: Some(0),
+                peer_copy_min_bytes: Some(1 << 20),
+                ..Overrides::default()
+            }
         );
-        assert_eq!(o.describe(), ["spin_us = 5 (command line)", "GPUIPC_WAKE_BATCH=8", "GPUIPC_READY_SPIN_US=0"]);
+        assert_eq!(
+            o.describe(),
+            [
+                "spin_us = 5 (command line)",
+                "GPUIPC_WAKE_BATCH=8",
+                "GPUIPC_READY_SPIN_US=0",
+                "GPUIPC_PEER_COPY_MIN_BYTES=1048576"
+            ]
+        );
         assert!(Overrides::default().describe().is_empty());
     }
 }

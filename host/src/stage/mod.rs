@@ -510,7 +510,7 @@ fn link_ends(
     let mut output: Option<Box<dyn WriteEnd>> = match (setup.output.as_ref(), producer, gpu) {
         (Some(o), Some(p), Some(g)) => match o.memory {
             LinkMemoryWire::Host => Some(Box::new(Staged::writer(g, p.ring())?)),
-            LinkMemoryWire::Device { transport } => {
+            LinkMemoryWire::Device { transport, .. } => {
                 let link = o.link.expect("a producer has a link");
                 halves.push(handshake::export_output(g, socket, link, p.ring(), p.slots(), transport, p.generation())?);
                 None
@@ -526,6 +526,14 @@ fn link_ends(
         for (link, mut end) in imported {
             let k = setup.inputs.iter().position(|i| i.link == link).expect("imports match exported inputs");
             end.ready_spin = std::time::Duration::from_micros(setup.tuning.ready_spin_us);
+            // Frames on another GPU are copied in first where the tuning says a copy wins.
+            let ring = consumers[k].ring();
+            if let LinkMemoryWire::Device { device, .. } = setup.inputs[k].memory
+                && device != g.ordinal()
+                && ring.layout().total_bytes >= setup.tuning.peer_copy_min_bytes
+            {
+                end.copy_in(ring)?;
+            }
             inputs[k] = Some(Box::new(end));
         }
         if let Some(end) = device_output {

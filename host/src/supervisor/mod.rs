@@ -58,7 +58,9 @@ pub enum RunError {
 fn wire_memory(memory: &LinkMemory) -> LinkMemoryWire {
     match memory {
         LinkMemory::Host | LinkMemory::HostStaged { .. } => LinkMemoryWire::Host,
-        LinkMemory::Device { transport, .. } => LinkMemoryWire::Device { transport: *transport },
+        LinkMemory::Device { transport, device, .. } => {
+            LinkMemoryWire::Device { transport: *transport, device: *device }
+        }
     }
 }
 

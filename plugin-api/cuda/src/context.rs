@@ -5,6 +5,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
+use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUdevice, CUevent, CUstream};
 
@@ -319,6 +320,70 @@ pub fn synchronize_stream(stream: usize) -> Result<(), CudaError> {
     library::driver()?;
     // SAFETY: cuStreamSynchronize reads only the handle; an invalid one is an error it returns.
     check("cuStreamSynchronize", None, unsafe { sys::cuStreamSynchronize(stream as CUstream) })
+}
+
+/// A second non-blocking stream of a [`Gpu`]'s context, destroyed on drop: work that runs
+/// beside the stage's own stream (a link's copies of the next frames while the stage's
+/// kernels work on this one). Holds an `Arc<Gpu>`, so the context outlives it.
+#[derive(Debug)]
+pub struct SideStream {
+    gpu: Arc<Gpu>,
+    stream: Stream,
+}
+
+// SAFETY: as for `Gpu`: the driver is thread-safe and every use binds the context first.
+unsafe impl Send for SideStream {}
+// SAFETY: as above.
+unsafe impl Sync for SideStream {}
+
+impl SideStream {
+    pub fn new(gpu: &Arc<Gpu>) -> Result<SideStream, CudaError> {
+        gpu.bind()?;
+        let mut raw: CUstream = std::ptr::null_mut();
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: the context is current; writes one CUstream, destroyed in `Drop`.
+        check("cuStreamCreate", Some(gpu.ordinal), unsafe { sys::cuStreamCreate(&mut raw, flags) })?;
+        Ok(SideStream { gpu: gpu.clone(), stream: Stream { raw, context: gpu.context } })
+    }
+
+    /// The stream, for events to be recorded on or waited for.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// Enqueue a device-to-device copy of `bytes` bytes on this stream (either end may be
+    /// another device's memory this context can reach). Addresses are not checked here (an
+    /// invalid one is a driver error or a GPU fault, never host memory corruption).
+    pub fn copy_dtod_async(&self, dst: u64, src: u64, bytes: usize) -> Result<(), CudaError> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.gpu.bind()?;
+        // SAFETY: device addresses only; no host memory is involved.
+        check("cuMemcpyDtoDAsync", Some(self.gpu.ordinal), unsafe {
+            sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.stream.raw)
+        })
+    }
+
+    /// Block until everything enqueued on this stream has finished.
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        self.gpu.bind()?;
+        // SAFETY: our live stream.
+        check("cuStreamSynchronize", Some(self.gpu.ordinal), unsafe { sys::cuStreamSynchronize(self.stream.raw) })
+    }
+}
+
+impl Drop for SideStream {
+    fn drop(&mut self) {
+        if let Err(e) = self.gpu.bind() {
+            log::release_failed(Some("destroying a side stream"), &e);
+        }
+        // SAFETY: our stream; work still queued on it completes first.
+        let r = unsafe { sys::cuStreamDestroy_v2(self.stream.raw) };
+        if let Err(e) = check("cuStreamDestroy", Some(self.gpu.ordinal), r) {
+            log::release_failed(None, &e);
+        }
+    }
 }
 
 /// Orders work on one raw stream after another's, on the GPU: the host never blocks. For a

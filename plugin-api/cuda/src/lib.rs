@@ -90,7 +90,7 @@ mod timing;
 
 pub use args::{KernelArg, MAX_KERNEL_PARAMS};
 pub use cache::dir as kernel_cache_dir;
-pub use context::{Gpu, RawStream, Stream, StreamOrder, synchronize_stream};
+pub use context::{Gpu, RawStream, SideStream, Stream, StreamOrder, synchronize_stream};
 pub use driver::{
     ComputeMode, DeviceInfo, built_for_cuda, can_access_peer, count_devices, devices, driver_version, vmm_fd_supported,
 };

@@ -21,7 +21,7 @@ use gpuipc_plugin_api::abi::RawFrame;
 
 use super::{ReadEnd, WriteEnd, device_frame};
 use crate::control::{Export, Handle64, Import, SlotMemory};
-use crate::gpu::{DeviceMemory, Gpu, GpuError, IpcEvent};
+use crate::gpu::{DeviceMemory, Gpu, GpuError, IpcEvent, SideStream};
 use crate::link::wakes::HeldWakes;
 use crate::link::{HandshakeError, ReadSlot, RingMap};
 
@@ -39,19 +39,81 @@ pub struct DeviceRead {
     /// How long it polls a frame's `ready` event on its host before it leaves the wait to its
     /// GPU (the stage's `plan::tuning`, which has the measurements; zero: the GPU waits).
     pub(crate) ready_spin: std::time::Duration,
+    /// Frames on another GPU copied into this one's memory first ([`CopyIn`]); `None`: the
+    /// stage's kernels read them where they are, over peer access.
+    pub(crate) copy_in: Option<CopyIn>,
+}
+
+/// A consumer on another GPU than its ring's memory copies each frame into a buffer of its
+/// own GPU with the copy engines, on a stream beside the stage's, and the stage's kernels read
+/// that. The copy of the next frame then runs while the kernels work on this one, and a copy
+/// engine moves more over NVLink than kernels reading across it (docs/gpu.md, "Two GPUs"; the
+/// tuning's `peer_copy_min_bytes` decides per link). The producer's slot goes back as soon as
+/// its copy is done.
+pub(crate) struct CopyIn {
+    copies: SideStream,
+    /// A buffer per ring slot, so a slot's next frame never overwrites one still being read.
+    local: Vec<DeviceMemory>,
+    /// Per slot: the copy into `local` is done (the stage's stream waits for it).
+    copied: Vec<IpcEvent>,
+    /// Per slot: the stage's work on `local` is done (the next copy into it waits for it).
+    used: Vec<IpcEvent>,
+}
+
+impl CopyIn {
+    /// Buffers and events for a ring of `slots` slots of `bytes` each, on `gpu`.
+    pub(crate) fn new(gpu: &Arc<Gpu>, slots: usize, bytes: usize) -> Result<CopyIn, GpuError> {
+        let copies = SideStream::new(gpu)?;
+        let local = (0..slots).map(|_| DeviceMemory::private(gpu, bytes)).collect::<Result<Vec<_>, _>>()?;
+        let event = || IpcEvent::create(gpu).map(|(e, _)| e);
+        let copied = (0..slots).map(|_| event()).collect::<Result<Vec<_>, _>>()?;
+        let used = (0..slots).map(|_| event()).collect::<Result<Vec<_>, _>>()?;
+        Ok(CopyIn { copies, local, copied, used })
+    }
+}
+
+impl DeviceRead {
+    /// Copy frames into this GPU's memory before the stage reads them ([`CopyIn`]).
+    pub(crate) fn copy_in(&mut self, ring: &RingMap) -> Result<(), GpuError> {
+        let bytes = ring.layout().total_bytes as usize;
+        self.copy_in = Some(CopyIn::new(&self.gpu, self.memory.len(), bytes)?);
+        Ok(())
+    }
 }
 
 impl ReadEnd for DeviceRead {
     fn frame(&self, ring: &RingMap, slot: &ReadSlot, held: Option<&Arc<HeldWakes>>) -> Result<RawFrame, GpuError> {
-        let ready = &self.ready[slot.index()];
-        if !host_wait_for_ready(ready, self.ready_spin, held) {
-            ready.wait_on(self.gpu.stream())?;
+        let k = slot.index();
+        let ready = &self.ready[k];
+        let written = host_wait_for_ready(ready, self.ready_spin, held);
+        let Some(c) = &self.copy_in else {
+            if !written {
+                ready.wait_on(self.gpu.stream())?;
+            }
+            return Ok(device_frame(ring, &self.memory[k], slot.meta().seq, slot.meta().timestamp_ns));
+        };
+        // The copy waits for the stage's work on the slot's last frame here, and for the
+        // producer's frame; the stage's stream waits for the copy.
+        c.used[k].wait_on(c.copies.stream())?;
+        if !written {
+            ready.wait_on(c.copies.stream())?;
         }
-        Ok(device_frame(ring, &self.memory[slot.index()], slot.meta().seq, slot.meta().timestamp_ns))
+        c.copies.copy_dtod_async(c.local[k].addr(), self.memory[k].addr(), ring.layout().total_bytes as usize)?;
+        c.copied[k].record(c.copies.stream())?;
+        c.copied[k].wait_on(self.gpu.stream())?;
+        Ok(device_frame(ring, &c.local[k], slot.meta().seq, slot.meta().timestamp_ns))
     }
 
     fn done(&self, slot: usize) -> Result<(), GpuError> {
-        self.released[slot].record(self.gpu.stream())
+        match &self.copy_in {
+            None => self.released[slot].record(self.gpu.stream()),
+            Some(c) => {
+                // The producer's slot was read by the copy alone, which is on the copy stream
+                // (the last thing there: frames are taken and done in order).
+                c.used[slot].record(self.gpu.stream())?;
+                self.released[slot].record(c.copies.stream())
+            }
+        }
     }
 
     fn follows_the_other_end(&self) -> bool {
@@ -85,6 +147,9 @@ impl ReadEnd for DeviceRead {
             }
             if !synchronized {
                 self.gpu.synchronize()?;
+                if let Some(c) = &self.copy_in {
+                    c.copies.synchronize()?;
+                }
                 synchronized = true;
             }
             let (memory, ready) = import_part(&self.gpu, part, &mut fds)?;

@@ -204,5 +204,6 @@ pub(crate) fn import_input(
         generations,
         part_slots,
         ready_spin: std::time::Duration::ZERO,
+        copy_in: None,
     })
 }

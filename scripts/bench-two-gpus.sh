@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Frames across two GPUs against what the link between them carries, in one call on a machine
+# with two NVIDIA GPUs (from a bundle of scripts/gpu-check.sh: BUNDLE_DIR/bench-two-gpus.sh
+# [FRAMES] [ROUNDS]).
+#
+# The ceiling is `gpuipc-host doctor`'s: copies of 32 MiB out of the other GPU's memory into
+# one's own, each way. The pipeline is pipelines/4k-yuv.toml (generator -> rgb-process ->
+# yuv420) split cuda:0 -> cuda:1 -> cuda:0, so each frame crosses the link once each way; its
+# GB/s a direction is frames/s times the rgb8 frame's bytes. Each size runs three ways, the
+# rounds interleaved:
+#
+#   copy    the default: a consumer on the other GPU copies each frame into its own GPU's
+#           memory with the copy engines, beside the stage's kernels (peer_copy_min_bytes = 0)
+#   read    its kernels read the frames over the link in place
+#           (GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615)
+#   one     the same pipeline on cuda:0 alone, for reference
+#
+# SIZES="3840x2160 1920x1080" by default.
+set -uo pipefail
+cd "$(dirname "$0")"
+here=$PWD
+host=${GPUIPC_HOST:-$here/bin/gpuipc-host}
+results=${OUT:-$here/results}/two-gpus
+work=$here/work/two-gpus
+mkdir -p "$results" "$work"
+frames=${1:-5000}
+rounds=${2:-3}
+export GPUIPC_KERNEL_CACHE=$here/kernel-cache
+. "$here/lib-bench.sh"
+find_nvrtc
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1) x $gpus, $(nproc) cores; commit $(cat "$here/COMMIT" 2>/dev/null || echo unknown)"
+if [ "$gpus" -lt 2 ]; then
+    echo "skipped: $gpus GPU(s) on this machine"
+    exit 0
+fi
+nvidia-smi topo -m 2>/dev/null | head -3 | sed 's/^/    /'
+"$host" doctor > "$results/doctor.txt" 2>&1
+grep -E "copies out of it" "$results/doctor.txt" | sed 's/^/    doctor: /'
+ceiling=$(sed -n 's/.*copies out of it into cuda:[0-9]*.s own memory: \([0-9.]*\) GB\/s.*/\1/p' "$results/doctor.txt" | sort -n | head -1)
+echo "ceiling (the slower direction): ${ceiling:-unknown} GB/s"
+
+split() {  # W H PLACEMENT: the 4K file resized, its stages placed
+    local devices
+    case $3 in
+        one) devices="0 0 0" ;;
+        *) devices="0 1 0" ;;
+    esac
+    set -- "$1" "$2" $devices
+    sed -e "s/width = 3840, height = 2160/width = $1, height = $2/" \
+        -e "s/^name = \"gen\"/&\ndevice = \"cuda:$3\"/" -e "s/^name = \"grade\"/&\ndevice = \"cuda:$4\"/" \
+        -e "s/^name = \"yuv\"/&\ndevice = \"cuda:$5\"/" "$here/pipelines/4k-yuv.toml"
+}
+
+printf '%-10s %-5s %6s %12s %14s %12s\n' size way round "frames/s" "GB/s each way" "of ceiling"
+for size in ${SIZES:-3840x2160 1920x1080}; do
+    w=${size%x*}
+    h=${size#*x}
+    bytes=$(( (w * 3 + 63) / 64 * 64 * h ))
+    for round in $(seq 1 "$rounds"); do
+        for way in copy read one; do
+            file=$work/$way-$size.toml
+            split "$w" "$h" "$way" > "$file"
+            env=()
+            if [ "$way" = read ]; then env=(GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615); fi
+            log=$results/$way-$size-r$round.txt
+            if [ "$round" = 1 ]; then env "${env[@]}" "$host" validate "$file" | grep -E "^gen|^grade" | sed 's/^/    /'; fi
+            if ! (cd "$work" && env "${env[@]}" "$host" run "$file" --frames "$frames" > "$log" 2>&1); then
+                echo "$size $way r$round failed: see $log"
+                tail -5 "$log"
+                continue
+            fi
+            fps=$(awk '$1 == "yuv" {print $5}' "$log")
+            awk -v size="$size" -v way="$way" -v r="$round" -v fps="$fps" -v bytes="$bytes" -v c="${ceiling:-0}" 'BEGIN {
+                gb = fps * bytes / 1e9
+                share = (c > 0 && way != "one") ? sprintf("%.1f %%", 100 * gb / c) : "-"
+                printf "%-10s %-5s %6s %12.1f %14.1f %12s\n", size, way, "r" r, fps, gb, share
+            }'
+        done
+    done
+done
