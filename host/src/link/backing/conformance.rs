@@ -173,6 +173,19 @@ const DEVICE_CHILD_ENV: &str = "GPUIPC_TEST_DEVICE_CONSUMER";
 
 #[test]
 fn gpu_device_producer_to_device_consumer() {
+    device_exchange("read");
+}
+
+/// The same, the consumer copying each frame into memory of its own first (as one on another
+/// GPU does; here the copy stays on one GPU, which the ordering does not know).
+#[test]
+fn gpu_device_producer_to_copying_device_consumer() {
+    device_exchange("copy");
+}
+
+/// The producer here, the consumer in a child process that reads the frames in place
+/// (`read`) or copies them in first (`copy`).
+fn device_exchange(how: &str) {
     use std::os::fd::AsFd;
     use std::process::Command;
 
@@ -190,7 +203,7 @@ fn gpu_device_producer_to_device_consumer() {
     let (to_child, child_socket) = ControlSocket::pair().unwrap();
     let mut command = Command::new(std::env::current_exe().unwrap());
     command.args(["--exact", "link::backing::conformance::device_consumer_child", "--ignored", "--nocapture"]);
-    command.env(DEVICE_CHILD_ENV, "1");
+    command.env(DEVICE_CHILD_ENV, how);
     command
         .fd_mappings(vec![
             FdMapping { parent_fd: map.fds_for(FrameAccess::Read)[0].try_clone_to_owned().unwrap(), child_fd: 3 },
@@ -225,9 +238,7 @@ fn device_consumer_child() {
     use crate::control::ControlSocket;
     use crate::link::backing::device::handshake::{complete, export_input};
 
-    if std::env::var_os(DEVICE_CHILD_ENV).is_none() {
-        return;
-    }
+    let Some(how) = std::env::var_os(DEVICE_CHILD_ENV) else { return };
     let gpu = gpuipc_cuda::testing::gpu_for_test().expect("the parent found a GPU");
     #[allow(unsafe_code)]
     // SAFETY: (test) the parent mapped the ring to fd 3 and the socket to fd 4 for this.
@@ -236,7 +247,10 @@ fn device_consumer_child() {
     let socket = ControlSocket::from_fd(socket_fd);
     let half = export_input(&gpu, &socket, 0, 0, map.depth()).unwrap();
     let (mut reads, _) = complete(&gpu, &socket, vec![half]).unwrap();
-    let (_, read) = reads.pop().expect("the consumer's end");
+    let (_, mut read) = reads.pop().expect("the consumer's end");
+    if how == "copy" {
+        read.copy_in(&map).unwrap();
+    }
     let got = consume(map, &read, &Access::Gpu(gpu.clone()));
     assert_eq!(got, (0..FRAMES).collect::<Vec<_>>());
     println!("device consumer: {} frames, all whole and in order", got.len());
