@@ -36,6 +36,7 @@ const fn shape(
 const GENERATOR_CU: KernelSource = gpuipc_plugin_api::kernel_source!("../..", "kernels/generator.cu");
 const RGB_PROCESS_CU: KernelSource = gpuipc_plugin_api::kernel_source!("../..", "kernels/rgb_process.cu");
 const YUV420_CU: KernelSource = gpuipc_plugin_api::kernel_source!("../..", "kernels/yuv420.cu");
+const YUV420_2X2_CU: KernelSource = gpuipc_plugin_api::kernel_source!(".", "variants/yuv420_2x2.cu");
 const YUV_TO_RGB_CU: KernelSource = gpuipc_plugin_api::kernel_source!("../..", "kernels/yuv_to_rgb.cu");
 
 pub const GENERATOR: &[Variant] = &[
@@ -75,6 +76,14 @@ pub const YUV420: &[Variant] = &[
     shape("block64", YUV420_CU, 64, 1, "production source, 64-thread blocks (more blocks a row pair)"),
     shape("block256", YUV420_CU, 256, 1, "production source, 256-thread blocks"),
     shape("stride2", YUV420_CU, 128, 2, "production source, half the threads (grid-stride)"),
+    shape(
+        "2x2-dp2a",
+        YUV420_2X2_CU,
+        128,
+        1,
+        "production's 16 x 2 pixels a thread and uint4 loads/stores; Y two dp2a a pixel, U and V three a block row, no clamps or selects on whole groups (about half the instructions)",
+    ),
+    shape("2x2-dp2a-b64", YUV420_2X2_CU, 64, 1, "2x2-dp2a with 64-thread blocks (two blocks a 1080p row pair)"),
 ];
 
 pub const YUV_TO_RGB: &[Variant] = &[
