@@ -20,6 +20,11 @@ else
     (cd "$here/.." && cargo build --release --locked -p gpuipc-kernel-bench)
     bin=${CARGO_TARGET_DIR:-$here/../target}/release/kernel-bench
 fi
+# NVRTC for the kernels, as the other bench scripts find it (lib-bench.sh: bundle or scripts/).
+if [ -e "$here/lib-bench.sh" ]; then
+    . "$here/lib-bench.sh"
+    find_nvrtc
+fi
 out=${OUT:-.}/kernel-bench.md
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>/dev/null || true
 "$bin" "$@" | tee "$out"
