@@ -13,9 +13,13 @@
 #   noop     a Python class whose process does nothing
 #   touch    reads every plane and the frame's seq
 #   dlpack   torch.from_dlpack of every plane on the stage's stream (no kernel)
-#   invert   pipelines/python/torch_invert.py: ~frame on the stage's stream
+#   invert   ~frame on the stage's stream, each plane's tensor made anew every frame
 #   default  the same invert on torch's default stream: the planes are handed to another
 #            stream, ordered with the stage's by events on the GPU
+#   cached   pipelines/python/torch_invert.py: the invert with each plane's tensor made once (a
+#            dict keyed by the plane: a slot's plane is the same object every frame), on the
+#            stage's stream (`with`)
+#   setonce  cached, and the stage's stream made torch's current once, in __init__
 #
 # Sizes: SIZES="256x256 3840x2160" (the small one is host-bound: the GPU's share of a frame is
 # about a microsecond). GPUIPC_PYTHON names the interpreter (else python3).
@@ -81,6 +85,47 @@ class Dlpack(Noop):
                 self.torch.from_dlpack(plane)
 
 
+class Uncached(Noop):
+    def __init__(self, params, input_formats, output_format, ctx):
+        import torch
+        self.torch = torch
+        self.stream = torch.cuda.ExternalStream(ctx.cuda_stream, device=torch.device("cuda", ctx.device))
+
+    def process(self, inputs, output, ctx):
+        with self.torch.cuda.stream(self.stream):
+            for src, dst in zip(inputs[0].planes, output.planes):
+                self.torch.bitwise_not(self.torch.from_dlpack(src), out=self.torch.from_dlpack(dst))
+
+
+class Cached(Noop):
+    def __init__(self, params, input_formats, output_format, ctx):
+        import torch
+        self.torch = torch
+        self.stream = torch.cuda.ExternalStream(ctx.cuda_stream, device=torch.device("cuda", ctx.device))
+        self.tensors = {}
+
+    def view(self, plane):
+        tensor = self.tensors.get(plane)
+        if tensor is None:
+            tensor = self.tensors[plane] = self.torch.from_dlpack(plane)
+        return tensor
+
+    def process(self, inputs, output, ctx):
+        with self.torch.cuda.stream(self.stream):
+            for src, dst in zip(inputs[0].planes, output.planes):
+                self.torch.bitwise_not(self.view(src), out=self.view(dst))
+
+
+class SetOnce(Cached):
+    def __init__(self, params, input_formats, output_format, ctx):
+        super().__init__(params, input_formats, output_format, ctx)
+        self.torch.cuda.set_stream(self.stream)
+
+    def process(self, inputs, output, ctx):
+        for src, dst in zip(inputs[0].planes, output.planes):
+            self.torch.bitwise_not(self.view(src), out=self.view(dst))
+
+
 class DefaultStream(Noop):
     def __init__(self, params, input_formats, output_format, ctx):
         import torch
@@ -103,14 +148,18 @@ params = { script = \"$work/classes.py\", class = \"Touch\" }" ;;
         dlpack) echo "plugin = \"python\"
 params = { script = \"$work/classes.py\", class = \"Dlpack\" }" ;;
         invert) echo "plugin = \"python\"
-params = { script = \"$repo/pipelines/python/torch_invert.py\", class = \"Invert\" }" ;;
+params = { script = \"$work/classes.py\", class = \"Uncached\" }" ;;
         default) echo "plugin = \"python\"
 params = { script = \"$work/classes.py\", class = \"DefaultStream\" }" ;;
+        cached) echo "plugin = \"python\"
+params = { script = \"$repo/pipelines/python/torch_invert.py\", class = \"Invert\" }" ;;
+        setonce) echo "plugin = \"python\"
+params = { script = \"$work/classes.py\", class = \"SetOnce\" }" ;;
     esac
 }
 
 classes="rust noop touch"
-if [ "$has_torch" = 1 ]; then classes="$classes dlpack invert default"; fi
+if [ "$has_torch" = 1 ]; then classes="$classes dlpack invert default cached setonce"; fi
 printf '%-10s %-8s %12s %16s %16s  %s\n' size class "frames/s" "call µs/frame" "cpu µs/frame" "the Python call in parts"
 for size in ${SIZES:-256x256 3840x2160}; do
     w=${size%x*}

@@ -6,14 +6,18 @@
 # The ceiling is `gpuipc-host doctor`'s: copies of 32 MiB out of the other GPU's memory into
 # one's own, each way. The pipeline is pipelines/4k-yuv.toml (generator -> rgb-process ->
 # yuv420) split cuda:0 -> cuda:1 -> cuda:0, so each frame crosses the link once each way; its
-# GB/s a direction is frames/s times the rgb8 frame's bytes. Each size runs three ways, the
+# GB/s a direction is frames/s times the rgb8 frame's bytes. Each size runs these ways, the
 # rounds interleaved:
 #
 #   copy    the default: a consumer on the other GPU copies each frame into its own GPU's
 #           memory with the copy engines, beside the stage's kernels (peer_copy_min_bytes = 0)
+#   copyN   the same, each copy split over N streams (GPUIPC_PEER_COPY_LANES=N)
 #   read    its kernels read the frames over the link in place
 #           (GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615)
 #   one     the same pipeline on cuda:0 alone, for reference
+#   oneway-copy, oneway-read   cuda:0 -> cuda:1 -> cuda:1: the link used one way only
+#
+# WAYS="copy copy2 read one oneway-copy oneway-read" by default.
 #
 # SIZES="3840x2160 1920x1080" by default.
 set -uo pipefail
@@ -44,6 +48,7 @@ split() {  # W H PLACEMENT: the 4K file resized, its stages placed
     local devices
     case $3 in
         one) devices="0 0 0" ;;
+        oneway-*) devices="0 1 1" ;;
         *) devices="0 1 0" ;;
     esac
     set -- "$1" "$2" $devices
@@ -52,17 +57,20 @@ split() {  # W H PLACEMENT: the 4K file resized, its stages placed
         -e "s/^name = \"yuv\"/&\ndevice = \"cuda:$5\"/" "$here/pipelines/4k-yuv.toml"
 }
 
-printf '%-10s %-5s %6s %12s %14s %12s\n' size way round "frames/s" "GB/s each way" "of ceiling"
+printf '%-10s %-12s %6s %12s %14s %12s\n' size way round "frames/s" "GB/s each way" "of ceiling"
 for size in ${SIZES:-3840x2160 1920x1080}; do
     w=${size%x*}
     h=${size#*x}
     bytes=$(( (w * 3 + 63) / 64 * 64 * h ))
     for round in $(seq 1 "$rounds"); do
-        for way in copy read one; do
+        for way in ${WAYS:-copy copy2 read one oneway-copy oneway-read}; do
             file=$work/$way-$size.toml
             split "$w" "$h" "$way" > "$file"
             env=()
-            if [ "$way" = read ]; then env=(GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615); fi
+            case $way in
+                *read) env=(GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615) ;;
+                copy[0-9]*) env=(GPUIPC_PEER_COPY_LANES="${way#copy}") ;;
+            esac
             log=$results/$way-$size-r$round.txt
             if [ "$round" = 1 ]; then env "${env[@]}" "$host" validate "$file" | grep -E "^gen|^grade" | sed 's/^/    /'; fi
             if ! (cd "$work" && env "${env[@]}" "$host" run "$file" --frames "$frames" > "$log" 2>&1); then
@@ -74,7 +82,7 @@ for size in ${SIZES:-3840x2160 1920x1080}; do
             awk -v size="$size" -v way="$way" -v r="$round" -v fps="$fps" -v bytes="$bytes" -v c="${ceiling:-0}" 'BEGIN {
                 gb = fps * bytes / 1e9
                 share = (c > 0 && way != "one") ? sprintf("%.1f %%", 100 * gb / c) : "-"
-                printf "%-10s %-5s %6s %12.1f %14.1f %12s\n", size, way, "r" r, fps, gb, share
+                printf "%-10s %-12s %6s %12.1f %14.1f %12s\n", size, way, "r" r, fps, gb, share
             }'
         done
     done

@@ -3,6 +3,11 @@ c becomes 255 - c (`~c` for uint8). The frames are the ring slots themselves (DL
 copy), and the work is queued on the stage's stream, so the interprocess events that order
 the stages keep their meaning.
 
+A slot's plane is the same object at every frame in that slot, so each plane's tensor is made
+once and kept, keyed by the plane: `torch.from_dlpack` costs about 15 µs a call
+(docs/benchmarks.md, "The Python stage"). Kept tensors skip the stream hand-over of
+`__dlpack__`, so they are for work on the stage's stream only, as here.
+
     [[stage]]
     plugin = "python"
     device = "cuda"
@@ -16,8 +21,15 @@ class Invert:
         if ctx.domain != "cuda":
             raise ValueError("torch_invert.py runs on the GPU: give its stage device = \"cuda\"")
         self.stream = torch.cuda.ExternalStream(ctx.cuda_stream, device=torch.device("cuda", ctx.device))
+        self.tensors = {}
+
+    def view(self, plane):
+        tensor = self.tensors.get(plane)
+        if tensor is None:
+            tensor = self.tensors[plane] = torch.from_dlpack(plane)
+        return tensor
 
     def process(self, inputs, output, ctx):
         with torch.cuda.stream(self.stream):
             for src, dst in zip(inputs[0].planes, output.planes):
-                torch.bitwise_not(torch.from_dlpack(src), out=torch.from_dlpack(dst))
+                torch.bitwise_not(self.view(src), out=self.view(dst))

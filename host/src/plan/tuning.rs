@@ -42,6 +42,9 @@ pub struct Tuning {
     /// the copy engines before its kernels read it, for frames of at least this many bytes
     /// (`link::backing::device::CopyIn`); smaller ones are read over peer access in place.
     pub peer_copy_min_bytes: u64,
+    /// How many streams such a copy is split over, a part each (copy engines work side by
+    /// side).
+    pub peer_copy_lanes: u32,
 }
 
 /// Knobs set from outside the pipeline file: the command line's, then the environment's.
@@ -56,11 +59,12 @@ pub struct Overrides {
     pub gpu_lead: Option<u32>,
     pub ready_spin_us: Option<u64>,
     pub peer_copy_min_bytes: Option<u64>,
+    pub peer_copy_lanes: Option<u32>,
 }
 
 /// The environment variables that set knobs, with the field each sets (the docs' table lists
 /// the same names; `validate` names the one that set a value).
-pub const VARIABLES: [&str; 7] = [
+pub const VARIABLES: [&str; 8] = [
     "GPUIPC_WAKE_BATCH",
     "GPUIPC_WAKE_AHEAD_US",
     "GPUIPC_WAKE_AHEAD_IDLE_US",
@@ -68,6 +72,7 @@ pub const VARIABLES: [&str; 7] = [
     "GPUIPC_GPU_LEAD",
     "GPUIPC_READY_SPIN_US",
     "GPUIPC_PEER_COPY_MIN_BYTES",
+    "GPUIPC_PEER_COPY_LANES",
 ];
 
 impl Overrides {
@@ -89,6 +94,7 @@ impl Overrides {
             gpu_lead: small(VARIABLES[4]),
             ready_spin_us: number(VARIABLES[5]),
             peer_copy_min_bytes: number(VARIABLES[6]),
+            peer_copy_lanes: small(VARIABLES[7]),
         }
     }
 
@@ -106,6 +112,7 @@ impl Overrides {
             self.gpu_lead.map(u64::from),
             self.ready_spin_us,
             self.peer_copy_min_bytes,
+            self.peer_copy_lanes.map(u64::from),
         ];
         for (name, value) in VARIABLES.iter().zip(vars) {
             if let Some(v) = value {
@@ -139,6 +146,8 @@ const SMALL_FRAMES_READY_SPIN_US: u64 = 200;
 /// Frames from another GPU of at least this many bytes are copied in by the copy engines
 /// before the stage's kernels read them (docs/gpu.md, "Two GPUs", has the measurements).
 const PEER_COPY_MIN_BYTES: u64 = 0;
+/// Streams a copy from another GPU is split over.
+const PEER_COPY_LANES: u32 = 1;
 
 /// What a stage's defaults depend on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +190,7 @@ impl Tuning {
             gpu_lead: o.gpu_lead.unwrap_or(if f.large_frames { LARGE_FRAMES_LEAD } else { 0 }),
             ready_spin_us: o.ready_spin_us.unwrap_or(if f.large_gpu_inputs { 0 } else { SMALL_FRAMES_READY_SPIN_US }),
             peer_copy_min_bytes: o.peer_copy_min_bytes.unwrap_or(PEER_COPY_MIN_BYTES),
+            peer_copy_lanes: o.peer_copy_lanes.unwrap_or(PEER_COPY_LANES).max(1),
         }
     }
 }
@@ -213,7 +223,8 @@ mod tests {
                 wake_before_due_us: 150,
                 gpu_lead: 64,
                 ready_spin_us: 0,
-                peer_copy_min_bytes: 0
+                peer_copy_min_bytes: 0,
+                peer_copy_lanes: 1
             }
         );
         let hd = cuda(false, false);

@@ -532,7 +532,7 @@ fn link_ends(
                 && device != g.ordinal()
                 && ring.layout().total_bytes >= setup.tuning.peer_copy_min_bytes
             {
-                end.copy_in(ring)?;
+                end.copy_in(ring, setup.tuning.peer_copy_lanes as usize)?;
             }
             inputs[k] = Some(Box::new(end));
         }

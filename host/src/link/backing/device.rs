@@ -51,32 +51,84 @@ pub struct DeviceRead {
 /// tuning's `peer_copy_min_bytes` decides per link). The producer's slot goes back as soon as
 /// its copy is done.
 pub(crate) struct CopyIn {
-    copies: SideStream,
+    /// The streams a frame's copy is split over, a contiguous part each (`peer_copy_lanes`).
+    lanes: Vec<Lane>,
     /// A buffer per ring slot, so a slot's next frame never overwrites one still being read.
     local: Vec<DeviceMemory>,
-    /// Per slot: the copy into `local` is done (the stage's stream waits for it).
-    copied: Vec<IpcEvent>,
     /// Per slot: the stage's work on `local` is done (the next copy into it waits for it).
     used: Vec<IpcEvent>,
 }
 
+/// One stream of a [`CopyIn`], and per slot an event: its part of the copy is done.
+struct Lane {
+    stream: SideStream,
+    copied: Vec<IpcEvent>,
+}
+
 impl CopyIn {
-    /// Buffers and events for a ring of `slots` slots of `bytes` each, on `gpu`.
-    pub(crate) fn new(gpu: &Arc<Gpu>, slots: usize, bytes: usize) -> Result<CopyIn, GpuError> {
-        let copies = SideStream::new(gpu)?;
+    /// Buffers and events for a ring of `slots` slots of `bytes` each, on `gpu`, each copy
+    /// split over `lanes` streams.
+    pub(crate) fn new(gpu: &Arc<Gpu>, slots: usize, bytes: usize, lanes: usize) -> Result<CopyIn, GpuError> {
+        let events = || (0..slots).map(|_| IpcEvent::create(gpu).map(|(e, _)| e)).collect::<Result<Vec<_>, _>>();
+        let lanes = (0..lanes.max(1))
+            .map(|_| Ok(Lane { stream: SideStream::new(gpu)?, copied: events()? }))
+            .collect::<Result<Vec<_>, GpuError>>()?;
         let local = (0..slots).map(|_| DeviceMemory::private(gpu, bytes)).collect::<Result<Vec<_>, _>>()?;
-        let event = || IpcEvent::create(gpu).map(|(e, _)| e);
-        let copied = (0..slots).map(|_| event()).collect::<Result<Vec<_>, _>>()?;
-        let used = (0..slots).map(|_| event()).collect::<Result<Vec<_>, _>>()?;
-        Ok(CopyIn { copies, local, copied, used })
+        Ok(CopyIn { lanes, local, used: events()? })
+    }
+
+    /// Enqueue the copy of slot `k`'s frame (`bytes` at `src`, written once `ready` has
+    /// completed unless `written` already) into its local buffer, and make `stage` wait for it.
+    fn enqueue(
+        &self,
+        k: usize,
+        src: u64,
+        bytes: usize,
+        ready: &IpcEvent,
+        written: bool,
+        stage: &crate::gpu::Stream,
+    ) -> Result<(), GpuError> {
+        // Parts of whole 256-byte blocks, the last one shorter.
+        let part = bytes.div_ceil(self.lanes.len()).div_ceil(256) * 256;
+        for (i, lane) in self.lanes.iter().enumerate() {
+            let start = (i * part).min(bytes);
+            let len = part.min(bytes - start);
+            // The copy waits for the stage's work on the slot's last frame here, and for the
+            // producer's frame; the stage's stream waits for the copy.
+            self.used[k].wait_on(lane.stream.stream())?;
+            if !written {
+                ready.wait_on(lane.stream.stream())?;
+            }
+            lane.stream.copy_dtod_async(self.local[k].addr() + start as u64, src + start as u64, len)?;
+            lane.copied[k].record(lane.stream.stream())?;
+            lane.copied[k].wait_on(stage)?;
+        }
+        Ok(())
+    }
+
+    /// Slot `k`'s frame is done: the next copy into its buffer waits for the stage's work
+    /// (`stage`), and `released` is recorded once every part of its copy is done (the frames
+    /// are taken and done in order, so those copies are the lanes' latest).
+    fn done(&self, k: usize, stage: &crate::gpu::Stream, released: &IpcEvent) -> Result<(), GpuError> {
+        self.used[k].record(stage)?;
+        let first = &self.lanes[0];
+        for lane in &self.lanes[1..] {
+            lane.copied[k].wait_on(first.stream.stream())?;
+        }
+        released.record(first.stream.stream())
+    }
+
+    fn synchronize(&self) -> Result<(), GpuError> {
+        self.lanes.iter().try_for_each(|lane| lane.stream.synchronize())
     }
 }
 
 impl DeviceRead {
-    /// Copy frames into this GPU's memory before the stage reads them ([`CopyIn`]).
-    pub(crate) fn copy_in(&mut self, ring: &RingMap) -> Result<(), GpuError> {
+    /// Copy frames into this GPU's memory before the stage reads them ([`CopyIn`]), each
+    /// copy split over `lanes` streams.
+    pub(crate) fn copy_in(&mut self, ring: &RingMap, lanes: usize) -> Result<(), GpuError> {
         let bytes = ring.layout().total_bytes as usize;
-        self.copy_in = Some(CopyIn::new(&self.gpu, self.memory.len(), bytes)?);
+        self.copy_in = Some(CopyIn::new(&self.gpu, self.memory.len(), bytes, lanes)?);
         Ok(())
     }
 }
@@ -92,27 +144,15 @@ impl ReadEnd for DeviceRead {
             }
             return Ok(device_frame(ring, &self.memory[k], slot.meta().seq, slot.meta().timestamp_ns));
         };
-        // The copy waits for the stage's work on the slot's last frame here, and for the
-        // producer's frame; the stage's stream waits for the copy.
-        c.used[k].wait_on(c.copies.stream())?;
-        if !written {
-            ready.wait_on(c.copies.stream())?;
-        }
-        c.copies.copy_dtod_async(c.local[k].addr(), self.memory[k].addr(), ring.layout().total_bytes as usize)?;
-        c.copied[k].record(c.copies.stream())?;
-        c.copied[k].wait_on(self.gpu.stream())?;
+        c.enqueue(k, self.memory[k].addr(), ring.layout().total_bytes as usize, ready, written, self.gpu.stream())?;
         Ok(device_frame(ring, &c.local[k], slot.meta().seq, slot.meta().timestamp_ns))
     }
 
     fn done(&self, slot: usize) -> Result<(), GpuError> {
         match &self.copy_in {
             None => self.released[slot].record(self.gpu.stream()),
-            Some(c) => {
-                // The producer's slot was read by the copy alone, which is on the copy stream
-                // (the last thing there: frames are taken and done in order).
-                c.used[slot].record(self.gpu.stream())?;
-                self.released[slot].record(c.copies.stream())
-            }
+            // The producer's slot was read by the copy alone.
+            Some(c) => c.done(slot, self.gpu.stream(), &self.released[slot]),
         }
     }
 
@@ -148,7 +188,7 @@ impl ReadEnd for DeviceRead {
             if !synchronized {
                 self.gpu.synchronize()?;
                 if let Some(c) = &self.copy_in {
-                    c.copies.synchronize()?;
+                    c.synchronize()?;
                 }
                 synchronized = true;
             }
