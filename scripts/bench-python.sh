@@ -22,7 +22,9 @@
 #   setonce  cached, and the stage's stream made torch's current once, in __init__
 #
 # Sizes: SIZES="256x256 3840x2160" (the small one is host-bound: the GPU's share of a frame is
-# about a microsecond). GPUIPC_PYTHON names the interpreter (else python3).
+# about a microsecond). GPUIPC_PYTHON names the interpreter (else python3). BEFORE=DIR also runs
+# every row with the python plugin of another build (`plugin = "DIR/libgpuipc_python.so"`),
+# labelled `before`, the rows interleaved.
 set -uo pipefail
 cd "$(dirname "$0")"
 here=$PWD
@@ -160,26 +162,30 @@ params = { script = \"$work/classes.py\", class = \"SetOnce\" }" ;;
 
 classes="rust noop touch"
 if [ "$has_torch" = 1 ]; then classes="$classes dlpack invert default cached setonce"; fi
-printf '%-10s %-8s %12s %16s %16s  %s\n' size class "frames/s" "call µs/frame" "cpu µs/frame" "the Python call in parts"
+printf '%-10s %-8s %-7s %12s %16s %16s  %s\n' size class build "frames/s" "call µs/frame" "cpu µs/frame" "the Python call in parts"
 for size in ${SIZES:-256x256 3840x2160}; do
     w=${size%x*}
     h=${size#*x}
     for class in $classes; do
-        file=$work/$class-$size.toml
+      for build in now ${BEFORE:+before}; do
+        if [ "$class" = rust ] && [ "$build" = before ]; then continue; fi
+        file=$work/$class-$size-$build.toml
         printf '[pipeline]\nname = "py-%s"\ndevice = "%s"\n\n[[stage]]\nname = "gen"\nplugin = "generator"\nparams = { width = %s, height = %s, pattern = "gradient" }\n\n[[stage]]\nname = "stage"\ninputs = ["gen"]\n%s\n' \
             "$class" "$device" "$w" "$h" "$(stage_params "$class")" > "$file"
-        log=$results/$class-$size.txt
+        if [ "$build" = before ]; then sed -i "s|^plugin = \"python\"|plugin = \"$BEFORE/libgpuipc_python.so\"|" "$file"; fi
+        log=$results/$class-$size-$build.txt
         if ! (cd "$work" && GPUIPC_LOG=info,plugin=debug "$host" run "$file" --frames "$frames" > "$log" 2>&1); then
-            printf '%-10s %-8s failed: see %s\n' "$size" "$class" "$log"
+            printf '%-10s %-8s %-7s failed: see %s\n' "$size" "$class" "$build" "$log"
             tail -5 "$log"
             continue
         fi
         row=$(awk '$1 == "stage" && $2 != "plugin" {print $5, $9, $10}' "$log")
         parts=$(sed -n 's/.*python stage: [0-9]* calls; µs a call: //p' "$log" | head -1)
-        echo "$row" | awk -v size="$size" -v class="$class" -v parts="$parts" '{
+        echo "$row" | awk -v size="$size" -v class="$class" -v build="$build" -v parts="$parts" '{
             fps = $1; busy = $2; cpu = $3; sub("%", "", busy); sub("%", "", cpu)
-            printf "%-10s %-8s %12.0f %16.2f %16.2f  %s\n", size, class, fps, busy / 100 * 1e6 / fps, cpu / 100 * 1e6 / fps, parts
+            printf "%-10s %-8s %-7s %12.0f %16.2f %16.2f  %s\n", size, class, build, fps, busy / 100 * 1e6 / fps, cpu / 100 * 1e6 / fps, parts
         }'
+      done
     done
 done
 if [ "$has_torch" = 1 ]; then
