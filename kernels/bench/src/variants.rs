@@ -10,10 +10,11 @@ use gpuipc_plugin_api::cuda::KernelSource;
 pub struct Variant {
     /// "production" for the plugin exactly as it runs.
     pub name: &'static str,
-    /// The source, `None` for the plugin's own (through its `new`).
+    /// The source, `None` for the plugin's own (through its `new`, which also picks the
+    /// launch shape: `block_x` and `per_thread` are then unused).
     pub source: Option<KernelSource>,
     pub block_x: u32,
-    /// Units of work a thread (the kernel header's "one thread per ...").
+    /// Units of work a thread, in the launcher's `with_source` units.
     pub per_thread: u32,
     /// What it changes, for the report.
     pub about: &'static str,
@@ -86,12 +87,12 @@ pub const YUV420: &[Variant] = &[
 
 pub const YUV_TO_RGB: &[Variant] = &[
     production(),
-    shape("block256", YUV_TO_RGB_CU, 256, 1, "production source, 256-thread blocks"),
+    shape("block256", YUV_TO_RGB_CU, 256, 8, "production source, 256-thread blocks"),
     shape(
-        "x16",
-        gpuipc_plugin_api::kernel_source!(".", "variants/yuv_to_rgb_x16.cu"),
+        "before",
+        gpuipc_plugin_api::kernel_source!(".", "variants/yuv_to_rgb_before.cu"),
         128,
-        8,
-        "thread per 16 x 2 pixels: uint4 Y loads, uint4 RGB stores (byte path where misaligned)",
+        1,
+        "yuv_to_rgb.cu before 16 x 2 pixels a thread: a thread per chroma sample (2 x 2 pixels), byte loads and stores",
     ),
 ];
