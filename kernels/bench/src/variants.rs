@@ -16,12 +16,23 @@ pub struct Variant {
     pub block_x: u32,
     /// Units of work a thread, in the launcher's `with_source` units.
     pub per_thread: u32,
+    /// Block rows launched per SM of the device (the grid's y capped at this many times the
+    /// SM count, the kernel's grid-stride loop covering the other rows); 0: the launcher's
+    /// grid. Only the generator's launcher takes it.
+    pub blocks_per_sm: u32,
     /// What it changes, for the report.
     pub about: &'static str,
 }
 
 const fn production() -> Variant {
-    Variant { name: "production", source: None, block_x: 128, per_thread: 1, about: "the plugin as it runs" }
+    Variant {
+        name: "production",
+        source: None,
+        block_x: 128,
+        per_thread: 1,
+        blocks_per_sm: 0,
+        about: "the plugin as it runs",
+    }
 }
 
 const fn shape(
@@ -31,8 +42,23 @@ const fn shape(
     per_thread: u32,
     about: &'static str,
 ) -> Variant {
-    Variant { name, source: Some(source), block_x, per_thread, about }
+    Variant { name, source: Some(source), block_x, per_thread, blocks_per_sm: 0, about }
 }
+
+/// A generator variant whose blocks each draw whole rows: `per_thread` large enough for one
+/// block a row of any width (32768 rgba8 pixels: 8192 pieces), and `blocks_per_sm` blocks a
+/// SM in all, striding over the rows.
+const fn rows(
+    name: &'static str,
+    source: KernelSource,
+    block_x: u32,
+    blocks_per_sm: u32,
+    about: &'static str,
+) -> Variant {
+    Variant { name, source: Some(source), block_x, per_thread: 8192 / block_x, blocks_per_sm, about }
+}
+
+const GENERATOR_ROWS_CU: KernelSource = gpuipc_plugin_api::kernel_source!(".", "variants/generator_rows.cu");
 
 const GENERATOR_CU: KernelSource = gpuipc_plugin_api::kernel_source!("../..", "kernels/generator.cu");
 const RGB_PROCESS_CU: KernelSource = gpuipc_plugin_api::kernel_source!("../..", "kernels/rgb_process.cu");
@@ -43,6 +69,41 @@ pub const GENERATOR: &[Variant] = &[
     production(),
     shape("block256", GENERATOR_CU, 256, 1, "production source, 256-thread blocks"),
     shape("stride4", GENERATOR_CU, 128, 4, "production source, a quarter of the threads (grid-stride, 4 pieces each)"),
+    shape("stride8", GENERATOR_CU, 128, 8, "production source, an eighth of the threads (grid-stride, 8 pieces each)"),
+    shape(
+        "stride16",
+        GENERATOR_CU,
+        128,
+        16,
+        "production source, a sixteenth of the threads (grid-stride, 16 pieces each)",
+    ),
+    shape("stride8-b256", GENERATOR_CU, 256, 8, "stride8 with 256-thread blocks"),
+    shape("stride16-b256", GENERATOR_CU, 256, 16, "stride16 with 256-thread blocks"),
+    rows(
+        "prod-rows-sm4",
+        GENERATOR_CU,
+        256,
+        4,
+        "production source with rows's grid: one 256-thread block a row, 4 blocks a SM striding over the rows (the grid alone)",
+    ),
+    rows(
+        "rows-sm2",
+        GENERATOR_ROWS_CU,
+        256,
+        2,
+        "a block draws whole rows, thread t pieces t + k blockDim (a warp: 512 contiguous bytes), 4 computed before storing; 256-thread blocks, 2 a SM striding over the rows",
+    ),
+    rows("rows-sm4", GENERATOR_ROWS_CU, 256, 4, "rows, 256-thread blocks, 4 a SM"),
+    rows("rows-sm8", GENERATOR_ROWS_CU, 256, 8, "rows, 256-thread blocks, 8 a SM (all 2048 threads of a SM)"),
+    rows("rows-b512-sm2", GENERATOR_ROWS_CU, 512, 2, "rows, 512-thread blocks, 2 a SM"),
+    rows("rows-b512-sm4", GENERATOR_ROWS_CU, 512, 4, "rows, 512-thread blocks, 4 a SM (all 2048 threads of a SM)"),
+    rows(
+        "rows-all",
+        GENERATOR_ROWS_CU,
+        256,
+        0,
+        "rows source with one 256-thread block a row (the launcher's grid): the source alone",
+    ),
     shape(
         "px16",
         gpuipc_plugin_api::kernel_source!(".", "variants/generator_px16.cu"),
