@@ -60,20 +60,40 @@
 //                             i32: y_offset, y_mul, r_v, g_u, g_v, b_u
 //
 // Two entry points rather than a third layout: each is compiled on its own, so the 8-bit one
-// is the code it was before p010 came, and as fast (nv12 to rgba8 at 4K: 32.8 us on an H200;
-// one kernel holding both layouts took 38.6 to 41.5).
+// is not slowed by p010's code (with one thread per chroma sample, nv12 to rgba8 at 4K took
+// 32.8 us on an H200; one kernel holding both layouts took 38.6 to 41.5).
 //
-// Launch (both): one thread per chroma sample, that is per 2x2 block of pixels (cut to the
-// frame at an odd right column or bottom row), 1-D blocks, a 2-D grid:
-//   block = (128, 1, 1)                                   (any blockDim.x works)
-//   grid  = (ceil(ceil(width / 2) / block.x), min(ceil(height / 2), 65535), 1)
-// Both grid dimensions are grid-stride loops, so a smaller grid is also correct. No shared
-// memory.
+// Launch: 1-D blocks, a 2-D grid, both grid dimensions grid-stride loops (so a smaller grid
+// is also correct); no shared memory. The two entry points split the work differently:
 //
-// Memory: reads the bytes of the block's pixels and its chroma sample only, byte by byte (so
-// any pitch works, even an odd one for p010's two-byte samples; 4-byte loads where aligned
-// ran no faster on an H200); writes exactly the `row_bytes` bytes of each output row, never
-// row padding.
+//   yuv420_to_rgb: one thread per 8 chroma samples of a row pair, that is 16 x 2 pixels (cut
+//   to the frame at the row's end and at an odd bottom row):
+//     block = (128, 1, 1)                                 (any blockDim.x works)
+//     grid  = (ceil(ceil(width / 16) / block.x), min(ceil(height / 2), 65535), 1)
+//   (cuda.rs: `per_thread` 8 chroma samples.)
+//
+//   p010_to_rgb: one thread per chroma sample, that is per 2x2 block of pixels (cut to the
+//   frame at an odd right column or bottom row):
+//     block = (128, 1, 1)                                 (any blockDim.x works)
+//     grid  = (ceil(ceil(width / 2) / block.x), min(ceil(height / 2), 65535), 1)
+//
+// Memory: both write exactly the `row_bytes` bytes of each output row, never row padding.
+//   yuv420_to_rgb: when every used plane address and pitch is a multiple of 16 (always, with
+//   the layout rule's 64-byte pitches and 256-byte plane offsets), a thread reads a Y row's 16
+//   bytes as one uint4, its 8 U and 8 V as one uint2 each (i420) or its 16 UV bytes as one
+//   uint4 (nv12), and stores each row's 16 pixels as 3 (rgb8) or 4 (rgba8) uint4; every
+//   byte's place is fixed at compile time. A row's partial last group reads whole pieces too
+//   (up to 15 padding bytes after the pixels, inside the pitch, ignored) and stores byte by
+//   byte. Where any plane address or pitch is not a multiple of 16, everything is read and
+//   written byte by byte.
+//   p010_to_rgb: reads the bytes of the block's pixels and its chroma sample only, byte by
+//   byte (so any pitch works, even an odd one for p010's two-byte samples; 4-byte loads where
+//   aligned ran no faster on an H200).
+//
+// Speed (kernel-bench, scripts/bench-kernels.sh, on an H200): nv12 BT.709 limited to rgb8,
+// 8.06 us at 1080p and 23.26 us at 4K with one thread per chroma sample and byte accesses
+// (the code before, kept as kernels/bench/variants/yuv_to_rgb_before.cu, bench variant
+// "before"), 5.52 and 13.31 us with 16 x 2 pixels a thread.
 //
 // Range: |y_mul| < 2^17, |r_v|, |g_u|, |g_v|, |b_u| < 2^18 (coefficients of at most 2.2 scaled
 // by 2^16 for 8-bit samples, of at most 0.55 scaled by 2^18 for 10-bit ones), factors
@@ -108,33 +128,105 @@ __device__ __forceinline__ void put(u8* p, const Coeffs& c, i32 y, i32 dr, i32 d
     if (BPP == 4) p[3] = 255;
 }
 
-// 8-bit samples: F = 16, C = 128.
+// The first n bytes at p as words (vec: a full W-word load, which may read past n but not
+// past the pitch), the rest zero.
+template <int W>
+__device__ __forceinline__ void load(const u8* p, u32 n, bool vec, u32 (&w)[W]) {
+#pragma unroll
+    for (int i = 0; i < W; ++i) w[i] = 0;
+    if (vec) {
+        if constexpr (W == 4) {
+            const uint4 v = *reinterpret_cast<const uint4*>(p);
+            w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+        } else {
+            const uint2 v = *reinterpret_cast<const uint2*>(p);
+            w[0] = v.x, w[1] = v.y;
+        }
+        return;
+    }
+#pragma unroll
+    for (u32 j = 0; j < 4 * W; ++j) {
+        if (j < n) w[j >> 2] |= (u32)p[j] << (8 * (j & 3));
+    }
+}
+
+// Byte i of the little-endian words w (i known at compile time after unrolling).
+__device__ __forceinline__ i32 byte_of(const u32* w, u32 i) {
+    return (i32)((w[i >> 2] >> (8 * (i & 3))) & 255u);
+}
+
+// 8-bit samples: F = 16, C = 128. A thread converts group g of a row pair: chroma samples
+// 8g .. 8g + 7 of chroma row cy, pixels 16g .. 16g + 15 of rows 2cy and 2cy + 1.
 template <u32 BPP, u32 LAYOUT>
-__device__ __forceinline__ void convert(const u8* y_plane, u64 y_pitch, const u8* u_plane,
-                                        u64 u_pitch, const u8* v_plane, u64 v_pitch, u8* out,
-                                        u64 out_pitch, u32 width, u32 height, const Coeffs& c) {
+__device__ __forceinline__ void convert16(const u8* y_plane, u64 y_pitch, const u8* u_plane,
+                                          u64 u_pitch, const u8* v_plane, u64 v_pitch,
+                                          u8* out, u64 out_pitch, u32 width, u32 height,
+                                          const Coeffs& c) {
     const u32 cw = (width + 1) / 2, ch = (height + 1) / 2;
+    const u32 groups = (cw + 7) / 8;
+    u64 align = (u64)y_plane | y_pitch | (u64)u_plane | u_pitch | (u64)out | out_pitch;
+    if (LAYOUT == LAYOUT_I420) align |= (u64)v_plane | v_pitch;
+    const bool vec = (align & 15u) == 0;
     for (u32 cy = blockIdx.y; cy < ch; cy += gridDim.y) {
-        for (u32 cx = blockIdx.x * blockDim.x + threadIdx.x; cx < cw;
-             cx += gridDim.x * blockDim.x) {
-            i32 u, v;
+        for (u32 g = blockIdx.x * blockDim.x + threadIdx.x; g < groups;
+             g += gridDim.x * blockDim.x) {
+            const u32 cx0 = 8 * g, x0 = 16 * g;
+            const u32 cvalid = min(cw - cx0, 8u);
+            const u32 valid = min(width - x0, 16u);
+            u32 uw[2], vw[2], uvw[4];
             if (LAYOUT == LAYOUT_I420) {
-                u = u_plane[(u64)cy * u_pitch + cx];
-                v = v_plane[(u64)cy * v_pitch + cx];
+                load<2>(u_plane + (u64)cy * u_pitch + cx0, cvalid, vec, uw);
+                load<2>(v_plane + (u64)cy * v_pitch + cx0, cvalid, vec, vw);
             } else {
-                u = u_plane[(u64)cy * u_pitch + 2 * cx];
-                v = u_plane[(u64)cy * u_pitch + 2 * cx + 1];
+                load<4>(u_plane + (u64)cy * u_pitch + 2 * cx0, 2 * cvalid, vec, uvw);
             }
-            const i32 dr = c.r_v * (v - 128);
-            const i32 dg = c.g_u * (u - 128) + c.g_v * (v - 128);
-            const i32 db = c.b_u * (u - 128);
-            const u32 x0 = 2 * cx;
-            const bool right = x0 + 1 < width; // false on the last column of an odd width
+            i32 dr[8], dg[8], db[8];
+#pragma unroll
+            for (u32 j = 0; j < 8; ++j) {
+                i32 u, v;
+                if (LAYOUT == LAYOUT_I420) {
+                    u = byte_of(uw, j);
+                    v = byte_of(vw, j);
+                } else {
+                    u = byte_of(uvw, 2 * j);
+                    v = byte_of(uvw, 2 * j + 1);
+                }
+                dr[j] = c.r_v * (v - 128);
+                dg[j] = c.g_u * (u - 128) + c.g_v * (v - 128);
+                db[j] = c.b_u * (u - 128);
+            }
             for (u32 y = 2 * cy; y < min(2 * cy + 2, height); ++y) {
-                const u8* src = y_plane + (u64)y * y_pitch + x0;
+                u32 yw[4];
+                load<4>(y_plane + (u64)y * y_pitch + x0, valid, vec, yw);
+                u32 o[4 * BPP];
+#pragma unroll
+                for (u32 i = 0; i < 4 * BPP; ++i) o[i] = 0;
+#pragma unroll
+                for (u32 i = 0; i < 16; ++i) {
+                    const i32 t = c.y_mul * (byte_of(yw, i) - c.y_offset) + (1 << 15);
+                    const u32 px = (u32)channel<16>(t + dr[i / 2]) |
+                                   ((u32)channel<16>(t + dg[i / 2]) << 8) |
+                                   ((u32)channel<16>(t + db[i / 2]) << 16) |
+                                   (BPP == 4 ? 0xff000000u : 0u);
+#pragma unroll
+                    for (u32 k = 0; k < BPP; ++k) {
+                        const u32 b = BPP * i + k;
+                        o[b >> 2] |= ((px >> (8 * k)) & 255u) << (8 * (b & 3));
+                    }
+                }
                 u8* dst = out + (u64)y * out_pitch + (u64)x0 * BPP;
-                put<BPP, 16>(dst, c, src[0], dr, dg, db);
-                if (right) put<BPP, 16>(dst + BPP, c, src[1], dr, dg, db);
+                if (vec && valid == 16) {
+#pragma unroll
+                    for (u32 q = 0; q < BPP; ++q) {
+                        reinterpret_cast<uint4*>(dst)[q] =
+                            make_uint4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);
+                    }
+                } else {
+#pragma unroll
+                    for (u32 j = 0; j < 16 * BPP; ++j) {
+                        if (j < valid * BPP) dst[j] = (u8)(o[j >> 2] >> (8 * (j & 3)));
+                    }
+                }
             }
         }
     }
@@ -194,17 +286,17 @@ extern "C" __global__ void yuv420_to_rgb(const u8* y_plane, u64 y_pitch, const u
     const Coeffs c = {y_offset, y_mul, r_v, g_u, g_v, b_u};
     // Uniform branches: every thread takes the same one.
     if (out_bpp == 3 && layout == LAYOUT_I420) {
-        convert<3, LAYOUT_I420>(y_plane, y_pitch, u_plane, u_pitch, v_plane, v_pitch, out,
-                                out_pitch, width, height, c);
+        convert16<3, LAYOUT_I420>(y_plane, y_pitch, u_plane, u_pitch, v_plane, v_pitch, out,
+                                  out_pitch, width, height, c);
     } else if (out_bpp == 3 && layout == LAYOUT_NV12) {
-        convert<3, LAYOUT_NV12>(y_plane, y_pitch, u_plane, u_pitch, v_plane, v_pitch, out,
-                                out_pitch, width, height, c);
+        convert16<3, LAYOUT_NV12>(y_plane, y_pitch, u_plane, u_pitch, v_plane, v_pitch, out,
+                                  out_pitch, width, height, c);
     } else if (out_bpp == 4 && layout == LAYOUT_I420) {
-        convert<4, LAYOUT_I420>(y_plane, y_pitch, u_plane, u_pitch, v_plane, v_pitch, out,
-                                out_pitch, width, height, c);
+        convert16<4, LAYOUT_I420>(y_plane, y_pitch, u_plane, u_pitch, v_plane, v_pitch, out,
+                                  out_pitch, width, height, c);
     } else if (out_bpp == 4 && layout == LAYOUT_NV12) {
-        convert<4, LAYOUT_NV12>(y_plane, y_pitch, u_plane, u_pitch, v_plane, v_pitch, out,
-                                out_pitch, width, height, c);
+        convert16<4, LAYOUT_NV12>(y_plane, y_pitch, u_plane, u_pitch, v_plane, v_pitch, out,
+                                  out_pitch, width, height, c);
     }
 }
 

@@ -8,8 +8,9 @@
 #   gpu-bundle/bench-kernels.sh [kernel-bench options]     (in the bundle, on the GPU machine)
 #   scripts/bench-kernels.sh [options]                      (in a checkout: builds it first)
 #
-# Options go to kernel-bench (--launches N, --sizes 1920x1080,3840x2160, --only gen,grade,
-# --npp-dir DIR, --no-npp, --no-variants). NPP is looked for in --npp-dir, on LD_LIBRARY_PATH,
+# Options go to kernel-bench (--launches N, --sizes 1920x1080,3840x2160, --check-sizes
+# 1917x1079 (odd sizes, checked without NPP), --only gen,grade, --npp-dir DIR, --no-npp,
+# --no-variants). NPP is looked for in --npp-dir, on LD_LIBRARY_PATH,
 # then in /usr/local/cuda/lib64. The table goes to stdout and to $OUT/kernel-bench.md (or
 # ./kernel-bench.md).
 set -euo pipefail

@@ -24,6 +24,11 @@ pub struct Args {
     /// Frame sizes, WIDTHxHEIGHT, comma-separated.
     #[arg(long, default_value = "1920x1080,3840x2160", value_delimiter = ',')]
     pub sizes: Vec<String>,
+    /// Frame sizes at which every kernel and variant is run and checked against the CPU
+    /// reference too (timed, but without NPP): odd sizes, so that the kernels' partial-group
+    /// and odd-row paths run on the GPU. Comma-separated; empty for none.
+    #[arg(long, default_value = "1917x1079", value_delimiter = ',')]
+    pub check_sizes: Vec<String>,
     /// Only these kernels (gen, grade, yuv420, yuv-to-rgb), comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,

@@ -85,6 +85,8 @@ struct Bench<'a> {
     /// µs of a copy of N bytes, measured once per N.
     copies: HashMap<u64, f64>,
     npp: Option<(Npp, NppStreamContext)>,
+    /// Streaming multiprocessors of cuda:0 (for variants sized in blocks a SM).
+    sms: u32,
     rows: Vec<Row>,
     all_equal: bool,
 }
@@ -123,14 +125,35 @@ pub fn run(args: &Args) -> Result<bool> {
             }
         }
     };
-    let mut b = Bench { gpu, ctx, args, big_copy: 0.0, copies: HashMap::new(), npp, rows: Vec::new(), all_equal: true };
+    let sms = gpu.multiprocessor_count()?;
+    let mut b =
+        Bench { gpu, ctx, args, big_copy: 0.0, copies: HashMap::new(), npp, sms, rows: Vec::new(), all_equal: true };
     b.big_copy = 2.0 * (64u64 << 20) as f64 / b.copy_us(64 << 20)? / 1e3;
     println!("device-to-device copy of 64 MiB: {:.0} GB/s (bytes read + written)", b.big_copy);
-    for size in &args.sizes {
+    println!("{sms} SMs");
+    let sizes = args.sizes.iter().map(|s| (s, true));
+    let check_sizes = args.check_sizes.iter().filter(|s| !s.is_empty()).map(|s| (s, false));
+    for (size, with_npp) in sizes.chain(check_sizes) {
         let (w, h) = size
             .split_once('x')
             .and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)))
             .ok_or_else(|| anyhow!("size `{size}`: expected WIDTHxHEIGHT"))?;
+        // A check size: every kernel and variant, without NPP (which may refuse odd sizes).
+        let npp = if with_npp { None } else { b.npp.take() };
+        let result = b.run_size(w, h, size);
+        if npp.is_some() {
+            b.npp = npp;
+        }
+        result?;
+    }
+    print!("{}", b.table());
+    Ok(b.all_equal)
+}
+
+impl Bench<'_> {
+    /// Every wanted kernel at one size.
+    fn run_size(&mut self, w: u32, h: u32, size: &str) -> Result<()> {
+        let b = self;
         if b.wants("gen") {
             b.generator(w, h).with_context(|| format!("gen {size}"))?;
         }
@@ -143,9 +166,8 @@ pub fn run(args: &Args) -> Result<bool> {
         if b.wants("yuv-to-rgb") {
             b.yuv_to_rgb(w, h).with_context(|| format!("yuv-to-rgb {size}"))?;
         }
+        Ok(())
     }
-    print!("{}", b.table());
-    Ok(b.all_equal)
 }
 
 /// `rgb8` frame bytes of `pattern` drawn by the generator's CPU reference.
@@ -288,7 +310,7 @@ impl Bench<'_> {
                     Some(s) => GpuGenerator::with_source(&self.ctx, PixelFormat::Rgb8, s, v.block_x, v.per_thread),
                 };
                 let g = match g {
-                    Ok(g) => g,
+                    Ok(g) => g.with_max_grid_y(v.blocks_per_sm.saturating_mul(self.sms)),
                     Err(e) => {
                         self.row(w, h, &kernel, v.name, moved, None, format!("not loaded: {e}"))?;
                         continue;
@@ -299,7 +321,22 @@ impl Bench<'_> {
                 self.check_and_time(w, h, &kernel, v, &out, &want, moved, launch)?;
             }
         }
-        Ok(())
+        self.memset(w, h)
+    }
+
+    /// The generator's write-only ceiling: cuMemsetD8Async and cuMemsetD32Async of as many
+    /// bytes as an rgb8 frame's pixels (one contiguous range of the frame's buffer).
+    fn memset(&mut self, w: u32, h: u32) -> Result<()> {
+        let out = Frame::new(&self.gpu, PixelFormat::Rgb8, w, h)?;
+        let moved = out.layout().pixel_bytes();
+        let (gpu, addr) = (self.gpu.clone(), out.plane(0));
+        let kernel = "gen (write-only ceiling)";
+        let check = "not a kernel: the same number of bytes set by the driver".to_string();
+        let us = self.time(|| Ok(gpu.memset_d8_async(addr, 0x5a, moved as usize)?))?;
+        self.row(w, h, kernel, "cuMemsetD8Async", moved, Some(us), check.clone())?;
+        // D32: whole words only (the last 1 to 3 bytes of an odd count left out).
+        let us = self.time(|| Ok(gpu.memset_d32_async(addr, 0x5a5a_5a5a, moved as usize / 4)?))?;
+        self.row(w, h, kernel, "cuMemsetD32Async", moved, Some(us), check)
     }
 
     /// Launch once, compare with `want`, and time it only if equal.
@@ -366,10 +403,13 @@ impl Bench<'_> {
         self.gpu.upload(src.memory.addr(), &noise.1)?;
         // The pipeline's conversion, production and variants.
         let (m, r) = (Matrix::Bt709, ColorRange::Limited);
-        let want = to_yuv_reference(&noise, PixelFormat::I420, m, r)?;
-        let kernel = format!("yuv420 {} i420", names(m, r));
-        for v in self.variants(variants::YUV420) {
-            self.yuv420_variant(w, h, &kernel, v, &src, &want, m, r)?;
+        // i420 (the pipeline's), then nv12: its interleaved UV stores are another path.
+        for pixel in [PixelFormat::I420, PixelFormat::Nv12] {
+            let want = to_yuv_reference(&noise, pixel, m, r)?;
+            let kernel = format!("yuv420 {} {pixel}", names(m, r));
+            for v in self.variants(variants::YUV420) {
+                self.yuv420_variant(w, h, &kernel, v, &src, pixel, &want, m, r)?;
+            }
         }
         // Against each NPP conversion: ours with the same matrix and range, then NPP's.
         let Some((npp, ctx)) = self.npp.take() else { return Ok(()) };
@@ -386,11 +426,12 @@ impl Bench<'_> {
         kernel: &str,
         v: &Variant,
         src: &Frame,
+        pixel: PixelFormat,
         want: &[u8],
         m: Matrix,
         r: ColorRange,
     ) -> Result<Option<f64>> {
-        let out = Frame::new(&self.gpu, PixelFormat::I420, w, h)?;
+        let out = Frame::new(&self.gpu, pixel, w, h)?;
         let moved = src.layout().pixel_bytes() + out.layout().pixel_bytes();
         let conv = match v.source {
             None => ToYuv::new(&self.ctx),
@@ -435,7 +476,7 @@ impl Bench<'_> {
             let (m, r) = (meaning.matrix, meaning.range);
             let kernel = format!("yuv420 {} i420", names(m, r));
             let want = to_yuv_reference(noise, PixelFormat::I420, m, r)?;
-            let ours = self.yuv420_variant(w, h, &kernel, &variants::YUV420[0], src, &want, m, r)?;
+            let ours = self.yuv420_variant(w, h, &kernel, &variants::YUV420[0], src, PixelFormat::I420, &want, m, r)?;
             // NPP's input: the same frame, or with R and B swapped for a BGR function.
             let input = Frame::new(&self.gpu, PixelFormat::Rgb8, w, h)?;
             let out = Frame::new(&self.gpu, PixelFormat::I420, w, h)?;
@@ -511,6 +552,17 @@ impl Bench<'_> {
         let yuv = to_yuv_reference(&noise, PixelFormat::Nv12, m, r)?;
         self.gpu.upload(src.memory.addr(), &yuv)?;
         let want = to_rgb_reference(nv12, &yuv, m, r)?;
+        for v in self.variants(variants::YUV_TO_RGB) {
+            self.yuv_to_rgb_variant(w, h, &kernel, v, &src, &want, m, r)?;
+        }
+        // i420 input too: separate U and V planes are another path.
+        let i420 =
+            FrameInfo::new(FrameFormat::new(PixelFormat::I420, w, h), 7, 0).ok_or_else(|| anyhow!("no layout"))?;
+        let src = Frame::new(&self.gpu, PixelFormat::I420, w, h)?;
+        let yuv = to_yuv_reference(&noise, PixelFormat::I420, m, r)?;
+        self.gpu.upload(src.memory.addr(), &yuv)?;
+        let want = to_rgb_reference(i420, &yuv, m, r)?;
+        let kernel = format!("yuv-to-rgb i420 {}", names(m, r));
         for v in self.variants(variants::YUV_TO_RGB) {
             self.yuv_to_rgb_variant(w, h, &kernel, v, &src, &want, m, r)?;
         }

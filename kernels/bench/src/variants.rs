@@ -10,17 +10,29 @@ use gpuipc_plugin_api::cuda::KernelSource;
 pub struct Variant {
     /// "production" for the plugin exactly as it runs.
     pub name: &'static str,
-    /// The source, `None` for the plugin's own (through its `new`).
+    /// The source, `None` for the plugin's own (through its `new`, which also picks the
+    /// launch shape: `block_x` and `per_thread` are then unused).
     pub source: Option<KernelSource>,
     pub block_x: u32,
-    /// Units of work a thread (the kernel header's "one thread per ...").
+    /// Units of work a thread, in the launcher's `with_source` units.
     pub per_thread: u32,
+    /// Block rows launched per SM of the device (the grid's y capped at this many times the
+    /// SM count, the kernel's grid-stride loop covering the other rows); 0: the launcher's
+    /// grid. Only the generator's launcher takes it.
+    pub blocks_per_sm: u32,
     /// What it changes, for the report.
     pub about: &'static str,
 }
 
 const fn production() -> Variant {
-    Variant { name: "production", source: None, block_x: 128, per_thread: 1, about: "the plugin as it runs" }
+    Variant {
+        name: "production",
+        source: None,
+        block_x: 128,
+        per_thread: 1,
+        blocks_per_sm: 0,
+        about: "the plugin as it runs",
+    }
 }
 
 const fn shape(
@@ -30,19 +42,68 @@ const fn shape(
     per_thread: u32,
     about: &'static str,
 ) -> Variant {
-    Variant { name, source: Some(source), block_x, per_thread, about }
+    Variant { name, source: Some(source), block_x, per_thread, blocks_per_sm: 0, about }
 }
+
+/// A generator variant whose blocks each draw whole rows: `per_thread` large enough for one
+/// block a row of any width (32768 rgba8 pixels: 8192 pieces), and `blocks_per_sm` blocks a
+/// SM in all, striding over the rows.
+const fn rows(
+    name: &'static str,
+    source: KernelSource,
+    block_x: u32,
+    blocks_per_sm: u32,
+    about: &'static str,
+) -> Variant {
+    Variant { name, source: Some(source), block_x, per_thread: 8192 / block_x, blocks_per_sm, about }
+}
+
+const GENERATOR_ROWS_CU: KernelSource = gpuipc_plugin_api::kernel_source!(".", "variants/generator_rows.cu");
 
 const GENERATOR_CU: KernelSource = gpuipc_plugin_api::kernel_source!("../..", "kernels/generator.cu");
 const RGB_PROCESS_CU: KernelSource = gpuipc_plugin_api::kernel_source!("../..", "kernels/rgb_process.cu");
 const YUV420_CU: KernelSource = gpuipc_plugin_api::kernel_source!("../..", "kernels/yuv420.cu");
-const YUV420_2X2_CU: KernelSource = gpuipc_plugin_api::kernel_source!(".", "variants/yuv420_2x2.cu");
 const YUV_TO_RGB_CU: KernelSource = gpuipc_plugin_api::kernel_source!("../..", "kernels/yuv_to_rgb.cu");
 
 pub const GENERATOR: &[Variant] = &[
     production(),
     shape("block256", GENERATOR_CU, 256, 1, "production source, 256-thread blocks"),
     shape("stride4", GENERATOR_CU, 128, 4, "production source, a quarter of the threads (grid-stride, 4 pieces each)"),
+    shape("stride8", GENERATOR_CU, 128, 8, "production source, an eighth of the threads (grid-stride, 8 pieces each)"),
+    shape(
+        "stride16",
+        GENERATOR_CU,
+        128,
+        16,
+        "production source, a sixteenth of the threads (grid-stride, 16 pieces each)",
+    ),
+    shape("stride8-b256", GENERATOR_CU, 256, 8, "stride8 with 256-thread blocks"),
+    shape("stride16-b256", GENERATOR_CU, 256, 16, "stride16 with 256-thread blocks"),
+    rows(
+        "prod-rows-sm4",
+        GENERATOR_CU,
+        256,
+        4,
+        "production source with rows's grid: one 256-thread block a row, 4 blocks a SM striding over the rows (the grid alone)",
+    ),
+    rows(
+        "rows-sm2",
+        GENERATOR_ROWS_CU,
+        256,
+        2,
+        "a block draws whole rows, thread t pieces t + k blockDim (a warp: 512 contiguous bytes), 4 computed before storing; 256-thread blocks, 2 a SM striding over the rows",
+    ),
+    rows("rows-sm4", GENERATOR_ROWS_CU, 256, 4, "rows, 256-thread blocks, 4 a SM"),
+    rows("rows-sm8", GENERATOR_ROWS_CU, 256, 8, "rows, 256-thread blocks, 8 a SM (all 2048 threads of a SM)"),
+    rows("rows-b512-sm2", GENERATOR_ROWS_CU, 512, 2, "rows, 512-thread blocks, 2 a SM"),
+    rows("rows-b512-sm4", GENERATOR_ROWS_CU, 512, 4, "rows, 512-thread blocks, 4 a SM (all 2048 threads of a SM)"),
+    rows(
+        "rows-all",
+        GENERATOR_ROWS_CU,
+        256,
+        0,
+        "rows source with one 256-thread block a row (the launcher's grid): the source alone",
+    ),
     shape(
         "px16",
         gpuipc_plugin_api::kernel_source!(".", "variants/generator_px16.cu"),
@@ -77,84 +138,22 @@ pub const YUV420: &[Variant] = &[
     shape("block256", YUV420_CU, 256, 1, "production source, 256-thread blocks"),
     shape("stride2", YUV420_CU, 128, 2, "production source, half the threads (grid-stride)"),
     shape(
-        "2x2-dp2a",
-        YUV420_2X2_CU,
+        "before",
+        gpuipc_plugin_api::kernel_source!(".", "variants/yuv420_before.cu"),
         128,
         1,
-        "production's 16 x 2 pixels a thread and uint4 loads/stores; Y two dp2a a pixel, U and V three a block row, no clamps or selects on whole groups (about half the instructions)",
+        "yuv420.cu before the dp2a fast path (same 16 x 2 pixels a thread and uint4 loads/stores; byte extraction, multiply-adds, clamps and selects for every group)",
     ),
-    shape("2x2-dp2a-b64", YUV420_2X2_CU, 64, 1, "2x2-dp2a with 64-thread blocks (two blocks a 1080p row pair)"),
 ];
 
 pub const YUV_TO_RGB: &[Variant] = &[
     production(),
-    shape("block256", YUV_TO_RGB_CU, 256, 1, "production source, 256-thread blocks"),
+    shape("block256", YUV_TO_RGB_CU, 256, 8, "production source, 256-thread blocks"),
     shape(
-        "x16",
-        gpuipc_plugin_api::kernel_source!(".", "variants/yuv_to_rgb_x16.cu"),
+        "before",
+        gpuipc_plugin_api::kernel_source!(".", "variants/yuv_to_rgb_before.cu"),
         128,
-        8,
-        "thread per 16 x 2 pixels: uint4 Y loads, uint4 RGB stores (byte path where misaligned)",
+        1,
+        "yuv_to_rgb.cu before 16 x 2 pixels a thread: a thread per chroma sample (2 x 2 pixels), byte loads and stores",
     ),
 ];
-
-#[cfg(test)]
-mod tests {
-    use gpuipc_plugin_api::color::{ColorRange, Matrix};
-    use gpuipc_yuv420::yuv420::Coefficients;
-
-    /// Every matrix and range.
-    fn all_coefficients() -> Vec<Coefficients> {
-        let mut all = Vec::new();
-        for m in [Matrix::Bt709, Matrix::Bt601] {
-            for r in [ColorRange::Limited, ColorRange::Full] {
-                all.push(Coefficients::new(m, r));
-            }
-        }
-        all
-    }
-
-    /// yuv420_2x2.cu `fast_coeffs`: the whole-group path is taken for every matrix and range
-    /// (else the variant would time production's code).
-    #[test]
-    fn yuv420_2x2_fast_path_covers_every_matrix_and_range() {
-        for c in all_coefficients() {
-            let y_max = (i64::from(c.y_offset) << 16) + 255 * i64::from(c.y_r + c.y_g + c.y_b) + 32768;
-            assert!((0..=255).contains(&c.y_offset) && y_max < 1 << 24, "{c:?}");
-            for k in [c.y_r, c.y_g, c.y_b] {
-                assert!((0..=65535).contains(&k), "{c:?}");
-            }
-            for k in [c.u_r, c.u_g, c.u_b, c.v_r, c.v_g, c.v_b] {
-                assert!((-32767..=32768).contains(&k), "{c:?}");
-            }
-        }
-    }
-
-    /// yuv420_2x2.cu's chroma of a whole 2x2 block: accumulate ~(128 one + one / 2) plus the
-    /// negated coefficients times the channel sums (one = 2^18), shift right by 18, clamp to
-    /// [-256, -1] and invert the low byte; the CPU's `Coefficients::chroma` for n = 4.
-    fn chroma_2x2(c: &Coefficients, r: u32, g: u32, b: u32) -> (u8, u8) {
-        let start = !(128 * (1 << 18) + (1 << 17));
-        let one = |kr: i32, kg: i32, kb: i32| {
-            let acc: i32 = start + (-kr) * r as i32 + (-kg) * g as i32 + (-kb) * b as i32;
-            !((acc >> 18).clamp(-256, -1) as u8)
-        };
-        (one(c.u_r, c.u_g, c.u_b), one(c.v_r, c.v_g, c.v_b))
-    }
-
-    #[test]
-    fn yuv420_2x2_chroma_arithmetic_is_the_cpus() {
-        // Channel sums of 4 pixels: the corners and edges of the cube, and a grid through it.
-        let mut sums: Vec<u32> = (0..=1020).step_by(17).collect();
-        sums.extend([0, 1, 2, 3, 508, 509, 510, 511, 512, 1017, 1018, 1019, 1020]);
-        for c in all_coefficients() {
-            for &r in &sums {
-                for &g in &sums {
-                    for &b in &sums {
-                        assert_eq!(chroma_2x2(&c, r, g, b), c.chroma(r, g, b, 4), "{c:?} {r} {g} {b}");
-                    }
-                }
-            }
-        }
-    }
-}

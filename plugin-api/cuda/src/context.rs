@@ -269,6 +269,29 @@ impl Gpu {
             sys::cuMemsetD8Async(dst, value, bytes, self.stream.raw)
         })
     }
+
+    /// Enqueue setting `words` 32-bit words at device address `dst` (a multiple of 4) to
+    /// `value`.
+    pub fn memset_d32_async(&self, dst: u64, value: u32, words: usize) -> Result<(), CudaError> {
+        if words == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: device addresses only.
+        check("cuMemsetD32Async", Some(self.ordinal), unsafe {
+            sys::cuMemsetD32Async(dst, value, words, self.stream.raw)
+        })
+    }
+
+    /// The device's streaming multiprocessors (`CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`).
+    pub fn multiprocessor_count(&self) -> Result<u32, CudaError> {
+        let n = driver::attribute(
+            self.device,
+            Some(self.ordinal),
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )?;
+        Ok(n.max(1) as u32)
+    }
 }
 
 fn non_null<T>(op: &'static str, p: *const T) -> Result<(), CudaError> {

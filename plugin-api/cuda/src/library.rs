@@ -151,6 +151,7 @@ const DRIVER: Symbols = Symbols {
         "cuMemcpyDtoHAsync_v2",
         "cuMemcpyDtoDAsync_v2",
         "cuMemsetD8Async",
+        "cuMemsetD32Async",
         "cuEventCreate",
         "cuEventDestroy_v2",
         "cuEventRecord",

@@ -38,6 +38,9 @@ pub struct GpuGenerator {
     block_x: u32,
     /// 16-byte pieces of a row per thread (the kernel's header: one).
     per_thread: u32,
+    /// The most block rows launched (the kernel's grid-stride loop covers the other rows);
+    /// 0: one a row, as the header says.
+    max_grid_y: u32,
 }
 
 impl GpuGenerator {
@@ -58,14 +61,26 @@ impl GpuGenerator {
         per_thread: u32,
     ) -> Result<GpuGenerator> {
         let [kernel] = source.load(ctx, [entry_point(pixel)?])?;
-        Ok(GpuGenerator { kernel, block_x: block_x.max(1), per_thread: per_thread.max(1) })
+        Ok(GpuGenerator { kernel, block_x: block_x.max(1), per_thread: per_thread.max(1), max_grid_y: 0 })
+    }
+
+    /// Launch at most `max_grid_y` block rows (0: one a row, the default), the kernel's
+    /// grid-stride loop over rows covering the rest: a grid of a few blocks per SM rather than
+    /// one block row per row. For `kernel-bench` (kernels/bench).
+    pub fn with_max_grid_y(mut self, max_grid_y: u32) -> GpuGenerator {
+        self.max_grid_y = max_grid_y;
+        self
     }
 
     /// Enqueue drawing `frame` into plane 0 of the device frame `out` on `stream`.
     pub fn draw(&self, frame: &PatternFrame, out: DeviceBuffer, layout: &FrameLayout, stream: usize) -> Result<()> {
         let plane = cuda::device_plane(out, layout, 0)?;
         // One thread per 16 bytes of a row, one block row per row (grid-stride beyond).
-        let grid = cuda::row_grid(plane.row_bytes.div_ceil(16 * u64::from(self.per_thread)), plane.rows, self.block_x);
+        let mut grid =
+            cuda::row_grid(plane.row_bytes.div_ceil(16 * u64::from(self.per_thread)), plane.rows, self.block_x);
+        if self.max_grid_y > 0 {
+            grid.1 = grid.1.min(self.max_grid_y);
+        }
         let place = frame.box_place;
         self.kernel.launch(
             stream,

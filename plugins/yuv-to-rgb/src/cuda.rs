@@ -10,6 +10,9 @@ use crate::yuv_to_rgb::{Coefficients, sample_bits};
 const SOURCE: KernelSource = gpuipc_plugin_api::kernel_source!("../..", "kernels/yuv_to_rgb.cu");
 /// Threads per block (any works; 128 is what the kernel's header suggests).
 const BLOCK_X: u32 = 128;
+/// Chroma samples of a row pair per `yuv420_to_rgb` thread: the kernel's header, one thread per
+/// 16 x 2 pixels.
+const PER_THREAD: u32 = 8;
 
 /// The `layout` argument of `yuv420_to_rgb`, the entry point for 8-bit input: 0 i420, 1 nv12;
 /// `None` for other formats (`p010` has an entry point of its own, `p010_to_rgb`).
@@ -29,20 +32,22 @@ pub struct GpuConverter {
     /// `p010_to_rgb`, for 10-bit input (`p010`).
     p010: Kernel,
     block_x: u32,
-    /// Chroma samples (2 x 2 pixels) of a row pair per thread (the kernels' header: one).
+    /// Chroma samples (2 x 2 pixels) of a row pair per `yuv420_to_rgb` thread (the kernel's
+    /// header: 8). `p010_to_rgb` always takes one a thread.
     per_thread: u32,
 }
 
 impl GpuConverter {
     /// Compile (or take from the cache) and load the kernels.
     pub fn new(ctx: &CreateContext<'_>) -> Result<GpuConverter> {
-        GpuConverter::with_source(ctx, SOURCE, BLOCK_X, 1)
+        GpuConverter::with_source(ctx, SOURCE, BLOCK_X, PER_THREAD)
     }
 
     /// [`GpuConverter::new`] with another source of the same entry points and arguments, and
     /// another launch shape: `block_x` threads a block, `per_thread` chroma samples of a row
-    /// pair a thread. For `kernel-bench` (kernels/bench), which times candidate kernels through
-    /// this launcher.
+    /// pair a `yuv420_to_rgb` thread (`p010_to_rgb` is launched with one a thread whatever
+    /// `per_thread` is, as the header says). For `kernel-bench` (kernels/bench), which times
+    /// candidate kernels through this launcher.
     pub fn with_source(
         ctx: &CreateContext<'_>,
         source: KernelSource,
@@ -88,9 +93,11 @@ impl GpuConverter {
         let u = cuda::device_plane(in_buffer, &layout, 1)?;
         let dst = cuda::device_plane(output.1, &output.0.layout, 0)?;
         let (width, height) = (output.0.width(), output.0.height());
-        // One thread per chroma sample: ceil(width / 2) threads a row pair, one block row per
-        // row pair (grid-stride beyond).
-        let per_row = u64::from(width).div_ceil(2 * u64::from(self.per_thread));
+        // yuv420_to_rgb: one thread per `per_thread` chroma samples (8: 16 x 2 pixels);
+        // p010_to_rgb: one per chroma sample. ceil(width / (2 per_thread)) threads a row pair,
+        // one block row per row pair (grid-stride beyond).
+        let per_thread = if layout_code(pixel).is_some() { self.per_thread } else { 1 };
+        let per_row = u64::from(width).div_ceil(2 * u64::from(per_thread));
         let grid = cuda::row_grid(per_row, u64::from(height).div_ceil(2), self.block_x);
         let c = coeffs;
         let coefficients = [c.y_offset, c.y_mul, c.r_v, c.g_u, c.g_v, c.b_u].map(KernelArg::I32);

@@ -1005,15 +1005,29 @@ mod tests {
         assert!(e.message().contains("kernels/yuv_to_rgb.cu"), "{e}");
     }
 
-    /// Convert `in_bytes` (a frame of `in_format` padded by `in_extra` bytes a row) with a
-    /// stage made from `params` on the CPU and on the GPU, into `out_extra`-padded frames
-    /// filled with a sentinel first; the first byte where the two differ (padding included),
-    /// or `None`.
+    /// `layout` with plane `plane` and every plane after it moved `by` bytes further into the
+    /// frame: a plane address that is not a multiple of 16 while every pitch is.
+    fn shifted(mut layout: gpuipc_plugin_api::FrameLayout, plane: usize, by: u64) -> gpuipc_plugin_api::FrameLayout {
+        for p in &mut layout.planes[plane..layout.n_planes as usize] {
+            p.offset += by;
+        }
+        layout.total_bytes += by;
+        layout
+    }
+
+    /// How a test lays frames out: (input pitch +, output pitch +, input's last plane moved
+    /// by, output plane moved by), bytes.
+    type Placement = (u64, u64, u64, u64);
+
+    /// Convert `in_bytes` (a frame of `in_format` padded by `in_extra` bytes a row, its last
+    /// plane moved by `in_shift`) with a stage made from `params` on the CPU and on the GPU,
+    /// into `out_extra`-padded frames (moved by `out_shift`) filled with a sentinel first; the
+    /// first byte where the two differ (padding included), or `None`.
     fn gpu_against_cpu(
         gpu: &gpuipc_plugin_api::cuda::testing::GpuHarness,
         in_format: FrameFormat,
         text: &str,
-        (in_extra, out_extra): (u64, u64),
+        (in_extra, out_extra, in_shift, out_shift): Placement,
         in_bytes: impl FnOnce(&FrameInfo) -> Vec<u8>,
     ) -> Option<String> {
         use gpuipc_plugin_api::cuda::testing::first_difference;
@@ -1023,9 +1037,10 @@ mod tests {
         let ctx = gpu.create_context("yuv-to-rgb").unwrap();
         let mut stage = YuvToRgb::create(params, &[in_format], Some(out_format), &ctx).unwrap();
         let mut in_info = FrameInfo::new(in_format, 1, 0).unwrap();
-        in_info.layout = padded(in_info.layout, in_extra);
+        let last = in_info.layout.n_planes as usize - 1;
+        in_info.layout = shifted(padded(in_info.layout, in_extra), last, in_shift);
         let mut out_info = FrameInfo::new(out_format, 1, 0).unwrap();
-        out_info.layout = padded(out_info.layout, out_extra);
+        out_info.layout = shifted(padded(out_info.layout, out_extra), 0, out_shift);
         let in_bytes = in_bytes(&in_info);
 
         let input = InputFrame::host(in_info, &in_bytes).unwrap();
@@ -1044,10 +1059,14 @@ mod tests {
     }
 
     /// The cuda path writes exactly the cpu path's bytes, padding untouched, for every input
-    /// format, both outputs, every matrix and range, odd sizes, aligned and unaligned pitches
-    /// (odd ones too: p010's two-byte samples then lie at odd addresses). The input is hashed
-    /// bytes, so p010 samples have low bits set, which both paths ignore. Needs a GPU (skipped
-    /// without one unless GPUIPC_REQUIRE_GPU=1) and NVRTC.
+    /// format, both outputs, every matrix and range, odd sizes and partial 16-pixel groups,
+    /// aligned and unaligned pitches (odd ones too: p010's two-byte samples then lie at odd
+    /// addresses; +16/+48: 16-aligned but not 64), and a misaligned plane address with aligned
+    /// pitches (the input's last plane: V or UV; or the output plane), so that
+    /// kernels/yuv_to_rgb.cu's uint4 path and its byte path (partial groups, misaligned
+    /// planes) are both checked. The input is hashed bytes, so p010 samples have low bits set,
+    /// which both paths ignore. Needs a GPU (skipped without one unless GPUIPC_REQUIRE_GPU=1)
+    /// and NVRTC.
     #[test]
     fn gpu_frames_equal_cpu_frames() {
         use gpuipc_plugin_api::cuda::testing::GpuHarness;
@@ -1060,17 +1079,18 @@ mod tests {
             "matrix = \"bt709\"\nrange = \"full\"",
             "matrix = \"bt601\"\nrange = \"limited\"",
         ];
-        let sizes = [(1, 1), (2, 2), (5, 3), (17, 9), (33, 1), (1, 33), (641, 479), (1920, 1080)];
+        let sizes = [(1, 1), (2, 2), (5, 3), (16, 5), (17, 9), (33, 1), (1, 33), (641, 479), (654, 481), (1920, 1080)];
+        let placements: [Placement; 5] = [(0, 0, 0, 0), (5, 3, 0, 0), (16, 48, 0, 0), (0, 0, 8, 0), (0, 0, 0, 4)];
         for (width, height) in sizes {
             for pixel in [PixelFormat::I420, PixelFormat::Nv12, PixelFormat::P010] {
                 let in_format = FrameFormat::new(pixel, width, height);
                 for text in settings {
-                    for extra in [(0, 0), (5, 3)] {
+                    for place in placements {
                         let hashed = |info: &FrameInfo| {
                             (0..info.layout.total_bytes).map(|i| ((i * 2_654_435_761) >> 13) as u8).collect()
                         };
-                        if let Some(d) = gpu_against_cpu(&gpu, in_format, text, extra, hashed) {
-                            panic!("{in_format} {text:?} pitch +{}/+{}: {d}", extra.0, extra.1);
+                        if let Some(d) = gpu_against_cpu(&gpu, in_format, text, place, hashed) {
+                            panic!("{in_format} {text:?} pitch/plane placement {place:?}: {d}");
                         }
                     }
                 }
@@ -1092,11 +1112,11 @@ mod tests {
                 for range in ["limited", "full"] {
                     for format in ["rgb8", "rgba8"] {
                         let text = format!("matrix = \"{matrix}\"\nrange = \"{range}\"\nformat = \"{format}\"");
-                        for extra in [(0, 0), (5, 3)] {
+                        for place in [(0, 0, 0, 0), (5, 3, 0, 0)] {
                             let frame = random_p010(&mut rng, width as usize, height as usize, false);
                             let bytes = |info: &FrameInfo| frame_bytes(info, &frame.packed, 0x77);
-                            if let Some(d) = gpu_against_cpu(&gpu, in_format, &text, extra, bytes) {
-                                panic!("seed {}: {in_format} {text:?} pitch +{}/+{}: {d}", rng.seed, extra.0, extra.1);
+                            if let Some(d) = gpu_against_cpu(&gpu, in_format, &text, place, bytes) {
+                                panic!("seed {}: {in_format} {text:?} placement {place:?}: {d}", rng.seed);
                             }
                         }
                     }

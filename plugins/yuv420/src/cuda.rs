@@ -114,3 +114,67 @@ impl GpuConverter {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The pure arithmetic of kernels/yuv420.cu's fast path, on the CPU (the kernel itself is
+    //! checked on a GPU by `gpu_frames_equal_cpu_frames` in yuv420.rs).
+    use gpuipc_plugin_api::color::{ColorRange, Matrix};
+
+    use crate::yuv420::Coefficients;
+
+    /// Every matrix and range.
+    fn all_coefficients() -> Vec<Coefficients> {
+        let mut all = Vec::new();
+        for m in [Matrix::Bt709, Matrix::Bt601] {
+            for r in [ColorRange::Limited, ColorRange::Full] {
+                all.push(Coefficients::new(m, r));
+            }
+        }
+        all
+    }
+
+    /// yuv420.cu `fast_coeffs`: the fast path is taken for every matrix and range (else whole
+    /// groups would run the general path, correct but twice the instructions).
+    #[test]
+    fn fast_path_covers_every_matrix_and_range() {
+        for c in all_coefficients() {
+            let y_max = (i64::from(c.y_offset) << 16) + 255 * i64::from(c.y_r + c.y_g + c.y_b) + 32768;
+            assert!((0..=255).contains(&c.y_offset) && y_max < 1 << 24, "{c:?}");
+            for k in [c.y_r, c.y_g, c.y_b] {
+                assert!((0..=65535).contains(&k), "{c:?}");
+            }
+            for k in [c.u_r, c.u_g, c.u_b, c.v_r, c.v_g, c.v_b] {
+                assert!((-32767..=32768).contains(&k), "{c:?}");
+            }
+        }
+    }
+
+    /// yuv420.cu's fast-path chroma of a whole 2x2 block: accumulate ~(128 one + one / 2)
+    /// plus the negated coefficients times the channel sums (one = 2^18), shift right by 18,
+    /// clamp to [-256, -1] and invert the low byte; the CPU's `Coefficients::chroma` for n = 4.
+    fn chroma_2x2(c: &Coefficients, r: u32, g: u32, b: u32) -> (u8, u8) {
+        let start = !(128 * (1 << 18) + (1 << 17));
+        let one = |kr: i32, kg: i32, kb: i32| {
+            let acc: i32 = start + (-kr) * r as i32 + (-kg) * g as i32 + (-kb) * b as i32;
+            !((acc >> 18).clamp(-256, -1) as u8)
+        };
+        (one(c.u_r, c.u_g, c.u_b), one(c.v_r, c.v_g, c.v_b))
+    }
+
+    #[test]
+    fn fast_path_chroma_arithmetic_is_the_cpus() {
+        // Channel sums of 4 pixels: the corners and edges of the cube, and a grid through it.
+        let mut sums: Vec<u32> = (0..=1020).step_by(17).collect();
+        sums.extend([0, 1, 2, 3, 508, 509, 510, 511, 512, 1017, 1018, 1019, 1020]);
+        for c in all_coefficients() {
+            for &r in &sums {
+                for &g in &sums {
+                    for &b in &sums {
+                        assert_eq!(chroma_2x2(&c, r, g, b), c.chroma(r, g, b, 4), "{c:?} {r} {g} {b}");
+                    }
+                }
+            }
+        }
+    }
+}

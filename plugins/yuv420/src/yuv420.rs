@@ -572,34 +572,53 @@ mod tests {
         assert!(e.message().contains("kernels/yuv420.cu"), "{e}");
     }
 
+    /// `layout` with plane `plane` and every plane after it moved `by` bytes further into the
+    /// frame: a plane address that is not a multiple of 16 while every pitch is.
+    fn shifted(mut layout: gpuipc_plugin_api::FrameLayout, plane: usize, by: u64) -> gpuipc_plugin_api::FrameLayout {
+        for p in &mut layout.planes[plane..layout.n_planes as usize] {
+            p.offset += by;
+        }
+        layout.total_bytes += by;
+        layout
+    }
+
     /// The cuda path writes exactly the cpu path's bytes, padding untouched, for both inputs,
-    /// both layouts, every matrix and range, odd sizes, aligned and unaligned pitches. Needs a
-    /// GPU (skipped without one unless GPUIPC_REQUIRE_GPU=1) and NVRTC.
+    /// both layouts, every matrix and range, odd sizes and partial 16-pixel groups, aligned and
+    /// unaligned pitches (+5/+3: every row after the first misaligned; +16/+48: 16-aligned but
+    /// not 64), and a misaligned plane address with aligned pitches (the input plane, or the
+    /// output's last plane: V or UV), so that kernels/yuv420.cu's fast path and its general
+    /// path (partial groups, odd last rows, misaligned planes) are both checked. Needs a GPU
+    /// (skipped without one unless GPUIPC_REQUIRE_GPU=1) and NVRTC.
     #[test]
     fn gpu_frames_equal_cpu_frames() {
         use gpuipc_plugin_api::cuda::testing::{GpuHarness, first_difference};
         let Some(gpu) = GpuHarness::for_test() else { return };
         const SENTINEL: u8 = 0xa5;
-        let settings = [
-            "",
-            "layout = \"nv12\"",
-            "matrix = \"bt601\"\nrange = \"full\"",
-            "matrix = \"bt601\"\nrange = \"full\"\nlayout = \"nv12\"",
-        ];
-        let sizes = [(1, 1), (2, 2), (5, 3), (17, 9), (33, 1), (641, 479), (1920, 1080)];
+        let mut settings = Vec::new();
+        for matrix in ["bt709", "bt601"] {
+            for range in ["limited", "full"] {
+                for layout in ["i420", "nv12"] {
+                    settings.push(format!("matrix = \"{matrix}\"\nrange = \"{range}\"\nlayout = \"{layout}\""));
+                }
+            }
+        }
+        let sizes = [(1, 1), (2, 2), (5, 3), (16, 5), (17, 9), (33, 1), (1, 33), (641, 479), (654, 481), (1920, 1080)];
+        // (input pitch +, output pitch +, input plane moved by, output's last plane moved by)
+        let layouts = [(0, 0, 0, 0), (5, 3, 0, 0), (16, 48, 0, 0), (0, 0, 4, 0), (0, 0, 0, 8)];
         for (width, height) in sizes {
             for pixel in [PixelFormat::Rgb8, PixelFormat::Rgba8] {
                 let in_format = FrameFormat::new(pixel, width, height);
-                for text in settings {
+                for text in &settings {
                     let params = parse_params::<Yuv420>(text).unwrap();
                     let out_format = Yuv420::negotiate(&params, &[in_format]).unwrap().unwrap();
                     let ctx = gpu.create_context("yuv").unwrap();
                     let mut stage = Yuv420::create(params, &[in_format], Some(out_format), &ctx).unwrap();
-                    for (in_extra, out_extra) in [(0, 0), (5, 3)] {
+                    for (in_extra, out_extra, in_shift, out_shift) in layouts {
                         let mut in_info = FrameInfo::new(in_format, 1, 0).unwrap();
-                        in_info.layout = padded(in_info.layout, in_extra);
+                        in_info.layout = shifted(padded(in_info.layout, in_extra), 0, in_shift);
                         let mut out_info = FrameInfo::new(out_format, 1, 0).unwrap();
-                        out_info.layout = padded(out_info.layout, out_extra);
+                        let last = out_info.layout.n_planes as usize - 1;
+                        out_info.layout = shifted(padded(out_info.layout, out_extra), last, out_shift);
                         let in_bytes: Vec<u8> =
                             (0..in_info.layout.total_bytes).map(|i| ((i * 2_654_435_761) >> 13) as u8).collect();
 
@@ -616,7 +635,9 @@ mod tests {
                         stage.process(&[input], Some(&mut out), &gpu.process_context(0)).unwrap();
                         let got = gpu.download(&device_out).unwrap();
                         if let Some(d) = first_difference(&got, &cpu, &out_info.layout) {
-                            panic!("{in_format} {text:?} pitch +{in_extra}/+{out_extra}: {d}");
+                            panic!(
+                                "{in_format} {text:?} pitch +{in_extra}/+{out_extra}, planes moved {in_shift}/{out_shift}: {d}"
+                            );
                         }
                     }
                 }

@@ -1,0 +1,236 @@
+// generator_rows.cu: a candidate for kernels/generator.cu (kernel-bench variants "rows-*"),
+// the same output byte for byte.
+//
+// A block draws whole rows: thread t of a block stores pieces t, t + blockDim.x, t + 2
+// blockDim.x, ... of a row (16 bytes each), so a warp's stores are 32 consecutive pieces (512
+// contiguous bytes), and it computes PIECES (4) of them before storing any, to have several
+// stores in flight. The blocks, counted across the whole grid (block b = blockIdx.y *
+// gridDim.x + blockIdx.x, nb = gridDim.x * gridDim.y), take rows b, b + nb, b + 2 nb, ...: the
+// grid may be any size, and is meant to be a few blocks per SM (the bench caps grid.y at 2, 4
+// or 8 blocks per SM with per_thread large enough that grid.x is 1). The pattern arithmetic
+// (pattern_span, chunk, store16) is generator.cu's, unchanged: bars, gradient, box and noise
+// are the same integer arithmetic, byte for byte.
+//
+// Entry points, one per output format (generator.cu's argument list):
+//
+//   extern "C" __global__ void gen_rgb8 (u8* out, u64 pitch, u32 width, u32 height,
+//                                        u32 pattern, u64 seq, u32 noise_state,
+//                                        u32 box_x0, u32 box_y0, u32 box_width, u32 box_height)
+//   extern "C" __global__ void gen_rgba8(... same ...)
+//   extern "C" __global__ void gen_gray8(... same ...)
+//
+// Launch: 1-D blocks, any grid (see above); no shared memory. Memory as generator.cu: writes
+// exactly the `row_bytes` pixel bytes of each row, uint4 stores when `out` and `pitch` are
+// multiples of 16, the row's partial last piece (and every piece of a misaligned plane) byte
+// by byte.
+
+typedef unsigned int u32;
+typedef unsigned char u8;
+typedef unsigned long long u64;
+
+enum : u32 { PATTERN_BARS = 0, PATTERN_GRADIENT = 1, PATTERN_NOISE = 2, PATTERN_BOX = 3 };
+enum : u32 { FMT_RGB8 = 3, FMT_RGBA8 = 4, FMT_GRAY8 = 1 }; // template tag = bytes per pixel
+
+// A colour is packed as 0x00BBGGRR: its bytes in memory order, little-endian.
+__device__ __forceinline__ u32 pack_rgb(u32 r, u32 g, u32 b) { return r | (g << 8) | (b << 16); }
+
+// Everything a frame needs besides (x, y).
+struct PatternArgs {
+    u32 width, height, pattern, seq_lo, noise_state, box_x0, box_y0, box_width, box_height;
+};
+
+// BARS[i] for i < 8 from the bits of i (white, yellow, cyan, green, magenta, red, blue, black):
+// R is on when bit 1 is clear, G when bit 2 is clear, B when bit 0 is clear. For i >= 8
+// (pixels past the row end, never stored) it gives some colour instead of reading past a table.
+__device__ __forceinline__ u32 bar_colour(u32 i) {
+    return pack_rgb((i & 2) ? 0u : 255u, (i & 4) ? 0u : 255u, (i & 1) ? 0u : 255u);
+}
+
+__device__ __forceinline__ u32 rotl32(u32 x, u32 r) { return (x << r) | (x >> (32 - r)); }
+
+// generator.rs `murmur3_block`.
+__device__ __forceinline__ u32 murmur3_block(u32 h, u32 k) {
+    k *= 0xcc9e2d51u;
+    k = rotl32(k, 15);
+    k *= 0x1b873593u;
+    h ^= k;
+    h = rotl32(h, 13);
+    return h * 5u + 0xe6546b64u;
+}
+
+// generator.rs `murmur3_fmix32`.
+__device__ __forceinline__ u32 murmur3_fmix32(u32 h) {
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    return h ^ (h >> 16);
+}
+
+// generator.rs `luma`: (77 R + 150 G + 29 B + 128) >> 8 of a packed colour.
+__device__ __forceinline__ u32 luma(u32 c) {
+    return (77u * (c & 255u) + 150u * ((c >> 8) & 255u) + 29u * (c >> 16) + 128u) >> 8;
+}
+
+// Advance the exact quotient q and remainder r of `num / d` to those of `(num + add) / d`.
+// Runs at most once per call when d >= add, the usual case; small frames loop a few times.
+__device__ __forceinline__ void div_step(u32& q, u32& r, u32 add, u32 d) {
+    r += add;
+    while (r >= d) {
+        r -= d;
+        ++q;
+    }
+}
+
+// The packed colours of the N pixels (x0 .. x0 + N - 1, y) into c. Pixels past the row end
+// are computed too (without reading anything out of bounds) and left for the caller to drop.
+// Divisions are done once per span and stepped per pixel, so the pattern costs a few
+// instructions per pixel and the kernel stays memory-bound (noise excepted).
+template <int N>
+__device__ __forceinline__ void pattern_span(const PatternArgs& a, u32 x0, u32 y, u32 (&c)[N]) {
+    switch (a.pattern) {
+    case PATTERN_BARS: {
+        // bars_rgb: BARS[x * 8 / width]
+        u32 q = x0 * 8u / a.width;
+        u32 r = x0 * 8u - q * a.width;
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+            c[i] = bar_colour(q);
+            div_step(q, r, 8u, a.width);
+        }
+        break;
+    }
+    case PATTERN_GRADIENT: {
+        // gradient_rgb: R = x * 255 / max(w - 1, 1), G = y * 255 / max(h - 1, 1),
+        // B = (x + y + 4 * (u32)seq) & 255, all u32 with wrapping.
+        const u32 dx = a.width > 1 ? a.width - 1 : 1u;
+        const u32 dy = a.height > 1 ? a.height - 1 : 1u;
+        const u32 g = y * 255u / dy;
+        const u32 b0 = x0 + y + a.seq_lo * 4u;
+        u32 q = x0 * 255u / dx;
+        u32 r = x0 * 255u - q * dx;
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+            c[i] = pack_rgb(q & 255u, g, (b0 + (u32)i) & 255u);
+            div_step(q, r, 255u, dx);
+        }
+        break;
+    }
+    case PATTERN_NOISE: {
+        // noise_rgb: channel k is the low byte of
+        // fmix32(block(block(block(state, x), y), k) ^ 28).
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+            const u32 h = murmur3_block(murmur3_block(a.noise_state, x0 + (u32)i), y);
+            const u32 r = murmur3_fmix32(murmur3_block(h, 0u) ^ 28u) & 255u;
+            const u32 g = murmur3_fmix32(murmur3_block(h, 1u) ^ 28u) & 255u;
+            const u32 b = murmur3_fmix32(murmur3_block(h, 2u) ^ 28u) & 255u;
+            c[i] = pack_rgb(r, g, b);
+        }
+        break;
+    }
+    default: { // PATTERN_BOX (the kernels return early on unknown patterns)
+        // box_rgb: inside where (x + w - x0) % w < bw and (y + h - y0) % h < bh.
+        const bool inside_y = (y + a.height - a.box_y0) % a.height < a.box_height;
+        u32 mx = (x0 + a.width - a.box_x0) % a.width;
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+            c[i] = (inside_y && mx < a.box_width) ? pack_rgb(255u, 255u, 255u)
+                                                  : pack_rgb(64u, 64u, 64u);
+            if (++mx == a.width) mx = 0;
+        }
+        break;
+    }
+    }
+}
+
+// Store the 16 bytes w[0..4] (little-endian words) at p, or only the first n of them.
+__device__ __forceinline__ void store16(u8* p, const u32 (&w)[4], u32 n, bool vec) {
+    if (vec && n >= 16) {
+        *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+        return;
+    }
+#pragma unroll
+    for (u32 j = 0; j < 16; ++j) {
+        if (j < n) p[j] = (u8)(w[j >> 2] >> (8 * (j & 3)));
+    }
+}
+
+// The 16 bytes at row offset 16 * k of a row in format FMT.
+template <u32 FMT>
+__device__ __forceinline__ void chunk(const PatternArgs& a, u32 k, u32 y, u32 (&w)[4]) {
+    if constexpr (FMT == FMT_RGB8) {
+        // Bytes 16k .. 16k + 15 start inside pixel x0 = 16k / 3, o = 16k mod 3 bytes in, and
+        // touch pixels x0 .. x0 + 5. Lay those six pixels out as the 18-byte stream
+        // R0 G0 B0 R1 G1 B1 ... in five words s[0..5], then take 16 bytes from byte o.
+        const u32 x0 = 16u * k / 3u;
+        const u32 shift = 8u * (16u * k - 3u * x0);
+        u32 c[6];
+        pattern_span<6>(a, x0, y, c);
+        const u32 s[5] = {
+            c[0] | (c[1] << 24),
+            (c[1] >> 8) | (c[2] << 16),
+            (c[2] >> 16) | (c[3] << 8),
+            c[4] | (c[5] << 24),
+            c[5] >> 8,
+        };
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            w[i] = (u32)((((u64)s[i + 1] << 32) | s[i]) >> shift);
+        }
+    } else if constexpr (FMT == FMT_RGBA8) {
+        u32 c[4];
+        pattern_span<4>(a, 4u * k, y, c);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) w[i] = c[i] | 0xff000000u;
+    } else { // FMT_GRAY8
+        u32 c[16];
+        pattern_span<16>(a, 16u * k, y, c);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            w[i] = luma(c[4 * i]) | (luma(c[4 * i + 1]) << 8) | (luma(c[4 * i + 2]) << 16) |
+                   (luma(c[4 * i + 3]) << 24);
+        }
+    }
+}
+
+// Pieces a thread computes before storing them.
+constexpr u32 PIECES = 4;
+
+template <u32 FMT>
+__device__ __forceinline__ void generate(u8* out, u64 pitch, const PatternArgs& a) {
+    if (a.pattern > PATTERN_BOX || a.width == 0 || a.height == 0) return;
+    const u32 row_bytes = a.width * FMT;
+    const u32 chunks = (row_bytes + 15u) / 16u;
+    const bool vec = (((u64)out | pitch) & 15u) == 0;
+    const u32 blocks = gridDim.x * gridDim.y;
+    for (u32 y = blockIdx.y * gridDim.x + blockIdx.x; y < a.height; y += blocks) {
+        u8* row = out + (u64)y * pitch;
+        for (u32 k0 = threadIdx.x; k0 < chunks; k0 += PIECES * blockDim.x) {
+            u32 w[PIECES][4];
+#pragma unroll
+            for (u32 j = 0; j < PIECES; ++j) {
+                const u32 k = k0 + j * blockDim.x;
+                if (k < chunks) chunk<FMT>(a, k, y, w[j]);
+            }
+#pragma unroll
+            for (u32 j = 0; j < PIECES; ++j) {
+                const u32 k = k0 + j * blockDim.x;
+                if (k < chunks) store16(row + 16u * k, w[j], row_bytes - 16u * k, vec);
+            }
+        }
+    }
+}
+
+#define GEN_ENTRY(NAME, FMT)                                                                   \
+    extern "C" __global__ void NAME(u8* out, u64 pitch, u32 width, u32 height, u32 pattern,   \
+                                    u64 seq, u32 noise_state, u32 box_x0, u32 box_y0,         \
+                                    u32 box_width, u32 box_height) {                          \
+        const PatternArgs a = {width,  height, pattern,   (u32)seq, noise_state,              \
+                               box_x0, box_y0, box_width, box_height};                        \
+        generate<FMT>(out, pitch, a);                                                          \
+    }
+
+GEN_ENTRY(gen_rgb8, FMT_RGB8)
+GEN_ENTRY(gen_rgba8, FMT_RGBA8)
+GEN_ENTRY(gen_gray8, FMT_GRAY8)
