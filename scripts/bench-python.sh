@@ -16,10 +16,10 @@
 #   invert   ~frame on the stage's stream, each plane's tensor made anew every frame
 #   default  the same invert on torch's default stream: the planes are handed to another
 #            stream, ordered with the stage's by events on the GPU
-#   cached   pipelines/python/torch_invert.py: the invert with each plane's tensor made once (a
-#            dict keyed by the plane: a slot's plane is the same object every frame), on the
-#            stage's stream (`with`)
-#   setonce  cached, and the stage's stream made torch's current once, in __init__
+#   cached   the invert with each plane's tensor made once (a dict keyed by the plane: a slot's
+#            plane is the same object every frame), on the stage's stream (`with`)
+#   setonce  pipelines/python/torch_invert.py: cached, and the stage's stream made torch's
+#            current once, in __init__
 #
 # Sizes: SIZES="256x256 3840x2160" (the small one is host-bound: the GPU's share of a frame is
 # about a microsecond). GPUIPC_PYTHON names the interpreter (else python3). BEFORE=DIR also runs
@@ -154,9 +154,9 @@ params = { script = \"$work/classes.py\", class = \"Uncached\" }" ;;
         default) echo "plugin = \"python\"
 params = { script = \"$work/classes.py\", class = \"DefaultStream\" }" ;;
         cached) echo "plugin = \"python\"
-params = { script = \"$repo/pipelines/python/torch_invert.py\", class = \"Invert\" }" ;;
+params = { script = \"$work/classes.py\", class = \"Cached\" }" ;;
         setonce) echo "plugin = \"python\"
-params = { script = \"$work/classes.py\", class = \"SetOnce\" }" ;;
+params = { script = \"$repo/pipelines/python/torch_invert.py\", class = \"Invert\" }" ;;
     esac
 }
 

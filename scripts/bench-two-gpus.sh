@@ -11,13 +11,18 @@
 #
 #   copy    the default: a consumer on the other GPU copies each frame into its own GPU's
 #           memory with the copy engines, beside the stage's kernels (peer_copy_min_bytes = 0)
-#   copyN   the same, each copy split over N streams (GPUIPC_PEER_COPY_LANES=N)
+#   copyN   the same, the copies on N streams, the ring's slots in turn (GPUIPC_PEER_COPY_LANES=N)
+#   copy-spin  copy, the consumer's host waiting for each frame before it enqueues the copy
+#           (GPUIPC_READY_SPIN_US=200), so the copy stream never waits on the other process
 #   read    its kernels read the frames over the link in place
 #           (GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615)
 #   one     the same pipeline on cuda:0 alone, for reference
 #   oneway-copy, oneway-read   cuda:0 -> cuda:1 -> cuda:1: the link used one way only
+#   sink-copy, sink-read, sink-one   generator on cuda:0 -> rgb-process on cuda:1 (cuda:0 for
+#           -one), the last stage: one link, one kernel on the far side
 #
-# WAYS="copy copy2 read one oneway-copy oneway-read" by default.
+# WAYS="copy copy2 copy-spin read one oneway-copy oneway-read sink-copy sink-read sink-one" by
+# default.
 #
 # SIZES="3840x2160 1920x1080" by default.
 set -uo pipefail
@@ -44,12 +49,21 @@ grep -E "copies out of it" "$results/doctor.txt" | sed 's/^/    doctor: /'
 ceiling=$(sed -n 's/.*copies out of it into cuda:[0-9]*.s own memory: \([0-9.]*\) GB\/s.*/\1/p' "$results/doctor.txt" | sort -n | head -1)
 echo "ceiling (the slower direction): ${ceiling:-unknown} GB/s"
 
-split() {  # W H PLACEMENT: the 4K file resized, its stages placed
+split() {  # W H WAY: the 4K file resized, its stages placed
     local devices
     case $3 in
         one) devices="0 0 0" ;;
         oneway-*) devices="0 1 1" ;;
+        sink-one) devices="0 0" ;;
+        sink-*) devices="0 1" ;;
         *) devices="0 1 0" ;;
+    esac
+    case $3 in
+        sink-*)
+            set -- "$1" "$2" $devices
+            printf '[pipeline]\nname = "sink"\n\n[[stage]]\nname = "gen"\nplugin = "generator"\ndevice = "cuda:%s"\nparams = { width = %s, height = %s, pattern = "bars" }\n\n[[stage]]\nname = "yuv"\nplugin = "rgb-process"\nparams = { invert = true }\ndevice = "cuda:%s"\ninputs = ["gen"]\n' "$3" "$1" "$2" "$4"
+            return
+            ;;
     esac
     set -- "$1" "$2" $devices
     sed -e "s/width = 3840, height = 2160/width = $1, height = $2/" \
@@ -63,13 +77,14 @@ for size in ${SIZES:-3840x2160 1920x1080}; do
     h=${size#*x}
     bytes=$(( (w * 3 + 63) / 64 * 64 * h ))
     for round in $(seq 1 "$rounds"); do
-        for way in ${WAYS:-copy copy2 read one oneway-copy oneway-read}; do
+        for way in ${WAYS:-copy copy2 copy-spin read one oneway-copy oneway-read sink-copy sink-read sink-one}; do
             file=$work/$way-$size.toml
             split "$w" "$h" "$way" > "$file"
             env=()
             case $way in
                 *read) env=(GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615) ;;
                 copy[0-9]*) env=(GPUIPC_PEER_COPY_LANES="${way#copy}") ;;
+                copy-spin) env=(GPUIPC_READY_SPIN_US=200) ;;
             esac
             log=$results/$way-$size-r$round.txt
             if [ "$round" = 1 ]; then env "${env[@]}" "$host" validate "$file" | grep -E "^gen|^grade" | sed 's/^/    /'; fi
@@ -81,7 +96,7 @@ for size in ${SIZES:-3840x2160 1920x1080}; do
             fps=$(awk '$1 == "yuv" {print $5}' "$log")
             awk -v size="$size" -v way="$way" -v r="$round" -v fps="$fps" -v bytes="$bytes" -v c="${ceiling:-0}" 'BEGIN {
                 gb = fps * bytes / 1e9
-                share = (c > 0 && way != "one") ? sprintf("%.1f %%", 100 * gb / c) : "-"
+                share = (c > 0 && way !~ /one$/) ? sprintf("%.1f %%", 100 * gb / c) : "-"
                 printf "%-10s %-12s %6s %12.1f %14.1f %12s\n", size, way, "r" r, fps, gb, share
             }'
         done

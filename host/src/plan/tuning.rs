@@ -42,8 +42,8 @@ pub struct Tuning {
     /// the copy engines before its kernels read it, for frames of at least this many bytes
     /// (`link::backing::device::CopyIn`); smaller ones are read over peer access in place.
     pub peer_copy_min_bytes: u64,
-    /// How many streams such a copy is split over, a part each (copy engines work side by
-    /// side).
+    /// How many streams such copies run on, the slots' in turn (copies of consecutive frames
+    /// side by side).
     pub peer_copy_lanes: u32,
 }
 
@@ -146,7 +146,7 @@ const SMALL_FRAMES_READY_SPIN_US: u64 = 200;
 /// Frames from another GPU of at least this many bytes are copied in by the copy engines
 /// before the stage's kernels read them (docs/gpu.md, "Two GPUs", has the measurements).
 const PEER_COPY_MIN_BYTES: u64 = 0;
-/// Streams a copy from another GPU is split over.
+/// Streams the copies from another GPU run on.
 const PEER_COPY_LANES: u32 = 1;
 
 /// What a stage's defaults depend on.

@@ -249,7 +249,7 @@ fn device_consumer_child() {
     let (mut reads, _) = complete(&gpu, &socket, vec![half]).unwrap();
     let (_, mut read) = reads.pop().expect("the consumer's end");
     if how == "copy" {
-        // Two streams, so the copy of each frame is split in parts.
+        // Two streams, taking the slots' copies in turn.
         read.copy_in(&map, 2).unwrap();
     }
     let got = consume(map, &read, &Access::Gpu(gpu.clone()));

@@ -51,30 +51,29 @@ pub struct DeviceRead {
 /// tuning's `peer_copy_min_bytes` decides per link). The producer's slot goes back as soon as
 /// its copy is done.
 pub(crate) struct CopyIn {
-    /// The streams a frame's copy is split over, a contiguous part each (`peer_copy_lanes`).
-    lanes: Vec<Lane>,
+    /// The streams the copies run on, slot `k`'s on `lanes[k % lanes.len()]`
+    /// (`peer_copy_lanes`), so copies of consecutive frames can run side by side.
+    lanes: Vec<SideStream>,
     /// A buffer per ring slot, so a slot's next frame never overwrites one still being read.
     local: Vec<DeviceMemory>,
+    /// Per slot: the copy into `local` is done (the stage's stream waits for it).
+    copied: Vec<IpcEvent>,
     /// Per slot: the stage's work on `local` is done (the next copy into it waits for it).
     used: Vec<IpcEvent>,
 }
 
-/// One stream of a [`CopyIn`], and per slot an event: its part of the copy is done.
-struct Lane {
-    stream: SideStream,
-    copied: Vec<IpcEvent>,
-}
-
 impl CopyIn {
-    /// Buffers and events for a ring of `slots` slots of `bytes` each, on `gpu`, each copy
-    /// split over `lanes` streams.
+    /// Buffers and events for a ring of `slots` slots of `bytes` each, on `gpu`, the copies
+    /// on `lanes` streams.
     pub(crate) fn new(gpu: &Arc<Gpu>, slots: usize, bytes: usize, lanes: usize) -> Result<CopyIn, GpuError> {
         let events = || (0..slots).map(|_| IpcEvent::create(gpu).map(|(e, _)| e)).collect::<Result<Vec<_>, _>>();
-        let lanes = (0..lanes.max(1))
-            .map(|_| Ok(Lane { stream: SideStream::new(gpu)?, copied: events()? }))
-            .collect::<Result<Vec<_>, GpuError>>()?;
+        let lanes = (0..lanes.clamp(1, slots.max(1))).map(|_| SideStream::new(gpu)).collect::<Result<Vec<_>, _>>()?;
         let local = (0..slots).map(|_| DeviceMemory::private(gpu, bytes)).collect::<Result<Vec<_>, _>>()?;
-        Ok(CopyIn { lanes, local, used: events()? })
+        Ok(CopyIn { lanes, local, copied: events()?, used: events()? })
+    }
+
+    fn lane(&self, k: usize) -> &SideStream {
+        &self.lanes[k % self.lanes.len()]
     }
 
     /// Enqueue the copy of slot `k`'s frame (`bytes` at `src`, written once `ready` has
@@ -88,44 +87,35 @@ impl CopyIn {
         written: bool,
         stage: &crate::gpu::Stream,
     ) -> Result<(), GpuError> {
-        // Parts of whole 256-byte blocks, the last one shorter.
-        let part = bytes.div_ceil(self.lanes.len()).div_ceil(256) * 256;
-        for (i, lane) in self.lanes.iter().enumerate() {
-            let start = (i * part).min(bytes);
-            let len = part.min(bytes - start);
-            // The copy waits for the stage's work on the slot's last frame here, and for the
-            // producer's frame; the stage's stream waits for the copy.
-            self.used[k].wait_on(lane.stream.stream())?;
-            if !written {
-                ready.wait_on(lane.stream.stream())?;
-            }
-            lane.stream.copy_dtod_async(self.local[k].addr() + start as u64, src + start as u64, len)?;
-            lane.copied[k].record(lane.stream.stream())?;
-            lane.copied[k].wait_on(stage)?;
+        let lane = self.lane(k);
+        // The copy waits for the stage's work on the slot's last frame here, and for the
+        // producer's frame; the stage's stream waits for the copy.
+        self.used[k].wait_on(lane.stream())?;
+        if !written {
+            ready.wait_on(lane.stream())?;
         }
-        Ok(())
+        lane.copy_dtod_async(self.local[k].addr(), src, bytes)?;
+        self.copied[k].record(lane.stream())?;
+        self.copied[k].wait_on(stage)
     }
 
     /// Slot `k`'s frame is done: the next copy into its buffer waits for the stage's work
-    /// (`stage`), and `released` is recorded once every part of its copy is done (the frames
-    /// are taken and done in order, so those copies are the lanes' latest).
+    /// (`stage`), and `released` is recorded after the copy (the last thing on its lane for
+    /// slot `k`: a slot's frames are taken and done in order), as the producer's slot was
+    /// read by the copy alone.
     fn done(&self, k: usize, stage: &crate::gpu::Stream, released: &IpcEvent) -> Result<(), GpuError> {
         self.used[k].record(stage)?;
-        let first = &self.lanes[0];
-        for lane in &self.lanes[1..] {
-            lane.copied[k].wait_on(first.stream.stream())?;
-        }
-        released.record(first.stream.stream())
+        released.record(self.lane(k).stream())
     }
 
     fn synchronize(&self) -> Result<(), GpuError> {
-        self.lanes.iter().try_for_each(|lane| lane.stream.synchronize())
+        self.lanes.iter().try_for_each(SideStream::synchronize)
     }
 }
 
 impl DeviceRead {
-    /// Copy frames into this GPU's memory before the stage reads them ([`CopyIn`]), each
-    /// copy split over `lanes` streams.
+    /// Copy frames into this GPU's memory before the stage reads them ([`CopyIn`]), the
+    /// copies on `lanes` streams.
     pub(crate) fn copy_in(&mut self, ring: &RingMap, lanes: usize) -> Result<(), GpuError> {
         let bytes = ring.layout().total_bytes as usize;
         self.copy_in = Some(CopyIn::new(&self.gpu, self.memory.len(), bytes, lanes)?);
