@@ -19,8 +19,15 @@
 #    nvidia-smi sees a GPU, else cpu): with cuda, a frame goes down from the GPU before the
 #    link and up to it after, as in a chain across hosts.
 # Each line: frames/s and GB/s, the ratio to the plain stream of one connection (and to the
-# plain stream of as many connections), and the CPU of each end (1.0 = one core: the stream's
+# plain stream of as many connections; for the NCCL bridge, to NCCL's own send/recv), and the
+# CPU of each end (1.0 = one core: the stream's
 # processes; the bridge's tcp-send and tcp-receive stages).
+#
+# With a GPU and NCCL (libnccl.so.2 in NCCL_DIR, or of the pip wheel nvidia-nccl-cu13, found
+# as check.sh finds it): the NCCL bridge (generator -> nccl-send | nccl-receive -> null, all on
+# DEVICE) against NCCL's own send/recv of the same bytes between two processes
+# (`gpuipc-host __nccl-stream`), on the same paths; each end with its own NCCL_HOSTID (one GPU
+# of one machine: NCCL would refuse two ranks on it otherwise), NCCL_NVLS_ENABLE=0.
 #
 # Under each bridge line, where each end's time went (their end-of-stream log lines: waiting
 # for acknowledgements, writing, the kept copy; waiting for headers, reading payloads).
@@ -94,6 +101,57 @@ else:
 PY
 }
 
+# nccl_plain W H FRAMES: as plain, NCCL's own send/recv (device buffers, one GPU).
+nccl_plain() {
+    local bytes=$(($1 * $2 * 3)) out=$work/nccl-plain.txt
+    next_port
+    $run_b env "${nccl_env[@]}" NCCL_HOSTID=b "$host" __nccl-stream receive "$addr_b:$port" "$bytes" "$3" "${DEVICE#cuda:}" > "$out.r" 2>&1 &
+    local r=$!
+    $run_a env "${nccl_env[@]}" NCCL_HOSTID=a "$host" __nccl-stream send "$addr_b:$port" "$bytes" "$3" "${DEVICE#cuda:}" > "$out.s" 2>&1
+    wait "$r"
+    python3 - "$out.r" "$out.s" <<'PY'
+import sys
+def fields(path):
+    line = [l for l in open(path) if l.startswith("stream ")]
+    if not line:
+        sys.stderr.write(open(path).read()); return None
+    return dict(kv.split("=") for kv in line[0].split()[2:])
+r, s = fields(sys.argv[1]), fields(sys.argv[2])
+print(*(r["frames_per_s"], r["gbytes_per_s"], s["cpu"], r["cpu"]) if r and s else (0, 0, 0, 0))
+PY
+}
+
+# nccl_bridge W H FRAMES: as bridge, over nccl-send and nccl-receive.
+nccl_bridge() {
+    local w=$1 h=$2 frames=$3 d=$work/nccl-bridge
+    next_port
+    rm -rf "$d" && mkdir -p "$d/a" "$d/b"
+    printf '%s\n' '[pipeline]' 'name = "b"' "device = \"$DEVICE\"" '' \
+        '[[stage]]' 'name = "gen"' 'plugin = "nccl-receive"' \
+        "params = { listen = \"$addr_b:$port\", link = \"gen->b\", format = \"rgb8\", width = $w, height = $h }" '' \
+        '[[stage]]' 'name = "sink"' 'plugin = "null"' 'inputs = ["gen"]' > "$d/b/p.toml"
+    printf '%s\n' '[pipeline]' 'name = "a"' "device = \"$DEVICE\"" "frames = $frames" '' \
+        '[[stage]]' 'name = "gen"' 'plugin = "generator"' "params = { width = $w, height = $h, pattern = \"noise\", seed = 5 }" '' \
+        '[[stage]]' 'name = "gen-to-b"' 'plugin = "nccl-send"' 'inputs = ["gen"]' \
+        "params = { to = \"$addr_b:$port\", link = \"gen->b\" }" > "$d/a/p.toml"
+    (cd "$d/b" && $run_b env "${nccl_env[@]}" NCCL_HOSTID=b "$host" run p.toml --quiet --report report.json > run.txt 2> err.txt) &
+    local r=$!
+    (cd "$d/a" && $run_a env "${nccl_env[@]}" NCCL_HOSTID=a "$host" run p.toml --quiet --report report.json > run.txt 2> err.txt) ||
+        { echo "nccl bridge: the sender's run failed:" >&2; tail -n 5 "$d/a/err.txt" "$d/a/run.txt" >&2; }
+    wait "$r" || { echo "nccl bridge: the receiver's run failed:" >&2; tail -n 5 "$d/b/err.txt" "$d/b/run.txt" >&2; }
+    python3 - "$d/a/report.json" "$d/b/report.json" "$((w * h * 3))" <<'PY'
+import json, sys
+try:
+    a, b = (json.load(open(p)) for p in sys.argv[1:3])
+except Exception:
+    print("0 0 0 0"); sys.exit()
+stage = lambda rep, name: next(s for s in rep["stages"] if s["name"] == name)
+send, recv = stage(a, "gen-to-b"), stage(b, "gen")
+fps = recv["fps"]
+print(f'{fps:.1f} {fps * int(sys.argv[3]) / 1e9:.3f} {send["cpu"]:.2f} {recv["cpu"]:.2f}')
+PY
+}
+
 # bridge W H FRAMES CONNS WINDOW: prints "FPS GBPS SENDER_CPU RECEIVER_CPU SENDER_BUSY"
 bridge() {
     local w=$1 h=$2 frames=$3 conns=$4 window=$5 d=$work/bridge pattern=bars
@@ -127,6 +185,19 @@ print(f'{fps:.1f} {fps * int(sys.argv[3]) / 1e9:.3f} {send["cpu"]:.2f} {recv["cp
 PY
 }
 
+# NCCL, where there is a GPU: NCCL_DIR, or the pip wheel's, or any libnccl.so.2 on the machine.
+nccl_env=()
+if [ "$DEVICE" != cpu ]; then
+    nccl_dir=${NCCL_DIR:-$(python3 -c 'import nvidia.nccl as n, os; print(os.path.join(os.path.dirname(n.__file__) if getattr(n, "__file__", None) else list(n.__path__)[0], "lib"))' 2>/dev/null)}
+    if [ -z "$nccl_dir" ] || [ ! -e "$nccl_dir/libnccl.so.2" ]; then
+        nccl_dir=$(find / -xdev -name 'libnccl.so.2*' -print -quit 2>/dev/null | xargs -r dirname)
+    fi
+    if [ -n "$nccl_dir" ]; then
+        nccl_env=(LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NVLS_ENABLE=0)
+    else
+        echo "no libnccl.so.2 (NCCL_DIR, or pip install nvidia-nccl-cu13): the NCCL lines are left out"
+    fi
+fi
 echo "bench-tcp: $(nproc) cores, device $DEVICE, host $host, commit $(cat "$here/COMMIT" 2>/dev/null || git -C "$here" rev-parse --short HEAD 2>/dev/null)"
 printf '%-9s %-10s %-26s %9s %7s %8s %8s %9s %9s\n' path size what frames/s GB/s "/plain1" "/plainN" "send cpu" "recv cpu"
 for round in $(seq 1 "${ROUNDS:-1}"); do
@@ -158,6 +229,14 @@ for path in $paths; do
                 cat "$work/times.txt"
             done
         done
+        if [ "${#nccl_env[@]}" -gt 0 ]; then
+            read -r nfps gbps scpu rcpu < <(nccl_plain "$w" "$h" "$frames")
+            printf '%-9s %-10s %-26s %9s %7s %8s %8s %9s %9s\n' "$path" "${w}x$h" "nccl send/recv" "$nfps" "$gbps" \
+                "$(ratio "$nfps" "${plain_fps[1]}")" "" "$scpu" "$rcpu"
+            read -r fps gbps scpu rcpu < <(nccl_bridge "$w" "$h" "$frames")
+            printf '%-9s %-10s %-26s %9s %7s %8s %8s %9s %9s\n' "$path" "${w}x$h" "nccl bridge $DEVICE" "$fps" "$gbps" \
+                "$(ratio "$fps" "${plain_fps[1]}")" "$(ratio "$fps" "$nfps")" "$scpu" "$rcpu"
+        fi
         unset plain_fps
     done
 done
