@@ -4,6 +4,7 @@
 
 use std::io::Write;
 use std::net::TcpStream;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use gpuipc_plugin_api::{
@@ -184,7 +185,6 @@ impl Plugin for TcpSend {
         // Kept, because the input slot goes back to the producer when this returns; copied
         // while the frame is sent from the slot, so the copy costs no time where a core is free.
         let mut kept = self.session.reuse().unwrap_or_default();
-        kept.clear();
         let sent = match self.session.connection() {
             Some(conn) => {
                 let (sent, writing, copy_after) = copy_while_sending(conn, &header, payload, &mut kept)?;
@@ -194,6 +194,7 @@ impl Plugin for TcpSend {
                 sent.map_err(WireError::Lost)
             }
             None => {
+                kept.clear();
                 kept.extend_from_slice(payload);
                 Err(WireError::Lost(std::io::ErrorKind::NotConnected.into()))
             }
@@ -207,14 +208,16 @@ impl Plugin for TcpSend {
     }
 }
 
-/// Frames from this size on are copied by a second thread while the first sends them, and
-/// their stripes written each by a thread of its own (a thread's start, some 30 µs, is then
-/// under 10 % of the copy).
+/// Frames from this size on are copied by other threads while this one sends them, and their
+/// stripes written each by a thread of its own (a thread's start, some 30 µs, is then under
+/// 10 % of the copy).
 const THREADS_FROM: usize = 1 << 20;
 
-/// Send `header` and `payload` over `conn`'s connections and copy `payload` into `kept`, at
-/// once for a large frame. The outer error is a thread's failure; the inner one the send's.
-/// Also: how long the writing took, and how long the copy went on after it.
+/// Send `header` and `payload` over `conn`'s connections and copy `payload` into `kept` (which
+/// may hold an earlier frame), at once for a large frame: the copy in as many parts as the link
+/// has connections, each by a thread of its own (one thread's copy of a 4K frame takes as long
+/// as several connections' writes). The outer error is a thread's failure; the inner one the
+/// send's. Also: how long the writing took, and how long the copy went on after it.
 fn copy_while_sending(
     conn: &Connection<()>,
     header: &FrameHeader,
@@ -223,30 +226,57 @@ fn copy_while_sending(
 ) -> Result<(std::io::Result<()>, Duration, Duration)> {
     let start = Instant::now();
     if payload.len() < THREADS_FROM {
+        kept.clear();
         kept.extend_from_slice(payload);
         let sent = write_striped(conn, header, payload);
         return Ok((sent, start.elapsed(), Duration::ZERO));
     }
-    let (copied_aside, writing) = std::thread::scope(|scope| -> Result<_> {
-        let copier = std::thread::Builder::new()
-            .name("tcp-send-copy".into())
-            .spawn_scoped(scope, || kept.extend_from_slice(payload));
+    if kept.len() != payload.len() {
+        // Once per kept buffer: a buffer reused for the link's next frames has the size.
+        kept.clear();
+        kept.resize(payload.len(), 0);
+    }
+    let k = 1 + conn.stripes.len();
+    let mut parts = Vec::with_capacity(k);
+    let mut rest = &mut kept[..];
+    for i in 0..k {
+        let (part, tail) = rest.split_at_mut(wire::stripe(payload.len(), i, k).len());
+        parts.push((part, &payload[wire::stripe(payload.len(), i, k)]));
+        rest = tail;
+    }
+    // Each part in a cell its thread takes it from, so that a thread that cannot be had leaves
+    // it to this one.
+    let cells: Vec<Mutex<Option<CopyPart<'_>>>> = parts.into_iter().map(|p| Mutex::new(Some(p))).collect();
+    std::thread::scope(|scope| -> Result<_> {
+        let copiers: Vec<_> = cells
+            .iter()
+            .map(|cell| {
+                let spawned =
+                    std::thread::Builder::new().name("tcp-send-copy".into()).spawn_scoped(scope, || copy(cell));
+                (cell, spawned)
+            })
+            .collect();
         let sent = write_striped(conn, header, payload);
         let writing = start.elapsed();
-        match copier {
-            Ok(copier) => {
-                copier.join().map_err(|_| Error::new("tcp-send: the thread copying a frame failed"))?;
-                Ok((Some(sent), writing))
+        for (cell, spawned) in copiers {
+            match spawned {
+                Ok(copier) => copier.join().map_err(|_| Error::new("tcp-send: a thread copying a frame failed"))?,
+                // No thread to be had: this one copies that part, after the send.
+                Err(_) => copy(cell),
             }
-            Err(_) => Ok((None, writing)),
         }
-    })?;
-    let sent = copied_aside.unwrap_or_else(|| {
-        // No thread to be had: copy here, after the send.
-        kept.extend_from_slice(payload);
-        Ok(())
-    });
-    Ok((sent, writing, start.elapsed().saturating_sub(writing)))
+        Ok((sent, writing, start.elapsed().saturating_sub(writing)))
+    })
+}
+
+/// A part of a kept copy and the bytes it is copied from.
+type CopyPart<'a> = (&'a mut [u8], &'a [u8]);
+
+/// Copy the part in `cell`, once: whoever takes it copies it.
+fn copy(cell: &Mutex<Option<CopyPart<'_>>>) {
+    if let Some((to, from)) = cell.lock().ok().and_then(|mut c| c.take()) {
+        to.copy_from_slice(from);
+    }
 }
 
 /// Write a frame over a link's connections: the header and the first stripe on the first
