@@ -16,8 +16,9 @@
 #  - the bridge: a run of `generator -> tcp-send` and a run of `tcp-receive -> null` (two
 #    `gpuipc-host run`s, as an agent runs each host's part), with `connections` each count of
 #    CONNS and `window` each of WINDOWS; generator and sink on DEVICE (cuda:0 where
-#    nvidia-smi sees a GPU, else cpu): with cuda, a frame goes down from the GPU before the
-#    link and up to it after, as in a chain across hosts.
+#    nvidia-smi sees a GPU, else cpu; the sink is yuv420 on a GPU, its output unread, and
+#    null on cpu): with cuda, a frame goes down from the GPU before the link and up to it
+#    after, as in a chain across hosts.
 # Each line: frames/s and GB/s, the ratio to the plain stream of one connection (and to the
 # plain stream of as many connections; for the NCCL bridge, to NCCL's own send/recv), and the
 # CPU of each end (1.0 = one core: the stream's
@@ -129,7 +130,7 @@ nccl_bridge() {
     printf '%s\n' '[pipeline]' 'name = "b"' "device = \"$DEVICE\"" '' \
         '[[stage]]' 'name = "gen"' 'plugin = "nccl-receive"' \
         "params = { listen = \"$addr_b:$port\", link = \"gen->b\", format = \"rgb8\", width = $w, height = $h }" '' \
-        '[[stage]]' 'name = "sink"' 'plugin = "null"' 'inputs = ["gen"]' > "$d/b/p.toml"
+        '[[stage]]' 'name = "sink"' "plugin = \"$sink\"" 'inputs = ["gen"]' > "$d/b/p.toml"
     printf '%s\n' '[pipeline]' 'name = "a"' "device = \"$DEVICE\"" "frames = $frames" '' \
         '[[stage]]' 'name = "gen"' 'plugin = "generator"' "params = { width = $w, height = $h, pattern = \"noise\", seed = 5 }" '' \
         '[[stage]]' 'name = "gen-to-b"' 'plugin = "nccl-send"' 'inputs = ["gen"]' \
@@ -161,7 +162,7 @@ bridge() {
     printf '%s\n' '[pipeline]' 'name = "b"' "device = \"$DEVICE\"" '' \
         '[[stage]]' 'name = "gen"' 'plugin = "tcp-receive"' 'device = "cpu"' \
         "params = { listen = \"$addr_b:$port\", link = \"gen->b\", format = \"rgb8\", width = $w, height = $h }" '' \
-        '[[stage]]' 'name = "sink"' 'plugin = "null"' 'inputs = ["gen"]' > "$d/b/p.toml"
+        '[[stage]]' 'name = "sink"' "plugin = \"$sink\"" 'inputs = ["gen"]' > "$d/b/p.toml"
     printf '%s\n' '[pipeline]' 'name = "a"' "device = \"$DEVICE\"" "frames = $frames" '' \
         '[[stage]]' 'name = "gen"' 'plugin = "generator"' "params = { width = $w, height = $h, pattern = \"$pattern\", seed = 5, threads = 1 }" '' \
         '[[stage]]' 'name = "gen-to-b"' 'plugin = "tcp-send"' 'device = "cpu"' 'inputs = ["gen"]' \
@@ -186,6 +187,10 @@ PY
 }
 
 # NCCL, where there is a GPU: NCCL_DIR, or the pip wheel's, or any libnccl.so.2 on the machine.
+# The receiving end's consumer: on a GPU a cheap cuda stage (yuv420, its output unread), so
+# that each frame goes up to the GPU after the link, as in a chain across hosts; else null.
+sink=null
+[ "$DEVICE" != cpu ] && sink=yuv420
 nccl_env=()
 if [ "$DEVICE" != cpu ]; then
     nccl_dir=${NCCL_DIR:-$(python3 -c 'import nvidia.nccl as n, os; print(os.path.join(os.path.dirname(n.__file__) if getattr(n, "__file__", None) else list(n.__path__)[0], "lib"))' 2>/dev/null)}
