@@ -25,7 +25,9 @@
 # 11. stages on two hosts (two agents on this machine, loopback): a 4K and a 1080p cuda chain
 #     split a -> b -> a, frames over TCP, then over NCCL (input_transport = "nccl"; libnccl.so.2
 #     of the pip wheel nvidia-nccl-cu13, agents with NCCL_HOSTID=a/b); every stage's frames =
-#     the cpu reference
+#     the cpu reference; then bench-tcp.sh: the TCP bridge (cuda generator and sink) against a
+#     plain TCP stream of the same bytes, loopback and a veth pair (BENCH_TCP=0 skips it;
+#     its table also in results/bench-tcp.txt)
 # 12. video: every clip of the corpus (bundle video/corpus, made by scripts/video-clips.sh)
 #     decoded by NVDEC = the cpu decoder's frames (hashes made where the bundle was built, in
 #     video/reference), byte for byte; every pipelines/video-*.toml on the GPU = its cpu run;
@@ -652,6 +654,12 @@ else
     split_check nccl
     stop_agents
     for h in a b; do grep -h "NCCL rank" "$hw/agent-$h.log" | head -2 | sed "s/^/    agent $h: /"; done
+fi
+# The TCP bridge against a plain TCP stream on the same paths (docs/benchmarks.md): a
+# measurement, not a check; it fails nothing.
+if [ "${BENCH_TCP:-1}" != 0 ] && [ -x "$here/bench-tcp.sh" ]; then
+    echo "bench-tcp.sh (frames/s of the bridge against the plain stream):"
+    DEVICE=$split_device "$here/bench-tcp.sh" "$here/bin" 2>&1 | grep -v "^ WARN" | tee "$results/bench-tcp.txt" | sed 's/^/    /'
 fi
 fi
 

@@ -6,6 +6,7 @@
 #   # copy BUNDLE_DIR to the GPU machine, then there:
 #   BUNDLE_DIR/check.sh                   (writes its results under $OUT or BUNDLE_DIR/results)
 #   BUNDLE_DIR/bench.sh                   (the benchmark table of docs/benchmarks.md, likewise)
+#   BUNDLE_DIR/bench-tcp.sh               (the TCP bridge against a plain TCP stream, loopback and veth)
 #
 # The bundle holds gpuipc-host, every plugin library next to it, pipelines/ and check.sh
 # (scripts/gpu-check-run.sh). Kernels are compiled into the plugins' sources and built with
@@ -32,6 +33,8 @@ done
 test_exe gpuipc-host --bin gpuipc-host | while read -r exe; do cp "$exe" "$bundle/tests/gpuipc-host"; done
 cp "${CARGO_TARGET_DIR:-target}"/release/gpuipc-host "$bundle/bin/"
 cp "${CARGO_TARGET_DIR:-target}"/release/libgpuipc_*.so "$bundle/bin/"
+# The plain TCP stream bench-tcp.sh measures the TCP bridge against.
+cp "${CARGO_TARGET_DIR:-target}"/release/gpuipc-tcp-stream "$bundle/bin/"
 cp -r pipelines "$bundle/"
 git rev-parse --short HEAD > "$bundle/COMMIT"
 cp scripts/gpu-check-run.sh "$bundle/check.sh"
@@ -47,6 +50,7 @@ cp scripts/bench-python.sh "$bundle/bench-python.sh"
 cp scripts/bench-two-gpus.sh "$bundle/bench-two-gpus.sh"
 cp "${CARGO_TARGET_DIR:-target}"/release/kernel-bench "$bundle/bin/"
 cp scripts/bench-kernels.sh "$bundle/bench-kernels.sh"
+cp scripts/bench-tcp.sh "$bundle/bench-tcp.sh"  # check.sh section 11 runs it too
 chmod +x "$bundle"/*.sh
 strip --strip-debug "$bundle"/bin/* "$bundle"/tests/*
 

@@ -175,6 +175,18 @@ enum Command {
         role: doctor::PeerRole,
         device: u32,
     },
+    /// NCCL's own send/receive between two processes, the yardstick of the NCCL bridge in
+    /// scripts/bench-tcp.sh; not a user command.
+    #[command(name = "__nccl-stream", hide = true)]
+    NcclStream {
+        #[arg(value_enum)]
+        end: doctor::nccl_stream::StreamEnd,
+        address: String,
+        bytes: usize,
+        frames: usize,
+        #[arg(default_value_t = 0)]
+        device: u32,
+    },
 }
 
 fn parse_device(text: &str) -> Result<config::DeviceSpec, String> {
@@ -258,6 +270,9 @@ fn main() -> ExitCode {
         Command::Stage { .. } => ExitCode::from(stage::main() as u8),
         Command::Doctor => doctor::main(),
         Command::DoctorPeer { role, device } => doctor::peer_main(role, device),
+        Command::NcclStream { end, address, bytes, frames, device } => {
+            doctor::nccl_stream::main(end, &address, bytes, frames, device)
+        }
         Command::Agent { name, listen } => agent::main(&name, &listen),
         Command::Validate { file, device, no_budget_check, ask_hosts } => match load_plan(&file, device) {
             Ok(plan) => {

@@ -63,22 +63,30 @@ inputs = ["gen"]
     )
 }
 
-/// The generator's first `frames` frames made in one process: seq → hash.
+/// The generator's first `frames` frames of 64x48 made in one process: seq → hash.
 fn reference(dir: &Path, frames: u64) -> BTreeMap<u64, String> {
-    let text = r#"
+    reference_of(dir, frames, (64, 48))
+}
+
+/// The generator's first `frames` frames of `size` made in one process: seq → hash.
+fn reference_of(dir: &Path, frames: u64, size: (u32, u32)) -> BTreeMap<u64, String> {
+    let (w, h) = size;
+    let text = format!(
+        r#"
 [pipeline]
 name = "reference"
 device = "cpu"
 [[stage]]
 name = "gen"
 plugin = "generator"
-params = { width = 64, height = 48, pattern = "gradient" }
+params = {{ width = {w}, height = {h}, pattern = "gradient" }}
 [[stage]]
 name = "sink"
 plugin = "null"
 inputs = ["gen"]
-"#;
-    let file = pipeline(dir, "reference.toml", text);
+"#
+    );
+    let file = pipeline(dir, "reference.toml", &text);
     sums_by_seq(&reference_run(dir, &file, Some(frames)).join("gen.sum"))
 }
 
@@ -165,6 +173,11 @@ enum Fault {
 /// Do `fault` to the link once frames flow, wait for the restart and the link's new
 /// connection, stop the sender's run, and check the books of both runs.
 fn fault_and_check(name: &str, fault: Fault) {
+    fault_and_check_of(name, fault, (64, 48), "")
+}
+
+/// [`fault_and_check`] with frames of `size` and `more` params of the sender (`, connections = 3`).
+fn fault_and_check_of(name: &str, fault: Fault, size: (u32, u32), more: &str) {
     let dir = scratch(name);
     let port = free_ports(1);
     let restart = "restart = \"on-failure\"";
@@ -178,12 +191,13 @@ fn fault_and_check(name: &str, fault: Fault) {
     // With the sender alive, a window of frames in flight goes again whole after the
     // receiver's restart. A killed sender loses its window's frames still in its kernel's
     // send buffer, uncounted (docs/plugins.md, tcp-send): that fault runs the default, 1.
-    let mut sender_text = sender(port, "", (64, 48), s_extra);
+    let mut sender_text = sender(port, "", size, s_extra);
     if fault != Fault::KillSender {
         sender_text = sender_text.replace("connect_timeout_s = 20.0 }", "connect_timeout_s = 20.0, window = 4 }");
         assert!(sender_text.contains("window = 4"));
     }
-    let (mut sending, mut receiving) = start_both(&dir, &sender_text, &receiver(port, (64, 48), 20.0, r_extra), &[]);
+    sender_text = sender_text.replace("connect_timeout_s = 20.0", &format!("connect_timeout_s = 20.0{more}"));
+    let (mut sending, mut receiving) = start_both(&dir, &sender_text, &receiver(port, size, 20.0, r_extra), &[]);
     receiving.wait_for_stderr(&format!("link '{LINK}': connection 1 from"), RUN_TIMEOUT);
     // A stage killed before it is ready is not restarted (it never started): wait for both.
     sending.wait_for_stderr("stages ready; running", RUN_TIMEOUT);
@@ -258,7 +272,7 @@ fn fault_and_check(name: &str, fault: Fault) {
     }
     // What the receiving source published (a sink's tap has no hashes): every frame the
     // reference's, and every frame the sink got among them.
-    let want = reference(&dir, produced);
+    let want = reference_of(&dir, produced, size);
     let relayed = sums_by_seq(&dir.join("b/sums/gen.sum"));
     for (seq, hash) in &relayed {
         assert_eq!(want.get(seq), Some(hash), "frame {seq} differs from the in-process reference");
@@ -276,6 +290,19 @@ fn a_killed_sender_restarts_and_the_link_reconnects() {
 #[test]
 fn a_killed_receiver_restarts_and_the_link_reconnects() {
     fault_and_check("net-kill-receiver", Fault::KillReceiver);
+}
+
+/// Frames of 1024x512 (1.5 MiB: each stripe written and read by a thread of its own) over three
+/// connections; the receiver killed: the sender's new set of connections takes its window again.
+#[test]
+fn a_killed_receiver_of_a_link_of_three_connections_restarts_and_large_frames_come_whole() {
+    fault_and_check_of("net-kill-receiver-3", Fault::KillReceiver, (1024, 512), ", connections = 3");
+}
+
+/// As above, the sender killed.
+#[test]
+fn a_killed_sender_of_a_link_of_three_connections_restarts_and_large_frames_come_whole() {
+    fault_and_check_of("net-kill-sender-3", Fault::KillSender, (1024, 512), ", connections = 3");
 }
 
 #[test]

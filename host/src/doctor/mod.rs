@@ -3,6 +3,7 @@
 //! "Links"). This process only asks the driver about devices (`cuInit` creates no context);
 //! all GPU work happens in `__doctor-peer` child processes ([`peer`]).
 
+pub mod nccl_stream;
 mod peer;
 mod selftest;
 

@@ -132,7 +132,7 @@ impl Plugin for NcclSend {
             NcclId::new()?;
         }
         let format = *inputs.first().ok_or("nccl-send takes 1 input")?;
-        let setup = wire::params::sender_setup(&params.to, params.link, params.connect_timeout_s, format, 1)?;
+        let setup = wire::params::sender_setup(&params.to, params.link, params.connect_timeout_s, format, 1, 1)?;
         let bytes = usize::try_from(setup.frame_bytes).map_err(|_| Error::new("frame too large"))?;
         let carrier = NcclCarrier {
             on: RawStream { context: ctx.cuda_context, stream: ctx.cuda_stream },

@@ -21,6 +21,12 @@
 //! reconnections), shared with `nccl-receive`: this stage keeps how a frame's bytes travel
 //! (read off the connection into the slot).
 //!
+//! A sender's link may have several TCP connections (its `connections` param; the hello says
+//! how many): this stage accepts the sender's first connection, then the others of the same
+//! epoch, and reads each frame's stripes off them into the slot (a frame of 1 MiB or more,
+//! each stripe on a thread of its own). Any of them breaking drops the frame being read and
+//! the whole set, and the sender connects again, as above; nothing to set here.
+//!
 //! Leave the pipeline's `frames` out on the receiver's host: the sender's side counts frames,
 //! and the stream ends when the sender's does.
 //!

@@ -4,6 +4,7 @@
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use gpuipc_plugin_api::{
@@ -12,7 +13,7 @@ use gpuipc_plugin_api::{
 };
 use gpuipc_tcp_wire::params::ReceiverParams;
 use gpuipc_tcp_wire::receiver::{ReceiveCarrier, Received, ReceiverSession};
-use gpuipc_tcp_wire::{self as wire, Payloads};
+use gpuipc_tcp_wire::{self as wire, Connection, Payloads};
 
 /// The `params` table of a tcp-receive stage: a receiver's.
 pub type Params = ReceiverParams;
@@ -112,7 +113,7 @@ impl Plugin for TcpReceive {
         let FrameDataMut::Host(bytes) = out.data() else { bail!("tcp-receive writes host memory only") };
         let slot = bytes.get_mut(..need as usize).ok_or("output slot shorter than its frame")?;
         // Straight into the ring's slot; a frame cut short is never handed on.
-        match self.session.receive(expected, |conn| conn.stream.read_exact(slot).map_err(|e| e.to_string()))? {
+        match self.session.receive(expected, |conn| read_striped(conn, slot).map_err(|e| e.to_string()))? {
             Received::Frame(header) => out.relay(header.seq, header.timestamp_ns),
             Received::End => out.end_stream(),
         }
@@ -125,8 +126,77 @@ impl Plugin for TcpReceive {
     }
 }
 
+/// Frames from this size on have their stripes read each by a thread of its own (a thread's
+/// start, some 30 µs, is then small against the frame).
+const THREADS_FROM: usize = 1 << 20;
+
+/// Read a frame's payload into `slot` off a link's connections, each its stripe
+/// ([`wire::stripe`]): a large frame's each by a thread of its own, so that each connection's
+/// copy out of the kernel has a core. Any stripe failing fails the frame (the set is dropped
+/// and the sender sends it again on a new one).
+fn read_striped(conn: &Connection<()>, slot: &mut [u8]) -> std::io::Result<()> {
+    let k = 1 + conn.stripes.len();
+    let len = slot.len();
+    let mut parts = Vec::with_capacity(k);
+    let mut rest = slot;
+    for i in 0..k {
+        let (part, tail) = rest.split_at_mut(wire::stripe(len, i, k).len());
+        parts.push(part);
+        rest = tail;
+    }
+    let mut parts = parts.into_iter();
+    let first = parts.next().expect("k >= 1 stripes");
+    if k == 1 || len < THREADS_FROM {
+        read_all(&conn.stream, first)?;
+        for (s, part) in conn.stripes.iter().zip(parts) {
+            read_all(s, part)?;
+        }
+        return Ok(());
+    }
+    // Each part in a cell the thread takes it from, so that a thread that cannot be had leaves
+    // it to this one.
+    let cells: Vec<Mutex<Option<&mut [u8]>>> = parts.map(|p| Mutex::new(Some(p))).collect();
+    std::thread::scope(|scope| {
+        let readers: Vec<_> = conn
+            .stripes
+            .iter()
+            .zip(&cells)
+            .map(|(s, cell)| {
+                let spawned = std::thread::Builder::new()
+                    .name("tcp-receive-stripe".into())
+                    .spawn_scoped(scope, move || take(cell).map_or(Ok(()), |part| read_all(s, part)));
+                (s, cell, spawned)
+            })
+            .collect();
+        let mut read = read_all(&conn.stream, first);
+        for (s, cell, spawned) in readers {
+            let stripe = match spawned {
+                Ok(reader) => {
+                    reader.join().unwrap_or_else(|_| Err(std::io::Error::other("a stripe's thread panicked")))
+                }
+                // No thread to be had: this one reads it.
+                Err(_) => take(cell).map_or(Ok(()), |part| read_all(s, part)),
+            };
+            read = read.and(stripe);
+        }
+        read
+    })
+}
+
+/// The part in `cell`, once: whoever takes it reads it.
+fn take<'a>(cell: &Mutex<Option<&'a mut [u8]>>) -> Option<&'a mut [u8]> {
+    cell.lock().ok().and_then(|mut c| c.take())
+}
+
+fn read_all(mut stream: &TcpStream, part: &mut [u8]) -> std::io::Result<()> {
+    stream.read_exact(part)
+}
+
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use gpuipc_plugin_api::parse_params;
 
     use super::*;
@@ -158,5 +228,154 @@ mod tests {
     fn negotiates_the_format_of_its_params() {
         let params = parse_params::<TcpReceive>(REQUIRED).unwrap();
         assert_eq!(TcpReceive::negotiate(&params, &[]).unwrap(), Some(FrameFormat::new(PixelFormat::Rgb8, 4, 2)));
+    }
+
+    /// Forwards every connection made to it to `to`, byte for byte both ways, except the
+    /// `cut`-th (from 0) connection: that one is shut down both ways once `after` bytes went
+    /// through it towards the receiver, as a link whose one connection breaks.
+    /// Also: how many connections it took so far.
+    fn cutting_proxy(to: std::net::SocketAddr, cut: usize, after: usize) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+        use std::io::Write;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let taken = Arc::new(AtomicUsize::new(0));
+        let counted = taken.clone();
+        std::thread::spawn(move || {
+            for (n, client) in listener.incoming().enumerate() {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(to) else { return };
+                let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut s_in, mut c_out) = (server, client);
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let mut through = 0usize;
+                    loop {
+                        let limit = if n == cut { buf.len().min(after - through) } else { buf.len() };
+                        let got = match c_in.read(&mut buf[..limit]) {
+                            Ok(0) | Err(_) => break,
+                            Ok(got) => got,
+                        };
+                        if s_out.write_all(&buf[..got]).is_err() {
+                            break;
+                        }
+                        through += got;
+                        if n == cut && through >= after {
+                            break;
+                        }
+                    }
+                    let _ = c_in.shutdown(std::net::Shutdown::Both);
+                    let _ = s_out.shutdown(std::net::Shutdown::Both);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s_in, &mut c_out);
+                    let _ = s_in.shutdown(std::net::Shutdown::Both);
+                    let _ = c_out.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        (addr, taken)
+    }
+
+    /// A frame's bytes, different for every frame and every byte (a stripe sent in the wrong
+    /// place or twice shows).
+    fn frame_bytes(seq: u64, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i as u64 * 31 + i as u64 / 4093 + seq * 7) as u8).collect()
+    }
+
+    /// `frames` frames of `format` from a tcp-send of `connections` connections and a
+    /// `window`, through a proxy that cuts its `cut`-th connection after `after` bytes, into a
+    /// tcp-receive; every frame it handed on (number and bytes), and the connections made.
+    fn through(
+        format: FrameFormat,
+        frames: u64,
+        sender: &str,
+        cut: usize,
+        after: usize,
+    ) -> (Vec<(u64, Vec<u8>)>, usize) {
+        use gpuipc_plugin_api::{FrameInfo, FrameLayout, InputFrame, testing::cpu_context};
+        use gpuipc_tcp_send::send::TcpSend;
+        let len = FrameLayout::for_format(format).unwrap().total_bytes as usize;
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let text = format!(
+            "listen = \"127.0.0.1:{port}\"\nlink = \"a->b\"\nformat = \"{}\"\nwidth = {}\nheight = {}\nreconnect_timeout_s = 20.0",
+            PixelFormat::from_code(format.pixel).unwrap().name(),
+            format.width,
+            format.height
+        );
+        let params = parse_params::<TcpReceive>(&text).unwrap();
+        let mut receiver = TcpReceive::create(params, &[], Some(format), &cpu_context()).unwrap();
+        let (proxy, connections) = cutting_proxy(format!("127.0.0.1:{port}").parse().unwrap(), cut, after);
+        let text = format!("to = \"{proxy}\"\nlink = \"a->b\"\nconnect_timeout_s = 20.0\n{sender}");
+        let params = parse_params::<TcpSend>(&text).unwrap();
+        let sending = std::thread::spawn(move || {
+            let mut stage = TcpSend::create(params, &[format], None, &cpu_context()).unwrap();
+            for seq in 0..frames {
+                let bytes = frame_bytes(seq, len);
+                let info = FrameInfo::new(format, seq, 1000 + seq).unwrap();
+                let input = InputFrame::host(info, &bytes).unwrap();
+                stage.process(&[input], None, &ProcessContext { frame_index: seq, cuda_stream: 0 }).unwrap();
+            }
+            stage.flush().unwrap();
+        });
+        let mut got = Vec::new();
+        let mut slot = vec![0u8; len];
+        let mut expected = 0;
+        loop {
+            let info = FrameInfo::new(format, expected, 0).unwrap();
+            let mut out = OutputFrame::host(info, &mut slot).unwrap();
+            receiver.process(&[], Some(&mut out), &ProcessContext { frame_index: expected, cuda_stream: 0 }).unwrap();
+            if out.ends_stream() {
+                break;
+            }
+            assert!(out.relays());
+            let seq = out.info().seq;
+            expected = seq + 1;
+            got.push((seq, slot.clone()));
+        }
+        receiver.flush().unwrap();
+        sending.join().unwrap();
+        (got, connections.load(Ordering::SeqCst))
+    }
+
+    fn assert_every_frame(got: &[(u64, Vec<u8>)], frames: u64) {
+        assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), (0..frames).collect::<Vec<_>>());
+        for (seq, bytes) in got {
+            assert!(*bytes == frame_bytes(*seq, bytes.len()), "frame {seq} differs from what was sent");
+        }
+    }
+
+    #[test]
+    fn frames_cross_several_connections_byte_for_byte_large_and_small() {
+        // 1024x512 rgb8: 1.5 MiB, each stripe written and read by a thread of its own; 40x30:
+        // 3,600 bytes, the stripes one after the other, 1,200 bytes each.
+        for (format, frames) in
+            [(FrameFormat::new(PixelFormat::Rgb8, 1024, 512), 12), (FrameFormat::new(PixelFormat::Rgb8, 40, 30), 50)]
+        {
+            for (sender, k) in [("connections = 3", 3), ("connections = 3\nwindow = 4", 3), ("connections = 1", 1)] {
+                // Nothing cut (a connection number no link reaches): one set of k connections.
+                let (got, connections) = through(format, frames, sender, usize::MAX, 0);
+                assert_every_frame(&got, frames);
+                assert_eq!(connections, k);
+            }
+        }
+    }
+
+    #[test]
+    fn a_stripes_connection_cut_mid_frame_breaks_the_set_and_every_frame_comes_once_whole() {
+        let format = FrameFormat::new(PixelFormat::Rgb8, 1024, 512);
+        let len = gpuipc_plugin_api::FrameLayout::for_format(format).unwrap().total_bytes as usize;
+        let stripe = wire::stripe(len, 2, 3).len();
+        for sender in ["connections = 3", "connections = 3\nwindow = 4"] {
+            // The third connection (stripe 2 of the first set) cut inside the fifth frame.
+            let (got, connections) = through(format, 12, sender, 2, 4 * stripe + stripe / 2);
+            assert_every_frame(&got, 12);
+            assert!(connections >= 6, "a second set of 3 connections after the cut: {connections} made");
+            // The first connection (headers, acknowledgements, stripe 0) cut likewise.
+            let first = wire::stripe(len, 0, 3).len() + wire::HEADER_BYTES;
+            let (got, connections) = through(format, 12, sender, 0, 4 * first + first / 3);
+            assert_every_frame(&got, 12);
+            assert!(connections >= 6, "a second set of 3 connections after the cut: {connections} made");
+        }
     }
 }

@@ -26,24 +26,32 @@
 //! | `link` | string | required | the link's name; the receiver must name the same |
 //! | `connect_timeout_s` | float, > 0 | `30.0` | how long to keep trying to connect, at start and after a connection breaks |
 //! | `window` | integer, 1 to 64 | `1` | frames sent ahead of the receiver's acknowledgements (each kept as a copy until acknowledged) |
+//! | `connections` | integer, 1 to 16 | `4` | TCP connections of the link, each carrying a stripe of every frame on a thread of its own |
 //!
 //! # Wire protocol
 //!
-//! Little-endian integers, one TCP connection per link (the `gpuipc-tcp-wire` crate):
+//! Little-endian integers, `connections` TCP connections per link (the `gpuipc-tcp-wire`
+//! crate):
 //!
-//! 1. hello, sender → receiver: `magic u32` ("GPNH"), `version u16` (1), `link_len u16`,
-//!    `epoch u64` (the sender's connection number, from 1), `pixel u32` (the pixel format's
-//!    code), `width u32`, `height u32`, `frame_bytes u64` (a frame's bytes in the ring's layout,
-//!    padding included), then the link's name;
+//! 1. hello, sender → receiver, on each connection: `magic u32` ("GPNH"), `version u16` (2),
+//!    `link_len u16`, `epoch u64` (the sender's connection number, from 1), `pixel u32` (the
+//!    pixel format's code), `width u32`, `height u32`, `frame_bytes u64` (a frame's bytes in
+//!    the ring's layout, padding included), `connections u16` (K), `stripe u16` (which
+//!    connection this is, from 0), then the link's name. The first connection's hello is
+//!    answered (and its payload path made) before the sender opens the others, in order;
 //! 2. answer, receiver → sender: `status u8` (0 accept, 1 refuse), `reason_len u16`, the reason.
 //!    A receiver refuses another link's sender, or another format, naming both ends' formats
 //!    (`link 'gen->b': the sender sends rgb8 32x32 (...), the receiver expects rgb8 64x64 (...)`);
 //!    the sender then fails with that text;
 //! 3. each frame, sender → receiver: a 32-byte header (`magic u32` "GPNF", `flags u32`, `seq u64`,
-//!    `timestamp_ns u64`, `payload_len u64`), then the frame's bytes exactly as its ring slot
-//!    holds them, which the receiver reads straight into its own ring's slot. Flag 1,
-//!    END_OF_STREAM, has no payload;
-//! 4. acknowledgements, receiver → sender, one byte each, in the order the frames were sent:
+//!    `timestamp_ns u64`, `payload_len u64`) on the first connection, then the frame's bytes
+//!    exactly as its ring slot holds them, cut in K stripes: bytes `len * i / K` up to
+//!    `len * (i + 1) / K` on connection i, which the receiver reads straight into its own
+//!    ring's slot. A frame of 1 MiB or more has each stripe written by a thread of its own
+//!    (and read by one at the receiver): one connection is one core's copy into the kernel,
+//!    and another's out of it. Flag 1, END_OF_STREAM, has no payload;
+//! 4. acknowledgements, receiver → sender, on the first connection, one byte each, in the
+//!    order the frames were sent:
 //!    `0x06` when a frame is published in the receiver's ring (it is when the receiver's runner
 //!    asks for the next one) or was already, `0x04` for the end of stream. The sender has up to
 //!    `window` frames unacknowledged.
@@ -56,7 +64,8 @@
 //! sender, and through its ring the producer. Sending and receiving overlap: the sender copies
 //! and sends frame N+1 while the receiver still reads and publishes frame N (with `window = 1`
 //! they take turns). When the connection breaks (reset, broken pipe, end of file; the receiver
-//! or the sender died and restarts by its policy), the sender connects again within
+//! or the sender died and restarts by its policy; any one of the K connections breaking
+//! breaks the set), the sender connects again within
 //! `connect_timeout_s` (a new epoch, a new hello) and sends every unacknowledged frame again,
 //! oldest first; the receiver acknowledges each and publishes those its ring does not have yet
 //! (their numbers are at or above the next the ring expects). A frame is never published
@@ -103,6 +112,17 @@
 //! (4 x 24.9 MB for 4K RGB). Socket buffers are left to the kernel's autotuning (up to 32 MiB
 //! to receive here); setting `SO_SNDBUF`/`SO_RCVBUF` turns it off and is capped by
 //! `net.core.wmem_max`/`rmem_max` (4 MiB here), so it could only make things worse here.
+//!
+//! `connections` (4 by default) cuts each frame into that many stripes, each written by a
+//! thread of its own on a TCP connection of its own (and read likewise at the receiver):
+//! one connection is one core's copy into the kernel at the sender and one out of it at the
+//! receiver, and a plain TCP stream over loopback or a fast NIC moves more over several
+//! (`scripts/bench-tcp.sh` measures the bridge against a plain stream of one and of several
+//! connections on the same path, in one run; figures in docs/benchmarks.md, "TCP bridge
+//! against a plain TCP stream"). On the 2-core development VM, 4K over loopback: 4
+//! connections 78–107 frames/s against 66–94 with 1, where one plain connection moved
+//! 68–116 in the same rounds. Each end logs where its time went at its end of stream
+//! (waiting for acknowledgements, writing, the kept copy; waiting for headers, reading).
 //!
 //! ```toml
 //! [[stage]]

@@ -4,7 +4,8 @@
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use gpuipc_plugin_api::{
     CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin, PluginInfo,
@@ -24,6 +25,8 @@ pub struct Params {
     pub connect_timeout_s: f64,
     #[serde(default = "default_window")]
     pub window: u32,
+    #[serde(default = "default_connections")]
+    pub connections: u32,
 }
 
 fn default_timeout() -> f64 {
@@ -40,6 +43,16 @@ pub const MAX_WINDOW: u32 = 64;
 
 fn default_window() -> u32 {
     DEFAULT_WINDOW
+}
+
+/// TCP connections of a link by default, each carrying a stripe of every frame written and
+/// read by a thread of its own at each end: one connection is one core's copy into and out of
+/// the kernel at each end, which a link to another machine of 25 Gb/s or more, or loopback,
+/// outruns (docs/benchmarks.md, "TCP bridge against a plain TCP stream").
+pub const DEFAULT_CONNECTIONS: u32 = 4;
+
+fn default_connections() -> u32 {
+    DEFAULT_CONNECTIONS
 }
 
 /// Payloads on the TCP stream, after their headers; a frame is kept as a copy of its bytes.
@@ -63,7 +76,7 @@ impl SendCarrier for TcpCarrier {
         kept: &Vec<u8>,
         _: Duration,
     ) -> Result<(), Broken> {
-        write_frame(&mut conn.stream, header, kept).map_err(|e| WireError::Lost(e).into())
+        write_striped(conn, header, kept).map_err(|e| WireError::Lost(e).into())
     }
 }
 
@@ -104,6 +117,13 @@ impl Plugin for TcpSend {
             range: "1 to 64",
             description: "frames sent ahead of the receiver's acknowledgements (each kept as a copy until acknowledged)",
         },
+        ParamInfo {
+            name: "connections",
+            kind: "integer",
+            default: "4",
+            range: "1 to 16",
+            description: "TCP connections of the link, each carrying a stripe of every frame on a thread of its own",
+        },
     ];
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {
@@ -111,6 +131,10 @@ impl Plugin for TcpSend {
             wire::params::sender_problems(&params.to, &params.link, ("connect_timeout_s", params.connect_timeout_s));
         if !(1..=MAX_WINDOW).contains(&params.window) {
             problems.push(format!("param `window` must be 1 to {MAX_WINDOW}, got {}", params.window));
+        }
+        let most = u32::from(wire::MAX_CONNECTIONS);
+        if !(1..=most).contains(&params.connections) {
+            problems.push(format!("param `connections` must be 1 to {most}, got {}", params.connections));
         }
         wire::params::checked(problems)
     }
@@ -133,7 +157,9 @@ impl Plugin for TcpSend {
         }
         let format = *inputs.first().ok_or("tcp-send takes 1 input")?;
         let window = params.window.clamp(1, MAX_WINDOW) as usize;
-        let setup = wire::params::sender_setup(&params.to, params.link, params.connect_timeout_s, format, window)?;
+        let connections = params.connections.clamp(1, u32::from(wire::MAX_CONNECTIONS)) as usize;
+        let setup =
+            wire::params::sender_setup(&params.to, params.link, params.connect_timeout_s, format, window, connections)?;
         // Connected at the first frame, not here (`SenderSession::start` says why).
         Ok(TcpSend { session: SenderSession::new(TcpCarrier, setup) })
     }
@@ -159,10 +185,16 @@ impl Plugin for TcpSend {
         // Kept, because the input slot goes back to the producer when this returns; copied
         // while the frame is sent from the slot, so the copy costs no time where a core is free.
         let mut kept = self.session.reuse().unwrap_or_default();
-        kept.clear();
         let sent = match self.session.connection() {
-            Some(conn) => copy_while_sending(&mut conn.stream, &header, payload, &mut kept)?.map_err(WireError::Lost),
+            Some(conn) => {
+                let (sent, writing, copy_after) = copy_while_sending(conn, &header, payload, &mut kept)?;
+                let times = self.session.times();
+                times.writing += writing;
+                times.copy_after += copy_after;
+                sent.map_err(WireError::Lost)
+            }
             None => {
+                kept.clear();
                 kept.extend_from_slice(payload);
                 Err(WireError::Lost(std::io::ErrorKind::NotConnected.into()))
             }
@@ -176,48 +208,126 @@ impl Plugin for TcpSend {
     }
 }
 
-/// Frames from this size on are copied by a second thread while the first sends them (a
-/// thread's start, some 30 µs, is then under 10 % of the copy).
-const COPY_ASIDE_FROM: usize = 1 << 20;
+/// Frames from this size on are copied by other threads while this one sends them, and their
+/// stripes written each by a thread of its own (a thread's start, some 30 µs, is then under
+/// 10 % of the copy).
+const THREADS_FROM: usize = 1 << 20;
 
-/// Send `header` and `payload` on `stream` and copy `payload` into `kept`, at once for a large
-/// frame. The outer error is the copying thread's failure; the inner one the send's.
+/// Send `header` and `payload` over `conn`'s connections and copy `payload` into `kept` (which
+/// may hold an earlier frame), at once for a large frame: the copy in as many parts as the link
+/// has connections, each by a thread of its own (one thread's copy of a 4K frame takes as long
+/// as several connections' writes). The outer error is a thread's failure; the inner one the
+/// send's. Also: how long the writing took, and how long the copy went on after it.
 fn copy_while_sending(
-    stream: &mut TcpStream,
+    conn: &Connection<()>,
     header: &FrameHeader,
     payload: &[u8],
     kept: &mut Vec<u8>,
-) -> Result<std::io::Result<()>> {
-    if payload.len() < COPY_ASIDE_FROM {
+) -> Result<(std::io::Result<()>, Duration, Duration)> {
+    let start = Instant::now();
+    if payload.len() < THREADS_FROM {
+        kept.clear();
         kept.extend_from_slice(payload);
-        return Ok(write_frame(stream, header, payload));
+        let sent = write_striped(conn, header, payload);
+        return Ok((sent, start.elapsed(), Duration::ZERO));
     }
-    let copied_aside: Option<std::io::Result<()>> = std::thread::scope(|scope| -> Result<_> {
-        let copier = std::thread::Builder::new()
-            .name("tcp-send-copy".into())
-            .spawn_scoped(scope, || kept.extend_from_slice(payload));
-        match copier {
-            Ok(copier) => {
-                let sent = write_frame(stream, header, payload);
-                copier.join().map_err(|_| Error::new("tcp-send: the thread copying a frame failed"))?;
-                Ok(Some(sent))
+    if kept.len() != payload.len() {
+        // Once per kept buffer: a buffer reused for the link's next frames has the size.
+        kept.clear();
+        kept.resize(payload.len(), 0);
+    }
+    let k = 1 + conn.stripes.len();
+    let mut parts = Vec::with_capacity(k);
+    let mut rest = &mut kept[..];
+    for i in 0..k {
+        let (part, tail) = rest.split_at_mut(wire::stripe(payload.len(), i, k).len());
+        parts.push((part, &payload[wire::stripe(payload.len(), i, k)]));
+        rest = tail;
+    }
+    // Each part in a cell its thread takes it from, so that a thread that cannot be had leaves
+    // it to this one.
+    let cells: Vec<Mutex<Option<CopyPart<'_>>>> = parts.into_iter().map(|p| Mutex::new(Some(p))).collect();
+    std::thread::scope(|scope| -> Result<_> {
+        let copiers: Vec<_> = cells
+            .iter()
+            .map(|cell| {
+                let spawned =
+                    std::thread::Builder::new().name("tcp-send-copy".into()).spawn_scoped(scope, || copy(cell));
+                (cell, spawned)
+            })
+            .collect();
+        let sent = write_striped(conn, header, payload);
+        let writing = start.elapsed();
+        for (cell, spawned) in copiers {
+            match spawned {
+                Ok(copier) => copier.join().map_err(|_| Error::new("tcp-send: a thread copying a frame failed"))?,
+                // No thread to be had: this one copies that part, after the send.
+                Err(_) => copy(cell),
             }
-            Err(_) => Ok(None),
         }
-    })?;
-    match copied_aside {
-        Some(sent) => Ok(sent),
-        // No thread to be had: copy here, then send.
-        None => {
-            kept.extend_from_slice(payload);
-            Ok(write_frame(stream, header, payload))
-        }
+        Ok((sent, writing, start.elapsed().saturating_sub(writing)))
+    })
+}
+
+/// A part of a kept copy and the bytes it is copied from.
+type CopyPart<'a> = (&'a mut [u8], &'a [u8]);
+
+/// Copy the part in `cell`, once: whoever takes it copies it.
+fn copy(cell: &Mutex<Option<CopyPart<'_>>>) {
+    if let Some((to, from)) = cell.lock().ok().and_then(|mut c| c.take()) {
+        to.copy_from_slice(from);
     }
+}
+
+/// Write a frame over a link's connections: the header and the first stripe on the first
+/// connection, every other stripe on its own ([`wire::stripe`]); a large frame's stripes each
+/// by a thread of its own, so that each connection's copy into the kernel has a core.
+fn write_striped(conn: &Connection<()>, header: &FrameHeader, payload: &[u8]) -> std::io::Result<()> {
+    let k = 1 + conn.stripes.len();
+    let part = |i: usize| &payload[wire::stripe(payload.len(), i, k)];
+    if k == 1 || payload.len() < THREADS_FROM {
+        write_frame(&conn.stream, header, part(0))?;
+        for (i, s) in conn.stripes.iter().enumerate() {
+            write_all(s, part(i + 1))?;
+        }
+        return Ok(());
+    }
+    std::thread::scope(|scope| {
+        let writers: Vec<_> = conn
+            .stripes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let spawned = std::thread::Builder::new()
+                    .name("tcp-send-stripe".into())
+                    .spawn_scoped(scope, move || write_all(s, part(i + 1)));
+                (i, s, spawned)
+            })
+            .collect();
+        let mut sent = write_frame(&conn.stream, header, part(0));
+        for (i, s, spawned) in writers {
+            let written = match spawned {
+                Ok(writer) => {
+                    writer.join().unwrap_or_else(|_| Err(std::io::Error::other("a stripe's thread panicked")))
+                }
+                // No thread to be had: this one writes it.
+                Err(_) => write_all(s, part(i + 1)),
+            };
+            // A stripe that failed breaks the set; the first failure is the one told.
+            sent = sent.and(written);
+        }
+        sent
+    })
+}
+
+/// All of `bytes` on `stream`.
+fn write_all(mut stream: &TcpStream, bytes: &[u8]) -> std::io::Result<()> {
+    stream.write_all(bytes)
 }
 
 /// A frame's header and bytes, in one call where the kernel allows (a 32-byte header alone
 /// would go out as its own segment with `TCP_NODELAY`).
-fn write_frame(stream: &mut TcpStream, header: &FrameHeader, bytes: &[u8]) -> std::io::Result<()> {
+fn write_frame(mut stream: &TcpStream, header: &FrameHeader, bytes: &[u8]) -> std::io::Result<()> {
     let header = header.to_bytes();
     let mut parts = [std::io::IoSlice::new(&header), std::io::IoSlice::new(bytes)];
     let mut parts = &mut parts[..];
@@ -251,14 +361,15 @@ mod tests {
 
     #[test]
     fn check_names_every_bad_param() {
-        let params =
-            parse_params::<TcpSend>("to = \"host:7\"\nlink = \"\"\nconnect_timeout_s = 0.0\nwindow = 0").unwrap();
+        let text = "to = \"host:7\"\nlink = \"\"\nconnect_timeout_s = 0.0\nwindow = 0\nconnections = 17";
+        let params = parse_params::<TcpSend>(text).unwrap();
         let e = TcpSend::check(&params, &[]).unwrap_err().to_string();
         for what in [
             "param `to`: \"host:7\" is not ADDRESS:PORT",
             "param `link`",
             "param `connect_timeout_s` must be > 0",
             "param `window` must be 1 to 64, got 0",
+            "param `connections` must be 1 to 16, got 17",
         ] {
             assert!(e.contains(what), "{what} in {e}");
         }
@@ -319,7 +430,10 @@ mod tests {
             let second = fake_receiver(&listener, true, usize::MAX, frame_bytes);
             (first, second)
         });
-        let text = format!("to = \"127.0.0.1:{port}\"\nlink = \"a->b\"\nconnect_timeout_s = 20.0\nwindow = {WINDOW}");
+        // One connection: the test plays a receiver of one (the stripes: tcp-receive's tests).
+        let text = format!(
+            "to = \"127.0.0.1:{port}\"\nlink = \"a->b\"\nconnect_timeout_s = 20.0\nwindow = {WINDOW}\nconnections = 1"
+        );
         let params = parse_params::<TcpSend>(&text).unwrap();
         let mut stage = TcpSend::create(params, &[format], None, &gpuipc_plugin_api::testing::cpu_context()).unwrap();
         for seq in 0..=WINDOW as u64 {

@@ -4,15 +4,25 @@
 //! 1. **Hello** (sender → receiver, once per connection):
 //!    `magic u32 = HELLO_MAGIC`, `version u16 = VERSION`, `link_len u16`, `epoch u64` (the
 //!    sender's connection number, from 1), `pixel u32` (the `PixelFormat` code), `width u32`,
-//!    `height u32`, `frame_bytes u64` (one frame's bytes in the ring's layout), then `link_len`
-//!    bytes of the link's name (UTF-8, at most [`MAX_LINK_NAME`]).
+//!    `height u32`, `frame_bytes u64` (one frame's bytes in the ring's layout), `connections
+//!    u16` (K, the connections of the link, 1 to [`MAX_CONNECTIONS`]), `stripe u16` (which of
+//!    them this one is, 0 the first), then `link_len` bytes of the link's name (UTF-8, at most
+//!    [`MAX_LINK_NAME`]).
+//!
+//!    A link of K connections (version 2): the sender connects the first (stripe 0), and once it
+//!    is accepted (and its payload path made) the K − 1 others, in order, each with a hello of
+//!    the same epoch and its own stripe, each answered. Only the first carries headers,
+//!    acknowledgements and the end of stream; every connection carries its stripe of each
+//!    frame's payload: bytes `frame_bytes * i / K` up to `frame_bytes * (i + 1) / K` on
+//!    connection i ([`stripe`]). Any of them breaking breaks the whole set: the sender makes a
+//!    new one under a new epoch.
 //! 2. **Answer** (receiver → sender): `status u8` ([`ACCEPT`] or [`REFUSE`]), `reason_len u16`,
 //!    then the reason (UTF-8; empty on accept). A refusal names both ends' formats or links.
 //! 3. **Frames** (sender → receiver): a [`FrameHeader`] of [`HEADER_BYTES`] (`magic u32 =
 //!    FRAME_MAGIC`, `flags u32`, `seq u64`, `timestamp_ns u64`, `payload_len u64`), then
 //!    `payload_len` bytes: the frame exactly as the ring slot holds it, padding included
-//!    (both ends compute the same layout from the same format). With [`FLAG_END_OF_STREAM`]
-//!    there is no payload: the stream is over.
+//!    (both ends compute the same layout from the same format), cut into the connections'
+//!    stripes (above). With [`FLAG_END_OF_STREAM`] there is no payload: the stream is over.
 //! 4. **Acknowledgements** (receiver → sender), one byte each, in order: [`ACK_FRAME`] once a
 //!    frame is published in the receiver's ring (or was already: a frame sent again after a
 //!    reconnection), [`ACK_END`] for the end of stream.
@@ -62,8 +72,11 @@ pub const NCCL_HELLO_MAGIC: u32 = u32::from_le_bytes(*b"GPNC");
 pub const NCCL_ID_BYTES: usize = 128;
 /// "GPNF": a frame header.
 pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"GPNF");
-/// The protocol version; a receiver refuses any other.
-pub const VERSION: u16 = 1;
+/// The protocol version; a receiver refuses any other. 2: the hello names the link's
+/// connections and which one it comes on.
+pub const VERSION: u16 = 2;
+/// The most connections a link may have.
+pub const MAX_CONNECTIONS: u16 = 16;
 /// The longest link name a hello carries.
 pub const MAX_LINK_NAME: usize = 1024;
 /// The longest refusal reason an answer carries.
@@ -84,7 +97,7 @@ pub const ACK_END: u8 = 0x04;
 pub const HEADER_BYTES: usize = 32;
 
 /// Bytes of a hello before the link name.
-const HELLO_FIXED: usize = 4 + 2 + 2 + 8 + 4 + 4 + 4 + 8;
+const HELLO_FIXED: usize = 4 + 2 + 2 + 8 + 4 + 4 + 4 + 8 + 2 + 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
@@ -108,7 +121,17 @@ pub struct Hello {
     pub epoch: u64,
     pub format: FrameFormat,
     pub frame_bytes: u64,
+    /// The link's connections, 1 to [`MAX_CONNECTIONS`].
+    pub connections: u16,
+    /// Which of them this is: 0 the first (headers, acknowledgements), else a stripe's.
+    pub stripe: u16,
     pub link: String,
+}
+
+/// The bytes of a frame of `frame_bytes` that connection `i` of `k` carries.
+pub fn stripe(frame_bytes: usize, i: usize, k: usize) -> std::ops::Range<usize> {
+    let k = k.max(1);
+    frame_bytes * i / k..frame_bytes * (i + 1) / k
 }
 
 /// How a link's payloads travel; the hello's magic says which.
@@ -146,11 +169,14 @@ impl Payloads {
 }
 
 /// One connection of a link: the TCP stream (hello, answer, headers, acknowledgements; the
-/// payloads too for TCP), the other end's address, and the payload path a carrier made for it
-/// (NCCL: the communicator, aborted when the connection is dropped).
+/// payloads too for TCP, or their first stripe), the link's other connections (stripes 1 to
+/// K − 1, each carrying its stripe of every payload), the other end's address, and the
+/// payload path a carrier made for it (NCCL: the communicator, aborted when the connection is
+/// dropped). Dropping it closes every stream of the set.
 #[derive(Debug)]
 pub struct Connection<P> {
     pub stream: TcpStream,
+    pub stripes: Vec<TcpStream>,
     pub peer: SocketAddr,
     pub path: P,
 }
@@ -178,6 +204,8 @@ impl Hello {
         buf.extend_from_slice(&self.format.width.to_le_bytes());
         buf.extend_from_slice(&self.format.height.to_le_bytes());
         buf.extend_from_slice(&self.frame_bytes.to_le_bytes());
+        buf.extend_from_slice(&self.connections.to_le_bytes());
+        buf.extend_from_slice(&self.stripe.to_le_bytes());
         buf.extend_from_slice(link);
         w.write_all(&buf)
     }
@@ -214,13 +242,19 @@ impl Hello {
         let epoch = at.u64();
         let format = FrameFormat { pixel: at.u32(), width: at.u32(), height: at.u32() };
         let frame_bytes = at.u64();
+        let (connections, stripe) = (at.u16(), at.u16());
         if link_len > MAX_LINK_NAME {
             return Err(WireError::Protocol(format!("link name of {link_len} bytes (at most {MAX_LINK_NAME})")));
+        }
+        if !(1..=MAX_CONNECTIONS).contains(&connections) || stripe >= connections {
+            return Err(WireError::Protocol(format!(
+                "a hello for connection {stripe} of {connections} (1 to {MAX_CONNECTIONS} connections)"
+            )));
         }
         let mut link = vec![0u8; link_len];
         r.read_exact(&mut link)?;
         let link = String::from_utf8_lossy(&link).into_owned();
-        Ok(Hello { epoch, format, frame_bytes, link })
+        Ok(Hello { epoch, format, frame_bytes, connections, stripe, link })
     }
 }
 
@@ -364,6 +398,8 @@ mod tests {
             epoch: 3,
             format: FrameFormat::new(PixelFormat::Rgb8, 64, 48),
             frame_bytes: 9216,
+            connections: 3,
+            stripe: 2,
             link: "gen->b".into(),
         };
         let mut wire = Vec::new();
@@ -380,8 +416,8 @@ mod tests {
 
     #[test]
     fn an_nccl_hello_is_refused_by_a_tcp_receiver_and_the_other_way_round() {
-        let hello =
-            Hello { epoch: 1, format: FrameFormat::new(PixelFormat::Gray8, 4, 4), frame_bytes: 16, link: "l".into() };
+        let format = FrameFormat::new(PixelFormat::Gray8, 4, 4);
+        let hello = Hello { epoch: 1, format, frame_bytes: 16, connections: 1, stripe: 0, link: "l".into() };
         let mut wire = Vec::new();
         hello.write_for(&mut wire, Payloads::Nccl).unwrap();
         assert_eq!(Hello::read_for(&mut &wire[..], Payloads::Nccl).unwrap(), hello);
@@ -418,6 +454,32 @@ mod tests {
         while !peer_gone(&server) {
             assert!(std::time::Instant::now() < deadline, "the close was never seen");
             std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_hello_of_a_stripe_outside_its_connections_or_of_version_1_is_refused() {
+        let format = FrameFormat::new(PixelFormat::Gray8, 4, 4);
+        let mut hello = Hello { epoch: 1, format, frame_bytes: 16, connections: 2, stripe: 2, link: "l".into() };
+        let mut wire = Vec::new();
+        hello.write_to(&mut wire).unwrap();
+        let e = Hello::read_from(&mut &wire[..]).unwrap_err().to_string();
+        assert!(e.contains("a hello for connection 2 of 2 (1 to 16 connections)"), "{e}");
+        hello.stripe = 1;
+        let mut wire = Vec::new();
+        hello.write_to(&mut wire).unwrap();
+        wire[4..6].copy_from_slice(&1u16.to_le_bytes());
+        let e = Hello::read_from(&mut &wire[..]).unwrap_err().to_string();
+        assert!(e.contains("the sender speaks link protocol version 1; this receiver speaks 2"), "{e}");
+    }
+
+    #[test]
+    fn the_stripes_of_a_frame_cover_it_in_order_without_overlap() {
+        for (bytes, k) in [(24_883_200, 4), (10, 3), (2, 5), (7, 1)] {
+            let parts: Vec<_> = (0..k).map(|i| stripe(bytes, i, k)).collect();
+            assert_eq!(parts[0].start, 0);
+            assert_eq!(parts[k - 1].end, bytes);
+            assert!(parts.windows(2).all(|w| w[0].end == w[1].start), "{parts:?}");
         }
     }
 

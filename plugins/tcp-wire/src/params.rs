@@ -61,13 +61,15 @@ impl ReceiverParams {
 }
 
 /// What a sender's session is told, from its params `to`, `link` and `connect_timeout_s`,
-/// for frames of `format` (its input), with `window` frames in flight.
+/// for frames of `format` (its input), with `window` frames in flight over `connections` TCP
+/// connections.
 pub fn sender_setup(
     to: &str,
     link: String,
     connect_timeout_s: f64,
     format: FrameFormat,
     window: usize,
+    connections: usize,
 ) -> Result<SenderSetup, Error> {
     let layout = FrameLayout::for_format(format).ok_or_else(|| Error::new(format!("no layout for {format}")))?;
     Ok(SenderSetup {
@@ -77,6 +79,7 @@ pub fn sender_setup(
         format,
         frame_bytes: layout.total_bytes,
         window,
+        connections,
     })
 }
 

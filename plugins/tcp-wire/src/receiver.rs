@@ -99,6 +99,10 @@ pub struct ReceiverSession<C: ReceiveCarrier> {
     ack_due: bool,
     /// The sender's end of stream came and was acknowledged.
     ended: bool,
+    /// Frames handed on, time waiting for a frame's header (the sender's side: its frame not
+    /// started yet, or an acknowledgement on its way), and time reading payloads; logged at
+    /// the end.
+    times: (u64, Duration, Duration),
 }
 
 impl<C: ReceiveCarrier> ReceiverSession<C> {
@@ -110,7 +114,17 @@ impl<C: ReceiveCarrier> ReceiverSession<C> {
         let listener = TcpListener::bind(listen)
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .map_err(|source| ReceiveError::Listen { link: setup.link.clone(), listen, source })?;
-        Ok(ReceiverSession { carrier, setup, listener, conn: None, connections: 0, ack_due: false, ended: false })
+        let times = (0, Duration::ZERO, Duration::ZERO);
+        Ok(ReceiverSession {
+            carrier,
+            setup,
+            listener,
+            conn: None,
+            connections: 0,
+            ack_due: false,
+            ended: false,
+            times,
+        })
     }
 
     pub fn carrier(&self) -> &C {
@@ -138,10 +152,13 @@ impl<C: ReceiveCarrier> ReceiverSession<C> {
             if self.conn.is_none() {
                 self.accept(Instant::now() + self.setup.timeout)?;
             }
+            let waiting = Instant::now();
             if self.superseded()? {
                 continue;
             }
-            let header = match self.read_header() {
+            let header = self.read_header();
+            self.times.1 += waiting.elapsed();
+            let header = match header {
                 Ok(header) => header,
                 Err(WireError::Lost(e)) => {
                     self.lost(&e.to_string());
@@ -161,7 +178,10 @@ impl<C: ReceiveCarrier> ReceiverSession<C> {
                 continue;
             }
             let Some(conn) = self.conn.as_mut() else { continue };
-            if let Err(what) = payload(conn) {
+            let reading = Instant::now();
+            let read = payload(conn);
+            self.times.2 += reading.elapsed();
+            if let Err(what) = read {
                 self.lost(&what);
                 continue;
             }
@@ -172,6 +192,7 @@ impl<C: ReceiveCarrier> ReceiverSession<C> {
                 continue;
             }
             self.ack_due = true;
+            self.times.0 += 1;
             return Ok(Received::Frame(header));
         }
     }
@@ -181,6 +202,13 @@ impl<C: ReceiveCarrier> ReceiverSession<C> {
     /// comes, so the sender is not left waiting for a receiver.
     pub fn finish(&mut self) {
         self.acknowledge_due();
+        let (frames, waiting, reading) = self.times;
+        info!(
+            "link '{}': {frames} frame(s) handed on; waiting for headers {:.3} s, reading payloads {:.3} s",
+            self.setup.link,
+            waiting.as_secs_f64(),
+            reading.as_secs_f64()
+        );
         if self.ended {
             return;
         }
@@ -318,6 +346,14 @@ impl<C: ReceiveCarrier> ReceiverSession<C> {
                 return Ok(false);
             }
         };
+        if hello.stripe != 0 {
+            // A stripe of a set that was given up (its sender tries the whole set again).
+            warn!(
+                "link '{link}': connection from {peer} for stripe {} of a link's connections, not its first; closed",
+                hello.stripe
+            );
+            return Ok(false);
+        }
         if let Some(reason) = self.refusal(&hello, peer) {
             let _ = write_answer(&mut stream, Err(&reason));
             return Err(ReceiveError::Refused(reason).into());
@@ -330,18 +366,83 @@ impl<C: ReceiveCarrier> ReceiverSession<C> {
             warn!("link '{link}': connection from {peer} closed before it was accepted: {e}");
             return Ok(false);
         }
-        let path = match self.carrier.join(offer, &stream, peer, Instant::now() + left) {
+        let deadline = Instant::now() + left;
+        let path = match self.carrier.join(offer, &stream, peer, deadline) {
             Ok(path) => path,
             Err(what) => {
                 warn!("link '{link}': {what}; waiting for the sender again");
                 return Ok(false);
             }
         };
+        let Some(stripes) = self.stripes(&hello, deadline) else { return Ok(false) };
         self.connections += 1;
         let local = stream.local_addr().map_or_else(|_| self.setup.listen.to_string(), |a| a.to_string());
-        info!("link '{link}': connection {} from {peer} to {local}{}", self.connections, C::PATH_NOTE);
-        self.conn = Some(Connection { stream, peer, path });
+        let more = match stripes.len() {
+            0 => String::new(),
+            n => format!(" and {n} more for its stripes"),
+        };
+        info!("link '{link}': connection {} from {peer} to {local}{more}{}", self.connections, C::PATH_NOTE);
+        self.conn = Some(Connection { stream, stripes, peer, path });
         Ok(true)
+    }
+
+    /// Accept the other connections of a link whose first connection said `first`, each with
+    /// a hello of the same epoch and link for one of its stripes, answered, before
+    /// `deadline`; `None` (warned; the set is dropped and the sender waited for again) when
+    /// they do not all come. Anything else that connects meanwhile is closed unanswered, which
+    /// a sender takes as a lost connection and tries again.
+    fn stripes(&mut self, first: &Hello, deadline: Instant) -> Option<Vec<TcpStream>> {
+        let link = self.setup.link.clone();
+        let want = usize::from(first.connections) - 1;
+        let mut stripes: Vec<Option<TcpStream>> = (0..want).map(|_| None).collect();
+        while stripes.iter().any(Option::is_none) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let got = stripes.iter().flatten().count();
+                warn!(
+                    "link '{link}': {got} of the sender's {want} more connections came; waiting for the sender again"
+                );
+                return None;
+            }
+            let (mut stream, peer) = match self.listener.accept() {
+                Ok(accepted) => accepted,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let mut fds = [PollFd::new(&self.listener, PollFlags::IN)];
+                    let timeout = rustix::time::Timespec {
+                        tv_sec: left.as_secs() as i64,
+                        tv_nsec: i64::from(left.subsec_nanos()),
+                    };
+                    let _ = poll(&mut fds, Some(&timeout));
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            let ok = stream
+                .set_nonblocking(false)
+                .and_then(|()| stream.set_nodelay(true))
+                .and_then(|()| stream.set_read_timeout(Some(left)));
+            let hello = match ok.map_err(WireError::Lost).and_then(|()| Hello::read_for(&mut stream, C::PAYLOADS)) {
+                Ok(hello) => hello,
+                Err(e) => {
+                    warn!("link '{link}': connection from {peer} closed: {e}");
+                    continue;
+                }
+            };
+            let slot = usize::from(hello.stripe).checked_sub(1).and_then(|i| stripes.get_mut(i));
+            let same = (hello.epoch, hello.connections, &hello.link) == (first.epoch, first.connections, &first.link);
+            match slot {
+                Some(slot @ None) if same => {
+                    if write_answer(&mut stream, Ok(())).and_then(|()| stream.set_read_timeout(None)).is_ok() {
+                        *slot = Some(stream);
+                    }
+                }
+                _ => warn!(
+                    "link '{link}': connection from {peer} for stripe {} of {} of epoch {} while the stripes of epoch {} were awaited; closed",
+                    hello.stripe, hello.connections, hello.epoch, first.epoch
+                ),
+            }
+        }
+        Some(stripes.into_iter().flatten().collect())
     }
 
     /// Why a sender whose hello is `hello` is refused: another link, or another format.

@@ -101,6 +101,24 @@ pub struct SenderSetup {
     pub frame_bytes: u64,
     /// Frames sent ahead of the receiver's acknowledgements, at least 1.
     pub window: usize,
+    /// TCP connections of the link, 1 to [`crate::MAX_CONNECTIONS`]: each carries its stripe
+    /// of every payload ([`crate::stripe`]), the first also the headers and acknowledgements.
+    pub connections: usize,
+}
+
+/// Where a sender's time went, logged at its end of stream (docs/benchmarks.md, "TCP bridge
+/// against a plain TCP stream"): the session counts the waits for acknowledgements, the
+/// carrier what it measures of its own.
+#[derive(Debug, Clone, Default)]
+pub struct SendTimes {
+    /// Frames sent (the first time).
+    pub frames: u64,
+    /// Waiting for acknowledgements with the window full.
+    pub acks: Duration,
+    /// Writing frames (headers and payloads), from the first byte to the last.
+    pub writing: Duration,
+    /// Waiting, after a frame was written, for the copy kept of it.
+    pub copy_after: Duration,
 }
 
 /// A sender's session with its receiver.
@@ -120,13 +138,16 @@ pub struct SenderSession<C: SendCarrier> {
     /// What was kept of acknowledged frames, for the next ones (a frame then costs one copy
     /// and no allocation).
     spare: Vec<C::Kept>,
+    times: SendTimes,
 }
 
 impl<C: SendCarrier> SenderSession<C> {
     /// A session not connected yet: it connects at [`start`](Self::start).
     pub fn new(carrier: C, mut setup: SenderSetup) -> SenderSession<C> {
         setup.window = setup.window.max(1);
-        SenderSession { carrier, setup, conn: None, epoch: 0, unacked: VecDeque::new(), spare: Vec::new() }
+        setup.connections = setup.connections.clamp(1, usize::from(crate::MAX_CONNECTIONS));
+        let times = SendTimes::default();
+        SenderSession { carrier, setup, conn: None, epoch: 0, unacked: VecDeque::new(), spare: Vec::new(), times }
     }
 
     pub fn carrier(&self) -> &C {
@@ -139,6 +160,11 @@ impl<C: SendCarrier> SenderSession<C> {
 
     pub fn setup(&self) -> &SenderSetup {
         &self.setup
+    }
+
+    /// Where the time went so far; the carrier adds what it measures.
+    pub fn times(&mut self) -> &mut SendTimes {
+        &mut self.times
     }
 
     /// The connection, if there is one now.
@@ -157,9 +183,11 @@ impl<C: SendCarrier> SenderSession<C> {
     /// Wait until fewer than `window` frames are unacknowledged: the receiver's full ring (no
     /// acknowledgements) holds the stage here, and through its input ring the producer.
     pub fn make_room(&mut self) -> Result<()> {
+        let start = Instant::now();
         while self.unacked.len() >= self.setup.window {
             self.settle_one()?;
         }
+        self.times.acks += start.elapsed();
         Ok(())
     }
 
@@ -182,6 +210,7 @@ impl<C: SendCarrier> SenderSession<C> {
     /// acknowledgement; a broken send makes a new connection and sends every unacknowledged
     /// frame on it, this one last.
     pub fn keep(&mut self, header: FrameHeader, kept: C::Kept, sent: Result<(), Broken>) -> Result<()> {
+        self.times.frames += 1;
         self.unacked.push_back((header, kept));
         match sent {
             Ok(()) => Ok(()),
@@ -200,7 +229,18 @@ impl<C: SendCarrier> SenderSession<C> {
         loop {
             let sent = self.stream().and_then(|s| s.write_all(&FrameHeader::end().to_bytes()).map_err(WireError::Lost));
             match sent.and_then(|()| self.read_ack(ACK_END)) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    let SendTimes { frames, acks, writing, copy_after } = &self.times;
+                    info!(
+                        "link '{}': {frames} frame(s) over {} connection(s); waiting for acknowledgements {:.3} s, writing {:.3} s, waiting for the kept copy after writing {:.3} s",
+                        self.setup.link,
+                        self.setup.connections,
+                        acks.as_secs_f64(),
+                        writing.as_secs_f64(),
+                        copy_after.as_secs_f64()
+                    );
+                    return Ok(());
+                }
                 Err(e) => self.recover(e.into())?,
             }
         }
@@ -314,36 +354,58 @@ impl<C: SendCarrier> SenderSession<C> {
         }
     }
 
-    /// One attempt: connect, hello, answer, the payload path. A refusal comes back as
-    /// `Protocol`; a path that cannot form as `Lost` (tried again).
+    /// One attempt: connect, hello, answer, the payload path, then the other connections of
+    /// the link (its stripes), each with its hello and answer. A refusal comes back as
+    /// `Protocol`; a path that cannot form, or a stripe's connection that fails, as `Lost`
+    /// (the whole set is tried again).
     fn try_connect(&mut self, left: Duration) -> Result<Connection<C::Path>, WireError> {
+        let deadline = Instant::now() + left;
         let to = self.setup.to;
-        let mut stream = TcpStream::connect_timeout(&to, left)?;
-        // Frames are written whole; headers must not wait for the next frame (Nagle).
-        stream.set_nodelay(true)?;
-        // The answer comes at once from a receiver that is running; one that accepted in the
-        // kernel but never answers is retried.
-        stream.set_read_timeout(Some(left))?;
         self.epoch += 1;
-        let hello = Hello {
-            epoch: self.epoch,
-            format: self.setup.format,
-            frame_bytes: self.setup.frame_bytes,
-            link: self.setup.link.clone(),
-        };
-        hello.write_for(&mut stream, C::PAYLOADS)?;
-        read_answer(&mut stream)?.map_err(WireError::Protocol)?;
+        let mut stream = self.hello(0, left)?;
         let path = self.carrier.join(&mut stream, left)?;
+        let mut stripes = Vec::with_capacity(self.setup.connections - 1);
+        for i in 1..self.setup.connections {
+            let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
+            let s = self.hello(i as u16, left)?;
+            s.set_read_timeout(None)?;
+            stripes.push(s);
+        }
         // Acknowledgements wait for the receiver's ring (backpressure): no timeout on them; a
         // receiver that is gone resets or closes the connection.
         stream.set_read_timeout(None)?;
+        let more = match stripes.len() {
+            0 => String::new(),
+            n => format!(" and {n} more for its stripes"),
+        };
         info!(
-            "link '{}': connection {} to {to} from {}{}",
+            "link '{}': connection {} to {to} from {}{more}{}",
             self.setup.link,
             self.epoch,
             stream.local_addr()?,
             C::PATH_NOTE
         );
-        Ok(Connection { stream, peer: to, path })
+        Ok(Connection { stream, stripes, peer: to, path })
+    }
+
+    /// Connect, say the hello of connection `stripe` of this epoch, and read its answer.
+    fn hello(&mut self, stripe: u16, left: Duration) -> Result<TcpStream, WireError> {
+        let mut stream = TcpStream::connect_timeout(&self.setup.to, left)?;
+        // Frames are written whole; headers must not wait for the next frame (Nagle).
+        stream.set_nodelay(true)?;
+        // The answer comes at once from a receiver that is running; one that accepted in the
+        // kernel but never answers is retried.
+        stream.set_read_timeout(Some(left))?;
+        let hello = Hello {
+            epoch: self.epoch,
+            format: self.setup.format,
+            frame_bytes: self.setup.frame_bytes,
+            connections: self.setup.connections as u16,
+            stripe,
+            link: self.setup.link.clone(),
+        };
+        hello.write_for(&mut stream, C::PAYLOADS)?;
+        read_answer(&mut stream)?.map_err(WireError::Protocol)?;
+        Ok(stream)
     }
 }

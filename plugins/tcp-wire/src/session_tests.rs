@@ -88,6 +88,7 @@ fn setups(sender_link: &str, receiver_link: &str) -> (SenderSetup, ReceiverSetup
         format,
         frame_bytes: FRAME_BYTES as u64,
         window: 1,
+        connections: 1,
     };
     let receiver = ReceiverSetup {
         listen: addr,
