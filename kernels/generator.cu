@@ -36,8 +36,9 @@
 //   block = (128, 1, 1)                                   (any blockDim.x works)
 //   row_bytes = width * {3, 4, 1}
 //   grid  = (ceil(ceil(row_bytes / 16) / block.x), min(height, 65535), 1)
-// Both grid dimensions are grid-stride loops, so a smaller grid is also correct. No shared
-// memory, no dynamic shared memory.
+// Both grid dimensions are grid-stride loops, so a smaller grid is also correct. The plugin
+// launches a quarter of that grid's x (4 pieces a thread: 8 % faster at 4K on an H100,
+// plugins/generator/src/cuda.rs). No shared memory, no dynamic shared memory.
 //
 // Memory: writes exactly the `row_bytes` pixel bytes of each row, never the row padding.
 // When `out` and `pitch` are multiples of 16 (always, with the layout rule's 64-byte pitch

@@ -144,10 +144,16 @@ const LARGE_FRAMES_LEAD: u32 = 64;
 /// process with it) and the 4K host CPU stays low.
 const SMALL_FRAMES_READY_SPIN_US: u64 = 200;
 /// Frames from another GPU of at least this many bytes are copied in by the copy engines
-/// before the stage's kernels read them (docs/gpu.md, "Two GPUs", has the measurements).
+/// before the stage's kernels read them: every size, as measured on two H100s (a split 4K
+/// chain 11,604-11,872 frames/s copied in, 10,098-10,152 read in place; 1080p even), though a
+/// lone link into a last stage read in place ran faster (13,465-13,487 against 12,442-12,490
+/// with one stream; docs/benchmarks.md, "Two GPUs").
 const PEER_COPY_MIN_BYTES: u64 = 0;
-/// Streams the copies from another GPU run on.
-const PEER_COPY_LANES: u32 = 1;
+/// Streams the copies from another GPU run on, the slots' in turn: on two H100s joined by
+/// NVLink a 4K chain split cuda:0 -> cuda:1 -> cuda:0 made 11,604-11,872 frames/s with 2
+/// against 10,760-10,775 with 1 and 10,098-10,152 reading in place (docs/benchmarks.md, "Two
+/// GPUs").
+const PEER_COPY_LANES: u32 = 2;
 
 /// What a stage's defaults depend on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,7 +230,7 @@ mod tests {
                 gpu_lead: 64,
                 ready_spin_us: 0,
                 peer_copy_min_bytes: 0,
-                peer_copy_lanes: 1
+                peer_copy_lanes: 2
             }
         );
         let hd = cuda(false, false);

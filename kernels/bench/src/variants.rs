@@ -68,7 +68,7 @@ const YUV_TO_RGB_CU: KernelSource = gpuipc_plugin_api::kernel_source!("../..", "
 pub const GENERATOR: &[Variant] = &[
     production(),
     shape("block256", GENERATOR_CU, 256, 1, "production source, 256-thread blocks"),
-    shape("stride4", GENERATOR_CU, 128, 4, "production source, a quarter of the threads (grid-stride, 4 pieces each)"),
+    shape("before", GENERATOR_CU, 128, 1, "the launch before: one 16-byte piece a thread"),
     shape("stride8", GENERATOR_CU, 128, 8, "production source, an eighth of the threads (grid-stride, 8 pieces each)"),
     shape(
         "stride16",
