@@ -3,11 +3,11 @@ c becomes 255 - c (`~c` for uint8). The frames are the ring slots themselves (DL
 copy), and the work is queued on the stage's stream, so the interprocess events that order
 the stages keep their meaning.
 
-Two habits keep PyTorch's own cost a frame low (docs/benchmarks.md, "The Python stage"): the
+Two habits keep PyTorch's own cost a frame low (docs/benchmarks.md, "What a Python stage costs a frame"): the
 stage's stream is made torch's current stream once, in `__init__` (a stage's `__init__` and all
-its calls run on one thread; a `with torch.cuda.stream(...)` block costs about 35 µs a frame),
+its calls run on one thread; a `with torch.cuda.stream(...)` block costs 10-35 µs a frame),
 and each plane's tensor is made once and kept, keyed by the plane (a slot's plane is the same
-object at every frame in that slot; `torch.from_dlpack` costs about 13 µs a call). Kept
+object at every frame in that slot; `torch.from_dlpack` costs 8-13 µs a call). Kept
 tensors skip the stream hand-over of `__dlpack__`, so they are for work on the stage's stream
 only, as here.
 

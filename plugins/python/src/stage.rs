@@ -36,7 +36,7 @@ pub struct PythonStage {
     foreign_streams: Arc<ForeignStreams>,
     /// The planes of the slots seen so far: a slot's planes depend only on where its bytes
     /// are and how they are laid out, so each is made once, not on every frame (most of a
-    /// no-op stage's cost otherwise, issue 27; docs/benchmarks.md, "The Python stage").
+    /// no-op stage's cost otherwise; docs/benchmarks.md, "What a Python stage costs a frame").
     planes: Vec<(PlaneKey, Py<PyTuple>)>,
     /// Where the calls' time went, logged at debug level at the end of the stream.
     times: CallTimes,
