@@ -11,7 +11,8 @@
 #
 #   copy    the default: a consumer on the other GPU copies each frame into its own GPU's
 #           memory with the copy engines, beside the stage's kernels (peer_copy_min_bytes = 0)
-#   copyN   the same, the copies on N streams, the ring's slots in turn (GPUIPC_PEER_COPY_LANES=N)
+#   WAY@N   WAY with the copies on N streams, the ring's slots in turn (GPUIPC_PEER_COPY_LANES=N;
+#           the default is 2)
 #   copy-spin  copy, the consumer's host waiting for each frame before it enqueues the copy
 #           (GPUIPC_READY_SPIN_US=200), so the copy stream never waits on the other process
 #   read    its kernels read the frames over the link in place
@@ -21,8 +22,8 @@
 #   sink-copy, sink-read, sink-one   generator on cuda:0 -> rgb-process on cuda:1 (cuda:0 for
 #           -one), the last stage: one link, one kernel on the far side
 #
-# WAYS="copy copy2 copy-spin read one oneway-copy oneway-read sink-copy sink-read sink-one" by
-# default.
+# WAYS="copy@1 copy copy@4 copy-spin read one oneway-copy oneway-read sink-copy@1 sink-copy
+# sink-copy@4 sink-read sink-one" by default.
 #
 # SIZES="3840x2160 1920x1080" by default.
 set -uo pipefail
@@ -77,15 +78,16 @@ for size in ${SIZES:-3840x2160 1920x1080}; do
     h=${size#*x}
     bytes=$(( (w * 3 + 63) / 64 * 64 * h ))
     for round in $(seq 1 "$rounds"); do
-        for way in ${WAYS:-copy copy2 copy-spin read one oneway-copy oneway-read sink-copy sink-read sink-one}; do
+        for way in ${WAYS:-copy@1 copy copy@4 copy-spin read one oneway-copy oneway-read sink-copy@1 sink-copy sink-copy@4 sink-read sink-one}; do
+            base=${way%@*}
             file=$work/$way-$size.toml
-            split "$w" "$h" "$way" > "$file"
+            split "$w" "$h" "$base" > "$file"
             env=()
-            case $way in
+            case $base in
                 *read) env=(GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615) ;;
-                copy[0-9]*) env=(GPUIPC_PEER_COPY_LANES="${way#copy}") ;;
                 copy-spin) env=(GPUIPC_READY_SPIN_US=200) ;;
             esac
+            if [ "$base" != "$way" ]; then env+=(GPUIPC_PEER_COPY_LANES="${way#*@}"); fi
             log=$results/$way-$size-r$round.txt
             if [ "$round" = 1 ]; then env "${env[@]}" "$host" validate "$file" | grep -E "^gen|^grade" | sed 's/^/    /'; fi
             if ! (cd "$work" && env "${env[@]}" "$host" run "$file" --frames "$frames" > "$log" 2>&1); then
