@@ -139,20 +139,6 @@ impl Histogram {
         self.buckets.iter().fold(0u64, |a, &b| a.saturating_add(b))
     }
 
-    /// Each bound in seconds with the frames at or under it (cumulative), `+Inf` last, as
-    /// Prometheus has them.
-    pub fn cumulative_seconds(&self) -> Vec<(f64, u64)> {
-        let mut total = 0u64;
-        let bounds = BUCKET_BOUNDS_NS.iter().map(|&b| b as f64 / 1e9).chain([f64::INFINITY]);
-        bounds
-            .zip(self.buckets)
-            .map(|(le, n)| {
-                total = total.saturating_add(n);
-                (le, total)
-            })
-            .collect()
-    }
-
     /// The `q` quantile (0 to 1) in nanoseconds, estimated as Prometheus's
     /// `histogram_quantile` does: linearly inside the bucket it falls in (the last bucket's
     /// answer is the highest bound). `None` without frames.
@@ -534,9 +520,6 @@ mod tests {
         assert_eq!(h.buckets[BUCKET_BOUNDS_NS.len()], 2);
         assert_eq!(h.count(), 6);
         assert_eq!(stats.snapshot().process, h);
-        let cumulative = h.cumulative_seconds();
-        assert_eq!(cumulative.first(), Some(&(1e-6, 2)));
-        assert_eq!(cumulative.last(), Some(&(f64::INFINITY, 6)));
     }
 
     #[test]

@@ -411,7 +411,7 @@ pub fn limit_hint(why: &str) -> &'static str {
 }
 
 /// The bounds of a run that started `elapsed` ago, on the wall clock stages stamp with.
-fn plausible_since(elapsed: Duration) -> Plausible {
+pub(super) fn plausible_since(elapsed: Duration) -> Plausible {
     let now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     Plausible { start_ns: now_ns.saturating_sub(elapsed.as_nanos() as u64), now_ns }
 }
