@@ -18,8 +18,9 @@ use crate::link::stats::{BUCKET_BOUNDS_NS, Histogram, StatsSnapshot};
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Every metric family exported, as a scrape names it (a histogram's series add `_bucket`,
-/// `_sum` and `_count`).
-pub const METRICS: &[&str] = &[
+/// `_sum` and `_count`); docs/metrics.md describes each (host/tests/metrics.rs checks).
+#[cfg(test)]
+const METRICS: &[&str] = &[
     "gpuipc_build_info",
     "gpuipc_run_state",
     "gpuipc_run_ready",
@@ -331,5 +332,81 @@ impl EncodeMetric for ConstInfo {
 
     fn metric_type(&self) -> MetricType {
         MetricType::Info
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{GpuSample, LinkSample, ProcessSample};
+
+    fn sample() -> Sample {
+        let mut stats = StatsSnapshot { frames: 3, busy_ns: 1_500_000_000, ..StatsSnapshot::default() };
+        stats.latency.buckets[9] = 3;
+        stats.latency.sum_ns = 2_400_000;
+        Sample {
+            pipeline: "p".into(),
+            state: RunState::Running,
+            not_ready: None,
+            started_at: Some(1.5e9),
+            processes: vec![ProcessSample {
+                stage: "grade".into(),
+                replica: 0,
+                host: "local".into(),
+                plugin: "rgb-process".into(),
+                domain: "cuda".into(),
+                device: "cuda:0".into(),
+                up: true,
+                stats,
+            }],
+            links: vec![LinkSample {
+                link: "gen -> grade".into(),
+                producer: "gen".into(),
+                consumer: "grade".into(),
+                host: "local".into(),
+                capacity: 4,
+                queued: 2,
+                dropped: 0,
+                lost: 0,
+            }],
+            gpus: vec![GpuSample { host: "local".into(), device: 0, used_bytes: 1 << 30, total_bytes: 80 << 30 }],
+        }
+    }
+
+    #[test]
+    fn every_family_is_exported_with_its_conventional_name() {
+        let text = render(&sample());
+        let declared: Vec<&str> =
+            text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap()).collect();
+        assert_eq!(declared, METRICS);
+    }
+
+    #[test]
+    fn values_are_in_base_units_and_buckets_cumulative() {
+        let text = render(&sample());
+        let labels = r#"pipeline="p",host="local",stage="grade",replica="0""#;
+        for line in [
+            format!("gpuipc_stage_busy_seconds_total{{{labels}}} 1.5"),
+            format!("gpuipc_stage_latency_seconds_bucket{{{labels},le=\"0.0005\"}} 0"),
+            format!("gpuipc_stage_latency_seconds_bucket{{{labels},le=\"0.001\"}} 3"),
+            format!("gpuipc_stage_latency_seconds_bucket{{{labels},le=\"+Inf\"}} 3"),
+            format!("gpuipc_stage_latency_seconds_sum{{{labels}}} 0.0024"),
+            format!("gpuipc_stage_latency_seconds_count{{{labels}}} 3"),
+            r#"gpuipc_gpu_memory_used_bytes{pipeline="p",host="local",device="cuda:0"} 1073741824"#.to_owned(),
+            r#"gpuipc_link_queued_frames{pipeline="p",host="local",link="gen -> grade",producer="gen",consumer="grade"} 2"#
+                .to_owned(),
+            r#"gpuipc_run_state{pipeline="p",state="running"} 1"#.to_owned(),
+            r#"gpuipc_run_ready{pipeline="p"} 1"#.to_owned(),
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line `{line}` in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_label_value_with_quotes_and_newlines_is_escaped() {
+        let mut s = sample();
+        s.pipeline = "a \"b\"\nc".into();
+        let text = render(&s);
+        assert!(text.contains(r#"pipeline="a \"b\"\nc""#), "{text}");
     }
 }
