@@ -29,6 +29,7 @@ TOP_FLOORS = [
     ["plan", "control"],
     ["link"],
     ["stage"],
+    ["metrics"],
     ["supervisor"],
     ["main", "agent", "bench", "doctor"],
 ]

@@ -281,6 +281,7 @@ fn separate(
         checksums: how.checksums.map(Path::to_owned),
         latency: how.latency.map(Path::to_owned),
         pace_fps: how.pace_fps,
+        metrics: None,
     };
     let report = supervisor::run(plan, &options, shutdown).map_err(|e| e.to_string())?;
     succeeded(&report, "as separate processes")?;

@@ -10,8 +10,9 @@
 //!    socket's messages, transport only;
 //! 3. `link`: rings, waiting and waking, where frame bytes live (the GPU handshake too);
 //! 4. `stage`: a stage process;
-//! 5. `supervisor`: running a plan's stage processes;
-//! 6. the commands: `main`, `agent`, `bench`, `doctor`.
+//! 5. `metrics`: what a run shows to monitoring over HTTP (Prometheus, health checks);
+//! 6. `supervisor`: running a plan's stage processes;
+//! 7. the commands: `main`, `agent`, `bench`, `doctor`.
 #![deny(unsafe_code)]
 
 mod agent;
@@ -23,6 +24,7 @@ mod doctor;
 mod fuzz;
 mod gpu;
 mod link;
+mod metrics;
 mod plan;
 mod plugin;
 mod stage;
@@ -76,6 +78,15 @@ enum Command {
         /// Run even if the rings and buffers need more memory than the machine has.
         #[arg(long)]
         no_budget_check: bool,
+        /// Serve Prometheus metrics, /healthz and /readyz over HTTP here: PORT (on
+        /// 127.0.0.1), HOST:PORT or [IPv6]:PORT; port 0 takes a free one (the log says which).
+        /// Overrides the file's `metrics` (docs/metrics.md).
+        #[arg(long, value_name = "ADDR:PORT", value_parser = config::MetricsAddress::parse)]
+        metrics: Option<config::MetricsAddress>,
+        /// With metrics: keep serving the run's final figures this long after it ends (a last
+        /// scrape of a run of a fixed length), or until a stop signal. E.g. `30s`.
+        #[arg(long, value_name = "DURATION", value_parser = parse_linger, requires = "metrics")]
+        metrics_linger: Option<std::time::Duration>,
     },
     /// Check a pipeline file and print its plan and the memory it needs, or every error in it.
     ///
@@ -191,6 +202,13 @@ enum Command {
 
 fn parse_device(text: &str) -> Result<config::DeviceSpec, String> {
     config::DeviceSpec::parse(text).ok_or_else(|| format!("`{text}` is not \"cpu\", \"cuda\", \"cuda:N\" or \"auto\""))
+}
+
+fn parse_linger(text: &str) -> Result<std::time::Duration, String> {
+    match config::DurationSpec::parse(text) {
+        Some(config::DurationSpec(Some(d))) => Ok(d),
+        _ => Err(format!("`{text}` is not a duration such as \"30s\" or \"2m\"")),
+    }
 }
 
 fn parse_isolation(text: &str) -> Result<config::Isolation, String> {
@@ -338,7 +356,19 @@ fn main() -> ExitCode {
             let args = bench::BenchArgs { frames, warmup, rounds, check_frames, fps, latency_frames, spin_us, json };
             bench::main(&plan, &args)
         }
-        Command::Run { file, frames, in_process, report, quiet, spin_us, checksums, device, no_budget_check } => {
+        Command::Run {
+            file,
+            frames,
+            in_process,
+            report,
+            quiet,
+            spin_us,
+            checksums,
+            device,
+            no_budget_check,
+            metrics,
+            metrics_linger,
+        } => {
             let plan = match load_plan(&file, device) {
                 Ok(p) => p,
                 Err(code) => return code,
@@ -352,6 +382,15 @@ fn main() -> ExitCode {
                 tracing::info!("{line}");
             }
             agent::part::adopt_parent_death();
+            let metrics = metrics.or_else(|| plan.metrics.clone());
+            if plan.needs_agents().is_some() && metrics.is_some() {
+                // Not yet: the coordinator does not gather its agents' figures (docs/metrics.md).
+                eprintln!(
+                    "{}: error: --metrics serves a run on this machine; a run with stages on other hosts does not serve metrics yet",
+                    file.display()
+                );
+                return ExitCode::from(2);
+            }
             if plan.needs_agents().is_some() {
                 if in_process {
                     eprintln!(
@@ -362,7 +401,23 @@ fn main() -> ExitCode {
                 }
                 return agent::coordinator::run(&plan, &agent::coordinator::RunArgs { frames, report, checksums });
             }
-            let options = RunArgs { frames, in_process, report, live: !quiet, spin_us, checksums };
+            if in_process && metrics.is_some() {
+                eprintln!(
+                    "{}: error: metrics are served for runs of separate processes; --in-process is the reference run",
+                    file.display()
+                );
+                return ExitCode::from(2);
+            }
+            let options = RunArgs {
+                frames,
+                in_process,
+                report,
+                live: !quiet,
+                spin_us,
+                checksums,
+                metrics,
+                linger: metrics_linger.unwrap_or_default(),
+            };
             run(&plan, &options)
         }
     }
@@ -424,6 +479,8 @@ struct RunArgs {
     live: bool,
     spin_us: Option<u32>,
     checksums: Option<PathBuf>,
+    metrics: Option<config::MetricsAddress>,
+    linger: std::time::Duration,
 }
 
 fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
@@ -433,6 +490,25 @@ fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
         eprintln!("error: cannot create {}: {e}", dir.display());
         return ExitCode::from(1);
     }
+    // Bound before any stage starts: a port in use is the command's error, not the run's.
+    let board = args.metrics.as_ref().map(|_| Arc::new(metrics::Board::default()));
+    let endpoint = match (&args.metrics, &board) {
+        (Some(address), Some(board)) => {
+            board.post(metrics::Sample { pipeline: plan.name.clone(), ..metrics::Sample::default() });
+            match metrics::server::Endpoint::start(address, board.clone()) {
+                Ok(endpoint) => {
+                    tracing::info!("metrics on http://{}/metrics (and /healthz, /readyz)", endpoint.address());
+                    Some(endpoint)
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+        }
+        _ => None,
+    };
+    let mut shutdown = None;
     let result = if args.in_process {
         let stop = Arc::new(AtomicBool::new(false));
         let claimed = supervisor::Shutdown::claim(|| {
@@ -449,13 +525,13 @@ fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
         };
         supervisor::in_process::run(plan, args.frames.or(plan.frames), args.checksums.as_deref(), &stop)
     } else {
-        let shutdown = match supervisor::Shutdown::install() {
+        let shutdown = shutdown.insert(match supervisor::Shutdown::install() {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("error: cannot install signal handlers: {e}");
                 return ExitCode::from(1);
             }
-        };
+        });
         let stage_exe = match std::env::current_exe() {
             Ok(p) => p,
             Err(e) => {
@@ -471,12 +547,16 @@ fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
             checksums: args.checksums.clone(),
             latency: None,
             pace_fps: None,
+            metrics: board.clone(),
         };
-        supervisor::run(plan, &options, &shutdown).map_err(|e| e.to_string())
+        supervisor::run(plan, &options, shutdown).map_err(|e| e.to_string())
     };
     let report = match result {
         Ok(r) => r,
         Err(e) => {
+            if let Some(board) = &board {
+                board.set_state(metrics::RunState::Failed);
+            }
             eprintln!("error: {e}{}", supervisor::report::limit_hint(&e));
             return ExitCode::from(1);
         }
@@ -490,6 +570,16 @@ fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
             eprintln!("error: cannot write the report to {}: {e}", path.display());
             return ExitCode::from(1);
         }
+    }
+    if let (Some(endpoint), Some(shutdown)) = (endpoint, &shutdown) {
+        if !args.linger.is_zero() {
+            tracing::info!(
+                "serving the run's final metrics for {} more (a stop signal ends it)",
+                config::format_duration(args.linger)
+            );
+            shutdown.wait(args.linger);
+        }
+        endpoint.stop();
     }
     if report.succeeded() { ExitCode::SUCCESS } else { ExitCode::from(1) }
 }

@@ -22,6 +22,7 @@ pub const PIPELINE_KEYS: &[&str] = &[
     "restart_backoff",
     "stall_timeout",
     "on_host_loss",
+    "metrics",
 ];
 pub const STAGE_KEYS: &[&str] = &[
     "name",

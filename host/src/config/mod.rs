@@ -4,11 +4,13 @@
 
 mod diagnostic;
 mod keys;
+mod metrics;
 mod names;
 mod supervision;
 mod types;
 
 pub use diagnostic::{Diagnostic, Diagnostics, SourceFile};
+pub use metrics::MetricsAddress;
 pub use names::StageName;
 pub use supervision::format_duration;
 pub use types::{

@@ -64,6 +64,8 @@ pub struct PipelineSection {
     pub stall_timeout: Option<Spanned<DurationSpec>>,
     /// What a run does when the agent of a host it uses is lost (docs/multi-host.md).
     pub on_host_loss: Option<Spanned<OnHostLoss>>,
+    /// Where the run serves Prometheus metrics and health checks (docs/metrics.md).
+    pub metrics: Option<Spanned<String>>,
 }
 
 /// `[[stage]]`: one process running one plugin.

@@ -17,7 +17,7 @@ use crate::plan::ring_size::{self, CONTROL_BYTES};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"GPUIPCRG");
 /// 4: slot data moved out of the control block's memfd into one of its own (`data_offset` gone).
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// Most slots a ring can have.
 pub const MAX_SLOTS: usize = 64;
 /// Most consumers a ring can have: claim and pending masks are 16 bits each.
@@ -89,6 +89,10 @@ pub struct SlotMeta {
     /// consumer missed (gaps in `seq` may be upstream drops, not ours).
     pub ordinal: u64,
     pub timestamp_ns: u64,
+    /// Wall clock (ns since the Unix epoch) when the frame's source on this host began it,
+    /// passed on by every stage: what its latency is counted from (`timestamp_ns` may be a
+    /// media time, a video file's presentation time).
+    pub born_ns: u64,
     /// The generation of the producer process that published it (`ring::Producer`).
     pub flags: u32,
     pub format: FrameFormat,

@@ -1,5 +1,6 @@
 //! A stage's statistics block: counters the stage writes and the host reads for live
-//! statistics and the report, and the flag the host sets to make a source stop.
+//! statistics, the report and the metrics endpoint, two histograms of its frames' times
+//! ([`Histogram`]), and the flag the host sets to make a source stop.
 #![allow(unsafe_code)]
 
 use std::os::fd::OwnedFd;
@@ -8,7 +9,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::shm::SharedMemory;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"GPUIPCST");
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 
 /// `stop` values.
 pub const RUN: u32 = 0;
@@ -59,6 +60,114 @@ pub struct StageStats {
     /// count a kill cut in two ([`StatsMap::settle_after_death`]).
     pub pending_seq_plus_one: AtomicU64,
     pub pending_frames: AtomicU64,
+    /// Per frame: the time inside the plugin's `process`, and the time from its source's
+    /// stamp to the end of this stage's work on it (see [`StatsMap::frame_timed`]).
+    pub process_hist: HistogramWords,
+    pub latency_hist: HistogramWords,
+    /// A cuda stage's device (its ordinal plus one; 0: none) and that device's memory in use
+    /// and in all, device-wide, as the stage last read them (every few frames).
+    pub gpu_device_plus_one: AtomicU32,
+    pub gpu_memory_used: AtomicU64,
+    pub gpu_memory_total: AtomicU64,
+}
+
+// The block is one page (`StatsMap::create`).
+const _: () = assert!(size_of::<StageStats>() <= 4096, "the statistics block outgrew its page");
+
+/// The upper bounds of a histogram's buckets, in nanoseconds (Prometheus's `le`, inclusive),
+/// from 1 µs to 10 s in steps of 1, 2.5, 5; a last bucket takes every longer time.
+pub const BUCKET_BOUNDS_NS: [u64; 22] = [
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+];
+
+/// A histogram's words in the block: frames per bucket (not cumulative; the last one past
+/// every bound) and the sum of their times. Written by the stage's process alone, one at a
+/// time (a restarted process carries on with the same words), so a frame costs two plain
+/// loads and stores, no read-modify-write.
+#[repr(C)]
+pub struct HistogramWords {
+    pub buckets: [AtomicU64; BUCKET_BOUNDS_NS.len() + 1],
+    pub sum_ns: AtomicU64,
+}
+
+impl HistogramWords {
+    fn record(&self, ns: u64) {
+        let b = &self.buckets[BUCKET_BOUNDS_NS.partition_point(|&bound| bound < ns)];
+        // One writer: see the type's comment.
+        b.store(b.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        self.sum_ns.store(self.sum_ns.load(Ordering::Relaxed).wrapping_add(ns), Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> Histogram {
+        Histogram {
+            buckets: std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
+            sum_ns: self.sum_ns.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A copy of a histogram ([`HistogramWords`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Histogram {
+    pub buckets: [u64; BUCKET_BOUNDS_NS.len() + 1],
+    pub sum_ns: u64,
+}
+
+impl Histogram {
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().fold(0u64, |a, &b| a.saturating_add(b))
+    }
+
+    /// The `q` quantile (0 to 1) in nanoseconds, estimated as Prometheus's
+    /// `histogram_quantile` does: linearly inside the bucket it falls in (the last bucket's
+    /// answer is the highest bound). `None` without frames.
+    pub fn quantile_ns(&self, q: f64) -> Option<f64> {
+        let count = self.count();
+        if count == 0 {
+            return None;
+        }
+        let rank = q.clamp(0.0, 1.0) * count as f64;
+        let mut below = 0u64;
+        for (i, &n) in self.buckets.iter().enumerate() {
+            if n > 0 && (below + n) as f64 >= rank {
+                let Some(&upper) = BUCKET_BOUNDS_NS.get(i) else {
+                    return Some(BUCKET_BOUNDS_NS[BUCKET_BOUNDS_NS.len() - 1] as f64);
+                };
+                let lower = if i == 0 { 0 } else { BUCKET_BOUNDS_NS[i - 1] };
+                let inside = (rank - below as f64) / n as f64;
+                return Some(lower as f64 + (upper - lower) as f64 * inside);
+            }
+            below += n;
+        }
+        Some(BUCKET_BOUNDS_NS[BUCKET_BOUNDS_NS.len() - 1] as f64)
+    }
+
+    /// The mean in nanoseconds (exact: the sum over the count); `None` without frames.
+    pub fn mean_ns(&self) -> Option<f64> {
+        let count = self.count();
+        (count > 0).then(|| self.sum_ns as f64 / count as f64)
+    }
 }
 
 /// `phase` values.
@@ -142,6 +251,15 @@ impl StatsMap {
         s.busy_ns.fetch_add(ended_ns.saturating_sub(started_ns), Ordering::Relaxed);
     }
 
+    /// A frame's times: its plugin call took `process_ns`, and its work here ended
+    /// `latency_ns` after its source stamped it. Two histogram records, a handful of plain
+    /// loads and stores.
+    pub fn frame_timed(&self, process_ns: u64, latency_ns: u64) {
+        let s = self.get();
+        s.process_hist.record(process_ns);
+        s.latency_hist.record(latency_ns);
+    }
+
     /// Frame `seq` is done (its output published), at `ended_ns`. The host reads
     /// `last_seq_plus_one` to tell a frame a dead stage finished from one it lost; `frames`
     /// must agree with it whenever the process dies, so the pair is announced first (only
@@ -201,7 +319,27 @@ impl StatsMap {
             lost: s.lost.load(Ordering::Relaxed),
             cpu_ns: s.cpu_ns.load(Ordering::Relaxed),
             damaged: s.damaged.load(Ordering::Relaxed),
+            process: s.process_hist.snapshot(),
+            latency: s.latency_hist.snapshot(),
         }
+    }
+
+    /// A cuda stage's device and its memory, as the stage last read them: `(ordinal, used,
+    /// total)` in bytes; `None` for a stage on no GPU or before its first reading.
+    pub fn gpu_memory(&self) -> Option<(u32, u64, u64)> {
+        let s = self.get();
+        let device = s.gpu_device_plus_one.load(Ordering::Acquire).checked_sub(1)?;
+        let total = s.gpu_memory_total.load(Ordering::Relaxed);
+        (total > 0).then(|| (device, s.gpu_memory_used.load(Ordering::Relaxed).min(total), total))
+    }
+
+    /// The stage's reading of its device's memory (`gpu_memory`).
+    pub fn set_gpu_memory(&self, device: u32, used: u64, total: u64) {
+        let s = self.get();
+        s.gpu_memory_used.store(used, Ordering::Relaxed);
+        s.gpu_memory_total.store(total, Ordering::Relaxed);
+        // Release: a reader that sees the device sees a reading of it.
+        s.gpu_device_plus_one.store(device + 1, Ordering::Release);
     }
 }
 
@@ -218,6 +356,11 @@ pub struct StatsSnapshot {
     pub cpu_ns: u64,
     #[serde(default)]
     pub damaged: u64,
+    /// Per-frame time in the plugin, and from the source's stamp to this stage's end.
+    #[serde(default)]
+    pub process: Histogram,
+    #[serde(default)]
+    pub latency: Histogram,
 }
 
 /// What a run could have done in the time it ran: the bounds a stage's own counters must keep.
@@ -273,6 +416,14 @@ impl Plausible {
         keep("busy_ns", &mut snap.busy_ns, busy_ok);
         let cpu_ok = snap.cpu_ns <= span.saturating_mul(MOST_THREADS);
         keep("cpu_ns", &mut snap.cpu_ns, cpu_ok);
+        // A histogram counts the frames the stage timed: never more than the run could make.
+        for (name, hist) in [("process histogram", &mut snap.process), ("latency histogram", &mut snap.latency)] {
+            let count = hist.count();
+            if count > most_frames {
+                bad.push((name, count));
+                *hist = Histogram::default();
+            }
+        }
         (snap, bad)
     }
 }
@@ -314,6 +465,7 @@ mod tests {
             lost: 3,
             cpu_ns: SECOND / 2,
             damaged: 5,
+            ..StatsSnapshot::default()
         }
     }
 
@@ -353,6 +505,45 @@ mod tests {
             stats.frame_done(8, 2);
             assert_eq!(stats.get().frames.load(Ordering::Relaxed), if done { 7 } else { 6 });
         }
+    }
+
+    #[test]
+    fn a_histogram_puts_each_time_in_the_first_bucket_at_or_above_it() {
+        let stats = StatsMap::create("gpuipc-test-stats-hist").unwrap();
+        // At a bound: that bucket (Prometheus's `le` is inclusive); past the last: the last.
+        for ns in [0, 1_000, 1_001, 10_000_000_000, 10_000_000_001, u64::MAX / 2] {
+            stats.frame_timed(ns, ns);
+        }
+        let h = stats.snapshot().latency;
+        assert_eq!(&h.buckets[..3], &[2, 1, 0]);
+        assert_eq!(h.buckets[BUCKET_BOUNDS_NS.len() - 1], 1);
+        assert_eq!(h.buckets[BUCKET_BOUNDS_NS.len()], 2);
+        assert_eq!(h.count(), 6);
+        assert_eq!(stats.snapshot().process, h);
+    }
+
+    #[test]
+    fn quantiles_are_interpolated_inside_their_bucket() {
+        let mut h = Histogram::default();
+        assert_eq!(h.quantile_ns(0.5), None);
+        // 100 frames in (1 ms, 2.5 ms]: the median is half way through.
+        h.buckets[10] = 100;
+        h.sum_ns = 150_000_000;
+        assert_eq!(h.quantile_ns(0.5), Some(1_750_000.0));
+        assert_eq!(h.quantile_ns(1.0), Some(2_500_000.0));
+        assert_eq!(h.mean_ns(), Some(1_500_000.0));
+        // A frame past every bound: the highest bound, as histogram_quantile says.
+        h.buckets[BUCKET_BOUNDS_NS.len()] = 900;
+        assert_eq!(h.quantile_ns(0.99), Some(10e9));
+    }
+
+    #[test]
+    fn a_histogram_counting_more_frames_than_the_run_could_make_is_not_shown() {
+        let mut garbage = honest();
+        garbage.latency.buckets[3] = u64::MAX / 2;
+        let (snap, bad) = run_of_two_seconds().check(garbage);
+        assert_eq!(bad, vec![("latency histogram", u64::MAX / 2)]);
+        assert_eq!(snap, honest());
     }
 
     #[test]

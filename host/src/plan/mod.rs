@@ -81,6 +81,8 @@ pub struct Plan {
     pub spin_us: Option<u32>,
     /// What the run does when a host's agent is lost (docs/multi-host.md).
     pub on_host_loss: crate::config::OnHostLoss,
+    /// Where the run serves metrics (`[pipeline] metrics`; `run --metrics` overrides it).
+    pub metrics: Option<crate::config::MetricsAddress>,
     /// In topological order: every stage comes after the stages it reads.
     pub stages: Vec<StagePlan>,
     pub links: Vec<LinkPlan>,

@@ -137,6 +137,7 @@ pub fn build(source: &SourceFile, file: PipelineFile) -> Result<Plan, Diagnostic
         mps: settings.mps,
         spin_us: settings.spin_us,
         on_host_loss: settings.on_host_loss,
+        metrics: settings.metrics,
         stages: stages_out,
         links,
         graph: plan_graph,
@@ -189,6 +190,7 @@ struct Settings {
     mps: crate::config::MpsScope,
     spin_us: Option<u32>,
     on_host_loss: crate::config::OnHostLoss,
+    metrics: Option<crate::config::MetricsAddress>,
 }
 
 fn pipeline_settings(source: &SourceFile, file: &PipelineFile, diags: &mut Diagnostics) -> Settings {
@@ -210,7 +212,15 @@ fn pipeline_settings(source: &SourceFile, file: &PipelineFile, diags: &mut Diagn
     {
         diags.error_at(source, s.span(), "spin_us must be at most 1000000 (one second)");
     }
+    let metrics = p.metrics.as_ref().and_then(|m| match crate::config::MetricsAddress::parse(m.get_ref()) {
+        Ok(address) => Some(address),
+        Err(why) => {
+            diags.error_at(source, m.span(), why);
+            None
+        }
+    });
     Settings {
+        metrics,
         name,
         frames: p.frames.as_ref().map(|f| *f.get_ref()),
         device: p.device.as_ref().map_or(DeviceSpec::Auto, |d| *d.get_ref()),

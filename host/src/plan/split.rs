@@ -235,6 +235,9 @@ pub fn split(plan: &Plan, text: &str) -> Result<Vec<Part>, SplitError> {
     pipeline.insert("name".into(), Value::String(plan.name.clone()));
     // The part runs on one machine: what to do when another is lost is the coordinator's.
     pipeline.remove("on_host_loss");
+    // The coordinator serves the run's metrics, every host's stages in them; an agent serves
+    // its own where its command line says (docs/metrics.md).
+    pipeline.remove("metrics");
     Ok(parts
         .into_iter()
         .map(|(h, stages)| {

@@ -53,6 +53,8 @@ pub struct FrameLoop<'a, 'p> {
     /// `run --checksums`: a hash of every output frame.
     pub tap: Option<super::tap::Tap>,
     pub cpu: super::measure::CpuClock,
+    /// A cuda stage's reading of its GPU's memory.
+    pub gpu_memory: Option<super::measure::GpuMemory>,
     /// `gpuipc-host bench`: when each frame's work was done, for a stage nobody reads.
     pub latency: Option<super::measure::LatencyLog>,
     /// A source's pace (`gpuipc-host bench`).
@@ -185,6 +187,9 @@ impl FrameLoop<'_, '_> {
                 continue;
             }
             self.cpu.frame(self.stats);
+            if let Some(memory) = &mut self.gpu_memory {
+                memory.frame(self.stats);
+            }
             // On an error the held frames drop here, released; the host counts the frame lost.
             let seq = match self.process_one(index, seq, source_timestamp, &held, ticket)? {
                 Done::Made { seq } => seq,
@@ -301,11 +306,17 @@ impl FrameLoop<'_, '_> {
             tap.record(seq, hash).map_err(StageError::Setup)?;
         }
         self.phases.publishing();
-        self.output.publish(pending, seq, timestamp_ns);
+        // The frame's birth: a source's is now (a relayed stamp may be a media time); a
+        // join's, its oldest input's, whose wait the frame's latency includes.
+        let born_ns = held.iter().map(|slot| slot.meta().born_ns).min().unwrap_or(started_ns);
+        self.output.publish(pending, seq, timestamp_ns, born_ns);
         // Counted done right after the publish, before a replica moves the turn on and before
         // the inputs are released: see `StageStats::last_seq_plus_one` and the host's
         // `supervisor::reclaim`, which finishes the count of a process killed in between.
         self.count(seq, ended_ns);
+        // In the cuda domain the work was enqueued by `ended_ns`, not done: the histograms say
+        // when this stage's host was done with the frame, at no cost of waiting for the GPU.
+        self.stats.frame_timed(ended_ns.saturating_sub(started_ns), ended_ns.saturating_sub(born_ns));
         match (&self.replica, ticket) {
             (Some(replica), Some(taken)) if turn.is_some() => replica.finish(taken),
             (Some(replica), Some(_)) => replica.queue.release(replica.index),

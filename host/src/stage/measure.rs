@@ -1,6 +1,7 @@
-//! What a stage measures of itself besides its counters: the CPU time it uses, and for
-//! `gpuipc-host bench`, how long after its source stamped a frame the stage's work on it was
-//! done.
+//! What a stage measures of itself besides its counters: the CPU time it uses, its GPU's
+//! memory, and for `gpuipc-host bench`, how long after its source stamped a frame the stage's
+//! work on it was done (every run keeps a histogram of that in the statistics block:
+//! `StatsMap::frame_timed`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -54,6 +55,31 @@ impl CpuClock {
         if let Some(base) = self.base {
             stats.get().cpu_ns.store(self.now().saturating_sub(base), Ordering::Relaxed);
         }
+    }
+}
+
+/// A cuda stage's reading of its device's memory (device-wide, every process's), stored in its
+/// statistics block on its first frame and every `EVERY` frames after: the host has no CUDA
+/// context of its own to ask (the metrics endpoint shows it per device).
+pub struct GpuMemory {
+    gpu: Arc<Gpu>,
+    frames: u64,
+}
+
+impl GpuMemory {
+    pub fn new(gpu: Arc<Gpu>) -> GpuMemory {
+        GpuMemory { gpu, frames: 0 }
+    }
+
+    /// A frame is about to start.
+    pub fn frame(&mut self, stats: &StatsMap) {
+        if self.frames.is_multiple_of(EVERY) {
+            // A failed reading leaves the last one: the figure is for people, not for the run.
+            if let Ok((used, total)) = crate::gpu::memory_info(&self.gpu) {
+                stats.set_gpu_memory(self.gpu.ordinal(), used, total);
+            }
+        }
+        self.frames += 1;
     }
 }
 

@@ -432,6 +432,7 @@ fn run_frames(
         first_index,
         tap,
         cpu,
+        gpu_memory: gpu.clone().map(measure::GpuMemory::new),
         latency,
         pace,
         phases: measure::PhaseClock::from_env(&setup.stage),

@@ -155,9 +155,9 @@ impl Output {
         Ok(gpuipc_plugin_api::pixel_hash(&frame.layout, bytes))
     }
 
-    pub fn publish(&mut self, pending: Pending, seq: u64, timestamp_ns: u64) {
+    pub fn publish(&mut self, pending: Pending, seq: u64, timestamp_ns: u64, born_ns: u64) {
         if let (Output::Ring(_, p), Pending::Ring(slot)) = (self, pending) {
-            p.publish(slot, seq, timestamp_ns);
+            p.publish_born(slot, seq, timestamp_ns, born_ns);
         }
     }
 

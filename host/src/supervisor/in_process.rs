@@ -40,6 +40,7 @@ pub fn run(plan: &Plan, frames: Option<u64>, checksums: Option<&Path>, stop: &At
         checksums: checksums.map(Path::to_owned),
         latency: None,
         pace_fps: None,
+        metrics: None,
     };
     let launch =
         Launch { plan, procs: &procs, queues: &[], options: &options, frames, stats: &stats, rings: &rings, env: &[] };

@@ -4,6 +4,7 @@
 //! - [`spawn`]: starting a stage process and its control socket.
 //! - [`watch`]: the event loop over pidfds, control sockets and signals; failure and shutdown.
 //! - [`report`]: the end-of-run table and JSON.
+//! - [`sample`]: the run as the metrics endpoint shows it (`crate::metrics`).
 //! - [`in_process`]: the same stages in one process, no links (`run --in-process`).
 
 mod broker;
@@ -14,6 +15,7 @@ pub mod private_dir;
 mod reclaim;
 pub mod report;
 mod restart;
+mod sample;
 mod spawn;
 mod standstill;
 mod watch;
@@ -47,6 +49,8 @@ pub struct RunOptions {
     pub latency: Option<PathBuf>,
     /// Sources make this many frames a second at most (`gpuipc-host bench`).
     pub pace_fps: Option<f64>,
+    /// Where the run posts what the metrics endpoint shows (`run --metrics`).
+    pub metrics: Option<std::sync::Arc<crate::metrics::Board>>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -10,7 +10,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::control::FromStage;
-use crate::link::stats::{Plausible, StatsSnapshot};
+use crate::link::stats::{Histogram, Plausible, StatsSnapshot};
 use crate::link::{RingMap, StatsMap};
 use crate::plan::{Plan, ProcessPlan};
 
@@ -96,10 +96,54 @@ pub struct StageReport {
     pub busy: f64,
     /// CPU time of the stage's process per unit of its active time (1.0: one core).
     pub cpu: f64,
+    /// Per frame, from its source's stamp to the end of this stage's work on it (in the cuda
+    /// domain: its host's work, the GPU's enqueued), over the frames this stage did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<Times>,
+    /// Per frame, the time inside the plugin's `process`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_time: Option<Times>,
     pub outcome: StageOutcome,
     /// The knobs it ran with (`plan::tuning`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tuning: Option<crate::plan::tuning::Tuning>,
+}
+
+/// A distribution of per-frame times: the mean (exact) and quantiles estimated from the
+/// histogram's buckets (as Prometheus's `histogram_quantile` does), which comes along:
+/// `histogram.buckets[i]` frames took at most `link::stats::BUCKET_BOUNDS_NS[i]` (and more
+/// than the bound before), the last bucket every longer time (docs/metrics.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Times {
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub histogram: Histogram,
+}
+
+impl Times {
+    /// `None` for a histogram without frames.
+    pub fn of(h: &Histogram) -> Option<Times> {
+        let ms = |ns: Option<f64>| ns.unwrap_or(0.0) / 1e6;
+        h.mean_ns().map(|mean| Times {
+            mean_ms: mean / 1e6,
+            p50_ms: ms(h.quantile_ns(0.5)),
+            p90_ms: ms(h.quantile_ns(0.9)),
+            p99_ms: ms(h.quantile_ns(0.99)),
+            histogram: *h,
+        })
+    }
+}
+
+/// A time in milliseconds for the table: 3 significant figures or so, `-` for none.
+fn ms_cell(ms: Option<f64>) -> String {
+    match ms {
+        None => "-".to_owned(),
+        Some(ms) if ms < 10.0 => format!("{ms:.2}"),
+        Some(ms) if ms < 100.0 => format!("{ms:.1}"),
+        Some(ms) => format!("{ms:.0}"),
+    }
 }
 
 /// What became of the frames of one link at one of its consumers. Every frame the producer
@@ -283,7 +327,7 @@ impl RunReport {
         };
         let _ = writeln!(
             out,
-            "{}{:width$}  {:12} {:6} {:>10} {:>12} {:>9} {:>6} {:>8}{} {:>6} {:>6}  outcome",
+            "{}{:width$}  {:12} {:6} {:>10} {:>12} {:>9} {:>6} {:>8}{} {:>6} {:>6} {:>8} {:>8}  outcome",
             host_cell(Some("host")),
             "stage",
             "plugin",
@@ -295,7 +339,9 @@ impl RunReport {
             "restarts",
             damaged_cell(None),
             "busy",
-            "cpu"
+            "cpu",
+            "p50 ms",
+            "p99 ms"
         );
         for s in &self.stages {
             let outcome = match &s.outcome {
@@ -306,7 +352,7 @@ impl RunReport {
             };
             let _ = writeln!(
                 out,
-                "{}{:width$}  {:12} {:6} {:>10} {:>12.1} {:>9} {:>6} {:>8}{} {:>5.1}% {:>5.0}%  {outcome}",
+                "{}{:width$}  {:12} {:6} {:>10} {:>12.1} {:>9} {:>6} {:>8}{} {:>5.1}% {:>5.0}% {:>8} {:>8}  {outcome}",
                 host_cell(s.host.as_deref()),
                 s.name,
                 s.plugin,
@@ -318,7 +364,9 @@ impl RunReport {
                 s.restarts,
                 damaged_cell(Some(s.damaged)),
                 s.busy * 100.0,
-                s.cpu * 100.0
+                s.cpu * 100.0,
+                ms_cell(s.latency.as_ref().map(|t| t.p50_ms)),
+                ms_cell(s.latency.as_ref().map(|t| t.p99_ms))
             );
         }
         // Where frames went missing, link by link (a join's stage row counts a number missed
@@ -363,7 +411,7 @@ pub fn limit_hint(why: &str) -> &'static str {
 }
 
 /// The bounds of a run that started `elapsed` ago, on the wall clock stages stamp with.
-fn plausible_since(elapsed: Duration) -> Plausible {
+pub(super) fn plausible_since(elapsed: Duration) -> Plausible {
     let now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     Plausible { start_ns: now_ns.saturating_sub(elapsed.as_nanos() as u64), now_ns }
 }
@@ -390,6 +438,8 @@ impl StageReport {
             damaged: snap.damaged,
             busy: if active == 0 { 0.0 } else { (snap.busy_ns as f64 / active as f64).min(1.0) },
             cpu: snap.cpu_share(),
+            latency: Times::of(&snap.latency),
+            process_time: Times::of(&snap.process),
             outcome,
             tuning: None,
         }
@@ -427,6 +477,10 @@ impl Live {
             }
             if s.damaged > 0 {
                 line += &format!(" {:>6} damaged", s.damaged);
+            }
+            if let Some(p50) = s.latency.quantile_ns(0.5) {
+                let p99 = s.latency.quantile_ns(0.99).unwrap_or(p50);
+                line += &format!("  latency p50 {} p99 {} ms", ms_cell(Some(p50 / 1e6)), ms_cell(Some(p99 / 1e6)));
             }
             bar.set_message(line);
         }

@@ -87,6 +87,25 @@ impl Shutdown {
         Ok((registered, Claimed(())))
     }
 
+    /// Wait until a stop signal comes or `timeout` passes; whether one came.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.take() > 0 {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let mut fds = [PollFd::new(&self.read, PollFlags::IN)];
+            let wait = left.min(Duration::from_secs(1));
+            let timeout = rustix::time::Timespec { tv_sec: wait.as_secs() as i64, tv_nsec: wait.subsec_nanos() as i64 };
+            // EINTR is a signal: looked at next.
+            let _ = rustix::event::poll(&mut fds, Some(&timeout));
+        }
+    }
+
     /// Signals received since the last call.
     fn take(&self) -> usize {
         let mut buf = [0u8; 64];
@@ -250,6 +269,10 @@ struct Watch<'a, 'l> {
     broker: super::broker::Broker,
     /// The run's watch over its links, from the start; `None` without links or watchdogs.
     links: Option<Standstill>,
+    /// Whether frames flow, for the metrics endpoint's readiness.
+    flow: super::sample::Flow,
+    /// When every stage was first told to run, in ns since the Unix epoch.
+    started_at_ns: Option<u64>,
 }
 
 pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> RunReport {
@@ -279,6 +302,8 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
         killed_all: false,
         broker: super::broker::Broker::default(),
         links: None,
+        flow: super::sample::Flow::new(),
+        started_at_ns: None,
     };
     let live = Live::new(launch.procs, launch.options.live);
     while !w.slots.iter().all(|s| matches!(s.life, Life::Ended)) {
@@ -293,6 +318,7 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
         w.watch_links();
         w.abort_stragglers(stages);
         live.update(launch.stats);
+        w.post();
     }
     live.finish();
     let interrupted = match w.ending {
@@ -300,8 +326,12 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
         _ => None,
     };
     final_drops(launch);
+    let board = launch.options.metrics.clone();
+    let mut flow = std::mem::replace(&mut w.flow, super::sample::Flow::new());
+    let started_at_ns = w.started_at_ns;
+    let gone: Vec<bool> = w.slots.iter().map(|s| matches!(s.outcome, Some(StageOutcome::Gone(_)))).collect();
     let outcomes = w.slots.into_iter().map(|s| s.outcome).collect();
-    RunReport::new(
+    let report = RunReport::new(
         plan,
         launch.procs,
         launch.stats,
@@ -311,7 +341,20 @@ pub fn watch(launch: &Launch<'_>, stages: &mut Stages, shutdown: &Shutdown) -> R
         w.started.map(|s| s.elapsed()),
     )
     .with_links(plan, launch.procs, launch.rings)
-    .with_tuning(plan, launch.procs, launch.options.spin_us)
+    .with_tuning(plan, launch.procs, launch.options.spin_us);
+    // The endpoint's last word is the report's figures, for a scrape after the run.
+    if let Some(board) = board {
+        let state = match (report.succeeded(), &report.interrupted) {
+            (true, None) => crate::metrics::RunState::Finished,
+            (true, Some(_)) => crate::metrics::RunState::Stopped,
+            (false, _) => crate::metrics::RunState::Failed,
+        };
+        let up = vec![false; launch.procs.len()];
+        let elapsed = Some(Duration::from_secs_f64(report.seconds));
+        let standing = super::sample::Standing { state, up: &up, gone: &gone, elapsed, started_at_ns };
+        board.post(super::sample::take(launch, &standing, &mut flow));
+    }
+    report
 }
 
 /// What the broker reaches the processes through.
@@ -327,6 +370,27 @@ struct Failure {
 }
 
 impl Watch<'_, '_> {
+    /// Post the run's sample on its metrics board, if it has one.
+    fn post(&mut self) {
+        let Some(board) = &self.launch.options.metrics else { return };
+        let state = match self.ending {
+            _ if self.started.is_none() && self.first_failure.is_none() => crate::metrics::RunState::Starting,
+            Ending::Running => crate::metrics::RunState::Running,
+            Ending::Draining { .. } => crate::metrics::RunState::Draining,
+            Ending::Aborting { .. } => crate::metrics::RunState::Stopping,
+        };
+        let up: Vec<bool> = self.slots.iter().map(|s| matches!(s.life, Life::Alive { started: true, .. })).collect();
+        let gone: Vec<bool> = self.slots.iter().map(|s| matches!(s.outcome, Some(StageOutcome::Gone(_)))).collect();
+        let standing = super::sample::Standing {
+            state,
+            up: &up,
+            gone: &gone,
+            elapsed: self.started.map(|s| s.elapsed()),
+            started_at_ns: self.started_at_ns,
+        };
+        board.post(super::sample::take(self.launch, &standing, &mut self.flow));
+    }
+
     fn abort(&mut self) {
         if !matches!(self.ending, Ending::Aborting { .. }) {
             for r in self.launch.rings {
@@ -675,6 +739,7 @@ impl Watch<'_, '_> {
         }
         if self.started.is_none() {
             self.started = Some(now);
+            self.started_at_ns = Some(crate::stage::measure::now_ns());
             self.links = Standstill::timeout_of(self.launch.plan).map(|timeout| Standstill::new(timeout, now));
             tracing::info!("all {} stages ready; running", stages.0.len());
         }

@@ -19,7 +19,7 @@
 //!   copies);
 //! - [`IpcEvent`]: an interprocess event (DisableTiming | Interprocess); [`SleepEvent`] a local
 //!   one a host thread sleeps on (BlockingSync); [`TimingEvent`] and
-//!   [`memory_in_use`] for measuring;
+//!   [`memory_in_use`] and [`memory_info`] for measuring;
 //! - kernels: [`Kernels`] (compile with NVRTC or take from the disk cache, load, look up),
 //!   [`Kernel`] (a launch checked against the kernel's parameters), [`KernelArg`],
 //!   [`DeviceTable`], [`compile_cubin`];
@@ -107,7 +107,7 @@ pub use scratch::ScratchBuffer;
 pub use sleep_event::SleepEvent;
 pub use table::DeviceTable;
 pub use target::{DeviceBuffer, DeviceBytes, Target};
-pub use timing::{TimingEvent, memory_in_use};
+pub use timing::{TimingEvent, memory_in_use, memory_info};
 
 #[cfg(test)]
 mod tests {

@@ -41,10 +41,15 @@ impl TimingEvent {
 
 /// Bytes of `gpu`'s device memory in use now, by every process (total less free).
 pub fn memory_in_use(gpu: &Gpu) -> Result<u64, CudaError> {
+    memory_info(gpu).map(|(used, _)| used)
+}
+
+/// Bytes of `gpu`'s device memory in use now, by every process, and in all: `(used, total)`.
+pub fn memory_info(gpu: &Gpu) -> Result<(u64, u64), CudaError> {
     library::timing()?;
     gpu.bind()?;
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: the context is current; writes two integers.
     check("cuMemGetInfo", Some(gpu.ordinal()), unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) })?;
-    Ok(total.saturating_sub(free) as u64)
+    Ok((total.saturating_sub(free) as u64, total as u64))
 }

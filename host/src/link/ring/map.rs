@@ -13,7 +13,9 @@ use gpuipc_plugin_api::{FrameFormat, FrameLayout};
 
 use crate::link::check::RingGeometry;
 use crate::link::error::LinkError;
-use crate::link::header::{ABORTED, MAGIC, RingHeader, RingParams, VERSION};
+use crate::link::header::{
+    ABORTED, MAGIC, MAX_SLOTS, RingHeader, RingParams, VERSION, claim_bit, holds_frame, pending_bit,
+};
 use crate::link::shm::{Mapping, SharedMemory};
 use crate::link::wakes::{RingSides, Side};
 
@@ -236,6 +238,19 @@ impl RingMap {
     /// Frames consumer `c` missed.
     pub fn dropped(&self, c: usize) -> u64 {
         self.header().consumers[c].0.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Frames in the ring that consumer `c` has yet to read or is reading: its queue, up to
+    /// the ring's depth (the metrics endpoint's occupancy). A look at each slot's state word,
+    /// not one moment's: a frame may move while it counts.
+    pub fn queued(&self, c: usize) -> u64 {
+        let mine = pending_bit(c) | claim_bit(c);
+        let slots = &self.header().slots[..self.depth().min(MAX_SLOTS)];
+        slots
+            .iter()
+            .map(|slot| slot.0.state.load(Ordering::Relaxed))
+            .filter(|&state| holds_frame(state) && state & mine != 0)
+            .count() as u64
     }
 
     /// Frames consumer `c` took from this link and lost (see `ConsumerState::lost`).

@@ -151,8 +151,15 @@ impl Producer {
         Ok(WriteSlot { ring: self.ring.clone(), index, armed: true })
     }
 
-    /// Publish the frame written into `slot` with sequence number `seq`.
-    pub fn publish(&mut self, mut slot: WriteSlot, seq: u64, timestamp_ns: u64) {
+    /// Publish the frame written into `slot` with sequence number `seq`, born at its stamp.
+    #[cfg(test)]
+    pub fn publish(&mut self, slot: WriteSlot, seq: u64, timestamp_ns: u64) {
+        self.publish_born(slot, seq, timestamp_ns, timestamp_ns);
+    }
+
+    /// Publish the frame written into `slot` with sequence number `seq`; its source began it
+    /// at `born_ns` (`SlotMeta::born_ns`).
+    pub fn publish_born(&mut self, mut slot: WriteSlot, seq: u64, timestamp_ns: u64, born_ns: u64) {
         let h = self.ring.header();
         let s = &h.slots[slot.index].0;
         let p = &h.producer.0;
@@ -167,6 +174,7 @@ impl Producer {
                 seq,
                 ordinal: self.published,
                 timestamp_ns,
+                born_ns,
                 flags: self.generation,
                 format: self.ring.format(),
                 layout: self.ring.layout(),
