@@ -758,6 +758,52 @@ left=$(pgrep -f "gpuipc-host __stage" || true)
 [ -z "$left" ] || fail "stage processes left: $left"
 fi
 
+if want 13; then
+section "13. metrics of a cuda run: scraped while it runs, then against its report"
+mw=$here/work/metrics
+rm -rf "$mw" && mkdir -p "$mw"
+sed 's/^device = "auto"/device = "cuda"/' "$here/pipelines/4k-yuv.toml" > "$mw/4k.toml"
+(cd "$mw" && exec "$host" run 4k.toml --frames 60000 --metrics 127.0.0.1:0 --metrics-linger 60s --report report.json > run.txt 2> err.txt) &
+hostpid=$!
+python3 - "$mw" "$hostpid" <<'PY' || fail "metrics of a cuda run"
+import json, os, re, sys, time, urllib.request
+work, pid = sys.argv[1], int(sys.argv[2])
+deadline = time.monotonic() + 60
+url = None
+while url is None and time.monotonic() < deadline:
+    m = re.search(r"metrics on (http://\S+)/metrics", open(os.path.join(work, "err.txt")).read())
+    url = m and m.group(1)
+    time.sleep(0.05)
+def get(path):
+    try:
+        with urllib.request.urlopen(url + path, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+while get("/readyz")[0] != 200 and time.monotonic() < deadline:
+    time.sleep(0.05)
+status, live = get("/metrics")
+def series(text, name):
+    return {l.split(" ")[0]: float(l.split(" ")[1]) for l in text.splitlines() if l.startswith(name)}
+gpu = series(live, "gpuipc_gpu_memory_used_bytes")
+lat = series(live, "gpuipc_stage_latency_seconds_count")
+print(f"    while running: /readyz 200, /metrics {status}; GPU memory {list(gpu.values())} bytes; latency counts {sorted(lat.values())}")
+ok = status == 200 and gpu and all(v > 0 for v in gpu.values()) and len(lat) == 3 and all(v > 0 for v in lat.values())
+while not os.path.exists(os.path.join(work, "report.json")) and time.monotonic() < deadline + 120:
+    time.sleep(0.1)
+time.sleep(0.5)
+_, final = get("/metrics")
+report = {s["name"]: s for s in json.load(open(os.path.join(work, "report.json")))["stages"]}
+frames = {re.search(r'stage="([^"]+)"', k).group(1): v for k, v in series(final, "gpuipc_stage_frames_total").items()}
+agree = all(frames.get(n) == s["frames"] for n, s in report.items())
+p99 = {n: (s.get("latency") or {}).get("p99_ms") for n, s in report.items()}
+print(f"    after: frames {frames} = report {agree}; latency p99 by stage {p99}")
+os.kill(pid, 15)
+sys.exit(0 if ok and agree else 1)
+PY
+wait "$hostpid" || true
+fi
+
 echo
 if [ "$failed" = 0 ]; then echo "ALL GPU CHECKS PASSED"; else echo "SOME GPU CHECKS FAILED"; fi
 exit "$failed"
