@@ -400,7 +400,7 @@ params = {{ path = "png/f-{{seq:03}}.png" }}
     }
 }
 
-/// `tcp-send`'s side of the link protocol (`plugins/tcp-wire/src/lib.rs`, version 1), enough
+/// `tcp-send`'s side of the link protocol (`plugins/tcp-wire/src/lib.rs`, version 2), enough
 /// to hand a `tcp-receive` stage frames this test made: the hello, the answer, each frame as
 /// the ring's slot holds it, the end of stream, and their acknowledgements.
 mod link {
@@ -408,7 +408,7 @@ mod link {
 
     const HELLO_MAGIC: &[u8; 4] = b"GPNH";
     const FRAME_MAGIC: &[u8; 4] = b"GPNF";
-    const VERSION: u16 = 1;
+    const VERSION: u16 = 2;
     const FLAG_END_OF_STREAM: u32 = 1;
     const ACCEPT: u8 = 0;
     const ACK_FRAME: u8 = 0x06;
@@ -436,6 +436,8 @@ mod link {
             hello.extend_from_slice(&field.to_le_bytes());
         }
         hello.extend_from_slice(&frame_bytes.to_le_bytes());
+        hello.extend_from_slice(&1u16.to_le_bytes()); // one connection
+        hello.extend_from_slice(&0u16.to_le_bytes()); // the first (headers and payloads)
         hello.extend_from_slice(link.as_bytes());
         stream.write_all(&hello).unwrap();
         let mut answer = [0u8; 3];
