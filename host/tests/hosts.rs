@@ -671,7 +671,11 @@ fn the_coordinator_serves_every_hosts_stages_live_and_final_figures_that_agree_w
         serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     let rows = report["stages"].as_array().unwrap();
     for host in ["a", "b"] {
-        assert!(rows.iter().any(|r| r["host"] == host), "no stage of {host} in {report}");
+        assert!(
+            rows.iter().any(|r| r["host"] == host),
+            "no stage of {host} in {report}\n{}",
+            coordinator.stderr_so_far()
+        );
     }
     for row in rows {
         let (host, stage) = (row["host"].as_str().unwrap(), row["name"].as_str().unwrap());
