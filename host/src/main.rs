@@ -87,6 +87,10 @@ enum Command {
         /// scrape of a run of a fixed length), or until a stop signal. E.g. `30s`.
         #[arg(long, value_name = "DURATION", value_parser = parse_linger, requires = "metrics")]
         metrics_linger: Option<std::time::Duration>,
+        /// A part of a run over several hosts: write the run's figures as JSON lines on stdout
+        /// for the agent or coordinator that started it (agent/part.rs).
+        #[arg(long, hide = true)]
+        part_samples: bool,
     },
     /// Check a pipeline file and print its plan and the memory it needs, or every error in it.
     ///
@@ -114,6 +118,10 @@ enum Command {
         /// The endpoint it listens on, `tcp/ADDRESS:PORT` (a `[[host]]`'s `control`).
         #[arg(long)]
         listen: String,
+        /// Serve Prometheus metrics, /healthz and /readyz of the parts it runs over HTTP here:
+        /// PORT (on 127.0.0.1), HOST:PORT or [IPv6]:PORT (docs/metrics.md).
+        #[arg(long, value_name = "ADDR:PORT", value_parser = config::MetricsAddress::parse)]
+        metrics: Option<config::MetricsAddress>,
     },
     /// Measure a pipeline: in one process on one CUDA context (its ideal) and as separate
     /// processes, back to back on the same frames; frames/s, GPU time and bandwidth per stage,
@@ -291,7 +299,7 @@ fn main() -> ExitCode {
         Command::NcclStream { end, address, bytes, frames, device } => {
             doctor::nccl_stream::main(end, &address, bytes, frames, device)
         }
-        Command::Agent { name, listen } => agent::main(&name, &listen),
+        Command::Agent { name, listen, metrics } => agent::main(&name, &listen, metrics.as_ref()),
         Command::Validate { file, device, no_budget_check, ask_hosts } => match load_plan(&file, device) {
             Ok(plan) => {
                 let (needs, has) = (plan::budget::needs(&plan), plan::budget::has());
@@ -368,6 +376,7 @@ fn main() -> ExitCode {
             no_budget_check,
             metrics,
             metrics_linger,
+            part_samples,
         } => {
             let plan = match load_plan(&file, device) {
                 Ok(p) => p,
@@ -383,14 +392,6 @@ fn main() -> ExitCode {
             }
             agent::part::adopt_parent_death();
             let metrics = metrics.or_else(|| plan.metrics.clone());
-            if plan.needs_agents().is_some() && metrics.is_some() {
-                // Not yet: the coordinator does not gather its agents' figures (docs/metrics.md).
-                eprintln!(
-                    "{}: error: --metrics serves a run on this machine; a run with stages on other hosts does not serve metrics yet",
-                    file.display()
-                );
-                return ExitCode::from(2);
-            }
             if plan.needs_agents().is_some() {
                 if in_process {
                     eprintln!(
@@ -399,7 +400,15 @@ fn main() -> ExitCode {
                     );
                     return ExitCode::from(2);
                 }
-                return agent::coordinator::run(&plan, &agent::coordinator::RunArgs { frames, report, checksums });
+                let args = agent::coordinator::RunArgs {
+                    frames,
+                    report,
+                    checksums,
+                    live: !quiet,
+                    metrics,
+                    linger: metrics_linger.unwrap_or_default(),
+                };
+                return agent::coordinator::run(&plan, &args);
             }
             if in_process && metrics.is_some() {
                 eprintln!(
@@ -417,6 +426,7 @@ fn main() -> ExitCode {
                 checksums,
                 metrics,
                 linger: metrics_linger.unwrap_or_default(),
+                part_samples,
             };
             run(&plan, &options)
         }
@@ -481,6 +491,7 @@ struct RunArgs {
     checksums: Option<PathBuf>,
     metrics: Option<config::MetricsAddress>,
     linger: std::time::Duration,
+    part_samples: bool,
 }
 
 fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
@@ -491,20 +502,27 @@ fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
         return ExitCode::from(1);
     }
     // Bound before any stage starts: a port in use is the command's error, not the run's.
-    let board = args.metrics.as_ref().map(|_| Arc::new(metrics::Board::default()));
+    let board = (args.metrics.is_some() || args.part_samples).then(|| Arc::new(metrics::Board::default()));
+    if let Some(board) = &board {
+        board.post(metrics::Sample { pipeline: plan.name.clone(), ..metrics::Sample::default() });
+    }
     let endpoint = match (&args.metrics, &board) {
-        (Some(address), Some(board)) => {
-            board.post(metrics::Sample { pipeline: plan.name.clone(), ..metrics::Sample::default() });
-            match metrics::server::Endpoint::start(address, board.clone()) {
-                Ok(endpoint) => {
-                    tracing::info!("metrics on http://{}/metrics (and /healthz, /readyz)", endpoint.address());
-                    Some(endpoint)
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(1);
-                }
+        (Some(address), Some(board)) => match metrics::server::Endpoint::start(address, board.clone()) {
+            Ok(endpoint) => {
+                tracing::info!("metrics on http://{}/metrics (and /healthz, /readyz)", endpoint.address());
+                Some(endpoint)
             }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        },
+        _ => None,
+    };
+    let samples = match &board {
+        Some(board) if args.part_samples => {
+            let (stop, stopped) = std::sync::mpsc::channel();
+            Some((stop, agent::part::write_samples(board.clone(), stopped)))
         }
         _ => None,
     };
@@ -551,19 +569,28 @@ fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
         };
         supervisor::run(plan, &options, shutdown).map_err(|e| e.to_string())
     };
-    let report = match result {
+    let report = result.inspect_err(|_| {
+        if let Some(board) = &board {
+            board.set_state(metrics::RunState::Failed);
+        }
+    });
+    // The last sample, the run's final figures, goes before the run ends.
+    if let Some((stop, writer)) = samples {
+        let _ = stop.send(());
+        let _ = writer.join();
+    }
+    let report = match report {
         Ok(r) => r,
         Err(e) => {
-            if let Some(board) = &board {
-                board.set_state(metrics::RunState::Failed);
-            }
             eprintln!("error: {e}{}", supervisor::report::limit_hint(&e));
             return ExitCode::from(1);
         }
     };
     // A closed stdout (`run ... | head -1`) is not a failure of the run: the report file is
     // still written and the exit code still says how the run went.
-    let _ = writeln!(std::io::stdout(), "{}", report.render());
+    if !args.part_samples {
+        let _ = writeln!(std::io::stdout(), "{}", report.render());
+    }
     if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&report).expect("the report serialises");
         if let Err(e) = std::fs::write(path, json) {

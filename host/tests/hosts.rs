@@ -610,3 +610,94 @@ fn with_on_host_loss_wait_a_host_cut_off_past_the_lease_is_waited_for_and_the_ru
     grade_on_b_took_the_reference_frames(&dir, &text, &taken);
     assert_nothing_left(out.pid);
 }
+
+/// A scrape's samples: `name{labels}` → value.
+fn scraped(text: &str) -> std::collections::BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| l.rsplit_once(' ').map(|(series, value)| (series.to_owned(), value.parse().unwrap())))
+        .collect()
+}
+
+/// A stage's series as the endpoints label it.
+fn series(metric: &str, host: &str, stage: &str) -> String {
+    format!(r#"{metric}{{pipeline="cross",host="{host}",stage="{stage}",replica="0"}}"#)
+}
+
+#[test]
+fn the_coordinator_serves_every_hosts_stages_live_and_final_figures_that_agree_with_the_report() {
+    let Some(net) = netns::Pair::create("metrics", 5) else { return };
+    let dir = scratch("hosts-metrics");
+    // b also serves its part's figures, in its namespace.
+    let a = Agent::start_in(&dir, "a", &net.a);
+    let b = Agent::start_in_with(&dir, "b", &net.b, &["--metrics", "9465"]);
+    // Unbounded and paced: it runs until it is stopped, however slow the machine.
+    let text = split_chain(&a, &b, None, (64, 48), "").replace("seed = 5 }", "seed = 5, fps = 100.0 }");
+    let file = pipeline(&dir, "p.toml", &text);
+    let coordinator =
+        start_in(&dir, &net.a, &file, &["--metrics", "9464", "--metrics-linger", "10m", "--report", "report.json"]);
+    let (at, agent_at) = ("127.0.0.1:9464", "127.0.0.1:9465");
+
+    // Live: both hosts' stages, each labelled with its host, frames moving on each.
+    let mut live = String::new();
+    wait_until(RUN_TIMEOUT, "both hosts' stages doing frames on the coordinator's endpoint", || {
+        let Ok((200, text)) = net.a.get(at, "/metrics") else { return false };
+        let got = scraped(&text);
+        live = text;
+        let frames = |host: &str, stage: &str| got.get(&series("gpuipc_stage_frames_total", host, stage)).copied();
+        frames("a", "gen").is_some_and(|f| f > 0.0)
+            && frames("b", "grade").is_some_and(|f| f > 0.0)
+            && frames("a", "yuv").is_some_and(|f| f > 0.0)
+            && got.get(r#"gpuipc_run_state{pipeline="cross",state="running"}"#) == Some(&1.0)
+    });
+    assert!(!live.contains(r#"host="local""#), "a run without local stages shows none:\n{live}");
+    wait_until(RUN_TIMEOUT, "the run ready", || net.a.get(at, "/readyz").is_ok_and(|(s, _)| s == 200));
+    assert_eq!(net.a.get(at, "/healthz").unwrap(), (200, "ok\n".to_owned()));
+    // The agent serves its own part, its stages labelled with its name.
+    let (status, text) = net.b.get(agent_at, "/metrics").unwrap();
+    assert_eq!(status, 200, "{text}");
+    let got = scraped(&text);
+    assert!(got.contains_key(&series("gpuipc_stage_frames_total", "b", "grade")), "{text}");
+    assert!(!got.contains_key(&series("gpuipc_stage_frames_total", "a", "gen")), "{text}");
+
+    // Stopped, drained, reported: the final figures are the report's, for every host's stages.
+    coordinator.signal(rustix::process::Signal::TERM);
+    let mut coordinator = coordinator;
+    coordinator.wait_for_stderr("serving the run's final metrics", RUN_TIMEOUT);
+    let (status, text) = net.a.get(at, "/metrics").unwrap();
+    assert_eq!(status, 200, "{text}");
+    let got = scraped(&text);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let rows = report["stages"].as_array().unwrap();
+    for host in ["a", "b"] {
+        assert!(
+            rows.iter().any(|r| r["host"] == host),
+            "no stage of {host} in {report}\n{}",
+            coordinator.stderr_so_far()
+        );
+    }
+    for row in rows {
+        let (host, stage) = (row["host"].as_str().unwrap(), row["name"].as_str().unwrap());
+        for (metric, field) in [
+            ("gpuipc_stage_frames_total", "frames"),
+            ("gpuipc_stage_dropped_frames_total", "dropped"),
+            ("gpuipc_stage_lost_frames_total", "lost"),
+            ("gpuipc_stage_latency_seconds_count", "frames"),
+        ] {
+            let name = series(metric, host, stage);
+            assert_eq!(got.get(&name), Some(&row[field].as_f64().unwrap()), "{name} in:\n{text}");
+        }
+    }
+    assert!(report_field(&report, "a", "yuv", "frames") > 0, "{report}");
+    assert_eq!(got[r#"gpuipc_run_state{pipeline="cross",state="stopped"}"#], 1.0, "{text}");
+    // A second signal ends the lingering.
+    coordinator.signal(rustix::process::Signal::TERM);
+    let out = coordinator.finish(RUN_TIMEOUT);
+    assert_eq!(out.status.code(), Some(0), "{}", out.output());
+    assert!(net.a.get(at, "/metrics").is_err(), "the endpoint answers after its run ended");
+    assert_nothing_left(out.pid);
+    for agent in [&a, &b] {
+        assert_eq!(parts_left_after(agent.pid(), RUN_TIMEOUT), vec![], "agent {}", agent.name);
+    }
+}

@@ -122,6 +122,12 @@ pub fn outcome_key(run: &str, host: &str) -> String {
     format!("gpuipc/run/{run}/outcome/{host}")
 }
 
+/// Where host `host` publishes its part's samples of run `run` (a [`crate::metrics::Sample`],
+/// its rows labelled with the host), every [`super::part::SAMPLE_EVERY`].
+pub fn sample_key(run: &str, host: &str) -> String {
+    format!("gpuipc/run/{run}/sample/{host}")
+}
+
 /// Where agent `host` says whether it still runs its part of run `run` (a coordinator asks
 /// when the agent's token comes back).
 pub fn status_key(run: &str, host: &str) -> String {
@@ -151,6 +157,10 @@ pub struct StartRequest {
     /// What to do when the coordinator's token vanishes: `stop` drains at once; `wait` gives
     /// it [`super::part::COORDINATOR_GRACE`] to come back first.
     pub on_host_loss: crate::config::OnHostLoss,
+    /// Whether the part sends its run's samples (`gpuipc/run/RUN/sample/HOST`): the
+    /// coordinator shows a live table or serves metrics.
+    #[serde(default)]
+    pub samples: bool,
 }
 
 /// An agent's answer to a [`StartRequest`].
@@ -175,6 +185,10 @@ pub struct Outcome {
     pub report: Option<serde_json::Value>,
     /// The last lines it wrote to stderr.
     pub stderr_tail: Vec<String>,
+    /// Its run's last sample (its final figures), its rows labelled with the host, when the
+    /// part was asked for samples.
+    #[serde(default)]
+    pub sample: Option<Box<crate::metrics::Sample>>,
 }
 
 impl Outcome {

@@ -1,22 +1,26 @@
 //! `run` of a plan with stages on other hosts (docs/multi-host.md): split it into parts, ask
 //! each used host's agent to run its part, run this machine's part as an agent would, and wait
 //! for every outcome. Signals drain every host (a second one ends them); a lost agent stops
-//! the run, or with `on_host_loss = "wait"` is waited for.
+//! the run, or with `on_host_loss = "wait"` is waited for. With a live table or `--metrics`,
+//! each part sends its samples (`gpuipc/run/RUN/sample/HOST`); the coordinator merges them,
+//! each stage labelled with its host, into its table and its endpoint.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use zenoh::Wait;
 
 use super::control::{self, Outcome, StartReply, StartRequest};
 use super::part::{COORDINATOR_GRACE, PartRun, PartSpec};
-use crate::config::OnHostLoss;
+use crate::config::{MetricsAddress, OnHostLoss};
+use crate::metrics::{Board, RunState, Sample};
 use crate::plan::Plan;
 use crate::plan::split::{LOCAL, Part};
 use crate::supervisor::RunReport;
+use crate::supervisor::report::Live;
 
 /// How long an agent is given to answer that it is up, and to check and start its part.
 const AGENT_UP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,6 +31,12 @@ pub struct RunArgs {
     pub frames: Option<u64>,
     pub report: Option<PathBuf>,
     pub checksums: Option<PathBuf>,
+    /// The live table of every host's stages.
+    pub live: bool,
+    /// Serve every host's figures here.
+    pub metrics: Option<MetricsAddress>,
+    /// Serve the final figures this long after the run.
+    pub linger: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +63,7 @@ enum PartStatus {
 /// What the event loop hears.
 enum Event {
     Outcome(Outcome),
+    Sample(Sample),
     Agent { host: String, alive: bool },
     Signal,
 }
@@ -90,13 +101,38 @@ pub fn run(plan: &Plan, args: &RunArgs) -> ExitCode {
             }
         }
     });
-    let code = match Coordinator::start(plan, &parts, args, tx) {
+    // Bound before any host starts: a port in use is the command's error, not the run's.
+    let board = args.metrics.as_ref().map(|_| Arc::new(Board::default()));
+    let endpoint = match (&args.metrics, &board) {
+        (Some(address), Some(board)) => {
+            board.post(Sample::merge(&plan.name, &[]));
+            match crate::metrics::server::Endpoint::start(address, board.clone()) {
+                Ok(endpoint) => {
+                    tracing::info!("metrics on http://{}/metrics (and /healthz, /readyz)", endpoint.address());
+                    Some(endpoint)
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+        }
+        _ => None,
+    };
+    let code = match Coordinator::start(plan, &parts, args, tx, board.clone()) {
         Ok(mut c) => c.wait(&events, args),
         Err(e) => {
+            if let Some(board) = &board {
+                board.set_state(RunState::Failed);
+            }
             eprintln!("error: {e}");
             ExitCode::from(1)
         }
     };
+    if let Some(endpoint) = endpoint {
+        linger(&events, args.linger);
+        endpoint.stop();
+    }
     // The stand-in first: a signal between the two ends the process rather than nothing.
     drop(claimed);
     handle.close();
@@ -112,10 +148,16 @@ struct Coordinator<'p> {
     outcomes: BTreeMap<String, Outcome>,
     /// Hosts whose outcome is awaited.
     pending: Vec<String>,
+    /// Every part's host, in the plan's order, and its latest sample.
+    hosts: Vec<String>,
+    figures: BTreeMap<String, Sample>,
+    board: Option<Arc<Board>>,
+    live: Option<Live>,
     /// Kept alive for the run: the token agents watch, the subscribers that feed the events.
     _token: zenoh::liveliness::LivelinessToken,
     _outcomes: zenoh::pubsub::Subscriber<()>,
     _agents: zenoh::pubsub::Subscriber<()>,
+    _samples: Option<zenoh::pubsub::Subscriber<()>>,
 }
 
 impl<'p> Coordinator<'p> {
@@ -124,6 +166,7 @@ impl<'p> Coordinator<'p> {
         parts: &[Part],
         args: &RunArgs,
         tx: mpsc::Sender<Event>,
+        board: Option<Arc<Board>>,
     ) -> Result<Coordinator<'p>, CoordinatorError> {
         let run = run_id();
         let remote: Vec<&Part> = parts.iter().filter(|p| p.host.is_some()).collect();
@@ -152,6 +195,25 @@ impl<'p> Coordinator<'p> {
             })
             .wait()
             .map_err(|e| zenoh_err("cannot subscribe to outcomes", e))?;
+        let samples = if args.live || board.is_some() {
+            let sample_tx = tx.clone();
+            let subscriber = session
+                .declare_subscriber(format!("gpuipc/run/{run}/sample/*"))
+                .callback(move |sample| {
+                    let text = sample.payload().try_to_string().map(|t| t.into_owned()).unwrap_or_default();
+                    match serde_json::from_str::<Sample>(&text) {
+                        Ok(s) => {
+                            let _ = sample_tx.send(Event::Sample(s));
+                        }
+                        Err(e) => tracing::debug!("{}: not a sample: {e}", sample.key_expr()),
+                    }
+                })
+                .wait()
+                .map_err(|e| zenoh_err("cannot subscribe to samples", e))?;
+            Some(subscriber)
+        } else {
+            None
+        };
         let agents = session
             .liveliness()
             .declare_subscriber("gpuipc/agent/*")
@@ -168,9 +230,14 @@ impl<'p> Coordinator<'p> {
             local: None,
             outcomes: BTreeMap::new(),
             pending: Vec::new(),
+            hosts: parts.iter().map(|p| p.host_name.clone()).collect(),
+            figures: BTreeMap::new(),
+            board,
+            live: args.live.then(|| Live::new(&[], true)),
             _token: token,
             _outcomes: outcomes,
             _agents: agents,
+            _samples: samples,
         };
         for part in &remote {
             me.check_agent(part)?;
@@ -191,9 +258,10 @@ impl<'p> Coordinator<'p> {
                 pipeline: local.toml.clone(),
                 frames: args.frames,
                 checksums: checksums_of(args, LOCAL),
+                samples: me.wants_samples(),
             };
             let out = me.outcome_sender();
-            match PartRun::start(spec, out) {
+            match PartRun::start(spec, me.sample_sender(), out) {
                 Ok(p) => {
                     me.local = Some(p);
                     me.pending.push(LOCAL.to_owned());
@@ -217,6 +285,56 @@ impl<'p> Coordinator<'p> {
                 tracing::warn!("cannot publish {key}: {e}");
             }
         }
+    }
+
+    /// Whether the parts send their samples: for the live table or the endpoint.
+    fn wants_samples(&self) -> bool {
+        self.live.is_some() || self.board.is_some()
+    }
+
+    /// How the local part's samples reach the event loop: as a remote one's do.
+    fn sample_sender(&self) -> impl Fn(Sample) + Send + 'static {
+        let (session, key) = (self.session.clone(), control::sample_key(&self.run, LOCAL));
+        let wanted = self.wants_samples();
+        move |s: Sample| {
+            if wanted && let Err(e) = session.put(&key, serde_json::to_string(&s).expect("a sample serialises")).wait()
+            {
+                tracing::debug!("cannot publish {key}: {e}");
+            }
+        }
+    }
+
+    /// A host's latest figures: the table and the endpoint show every host's.
+    fn on_sample(&mut self, sample: Sample) {
+        // A part's rows carry its host (agent/part.rs); a part with no stage has none to show.
+        let Some(host) = sample.processes.first().map(|p| p.host.clone()) else { return };
+        if !self.hosts.contains(&host) {
+            return;
+        }
+        self.figures.insert(host, sample);
+        self.show();
+    }
+
+    /// Every host's figures as one sample, on the endpoint and in the table.
+    fn show(&mut self) -> Sample {
+        let parts: Vec<(&str, Option<&Sample>)> =
+            self.hosts.iter().map(|h| (h.as_str(), self.figures.get(h))).collect();
+        let merged = Sample::merge(&self.plan.name, &parts);
+        if let Some(live) = &mut self.live {
+            let rows: Vec<(String, &crate::link::stats::StatsSnapshot)> = merged
+                .processes
+                .iter()
+                .map(|p| {
+                    let replica = if p.replica > 0 { format!("#{}", p.replica) } else { String::new() };
+                    (format!("{} {}{replica}", p.host, p.stage), &p.stats)
+                })
+                .collect();
+            live.show(&rows);
+        }
+        if let Some(board) = &self.board {
+            board.post(merged.clone());
+        }
+        merged
     }
 
     /// The part's agent is up and runs our version.
@@ -259,6 +377,7 @@ impl<'p> Coordinator<'p> {
             frames: args.frames,
             checksums: checksums_of(args, &host),
             on_host_loss: self.plan.on_host_loss,
+            samples: self.wants_samples(),
         };
         let failed = |why: String| CoordinatorError::Start { host: host.clone(), why };
         let replies = self
@@ -336,7 +455,11 @@ impl<'p> Coordinator<'p> {
                 .map_or(Duration::from_secs(1), |at| at.saturating_duration_since(now));
             let event = match events.recv_timeout(next) {
                 Ok(e) => e,
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    // The endpoint's health: this loop is alive, figures or not.
+                    self.show();
+                    continue;
+                }
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             };
             match event {
@@ -353,6 +476,7 @@ impl<'p> Coordinator<'p> {
                     }
                 }
                 Event::Outcome(o) => self.on_outcome(o, &mut failure, &mut kill_at, signals),
+                Event::Sample(s) => self.on_sample(s),
                 Event::Agent { host, alive } if self.pending.contains(&host) => match (alive, self.plan.on_host_loss) {
                     (false, OnHostLoss::Stop) => {
                         let why = format!(
@@ -405,6 +529,11 @@ impl<'p> Coordinator<'p> {
             return;
         }
         self.pending.retain(|h| h != &o.host);
+        // Its final figures: they agree with its report.
+        if let Some(sample) = &o.sample {
+            self.figures.insert(o.host.clone(), (**sample).clone());
+            self.show();
+        }
         if !o.succeeded() && failure.is_none() && signals < 2 {
             let why = o.failure();
             eprintln!("run {}: {why}; the other hosts drain", self.run);
@@ -443,8 +572,23 @@ impl<'p> Coordinator<'p> {
     }
 
     /// The merged report, the table, the report file and the exit code.
-    fn finish(&self, failure: Option<String>, lost: &[String], interrupted: bool, args: &RunArgs) -> ExitCode {
+    fn finish(&mut self, failure: Option<String>, lost: &[String], interrupted: bool, args: &RunArgs) -> ExitCode {
+        if let Some(live) = &self.live {
+            live.finish();
+        }
         let report = merge(&self.plan.name, &self.outcomes, failure.as_deref(), interrupted);
+        let succeeded = failure.is_none() && report.succeeded() && self.outcomes.values().all(Outcome::succeeded);
+        // The final figures; the run's state as its report says it ended, whatever a lost
+        // host last sent.
+        self.live = None;
+        self.show();
+        if let Some(board) = &self.board {
+            board.set_state(match (succeeded, report.interrupted.is_some()) {
+                (true, false) => RunState::Finished,
+                (true, true) => RunState::Stopped,
+                (false, _) => RunState::Failed,
+            });
+        }
         let mut text = report.render();
         for host in lost {
             text.push_str(&format!("\nhost `{host}`: lost; its stages' rows are missing"));
@@ -457,10 +601,25 @@ impl<'p> Coordinator<'p> {
                 return ExitCode::from(1);
             }
         }
-        if failure.is_none() && report.succeeded() && self.outcomes.values().all(Outcome::succeeded) {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
+        if succeeded { ExitCode::SUCCESS } else { ExitCode::from(1) }
+    }
+}
+
+/// With `--metrics-linger`: serve the final figures this long after the run, or until a
+/// stop signal.
+fn linger(events: &mpsc::Receiver<Event>, linger: Duration) {
+    if linger.is_zero() {
+        return;
+    }
+    tracing::info!(
+        "serving the run's final metrics for {} more (a stop signal ends it)",
+        crate::config::format_duration(linger)
+    );
+    let deadline = Instant::now() + linger;
+    loop {
+        match events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Event::Signal) | Err(_) => return,
+            Ok(_) => {}
         }
     }
 }

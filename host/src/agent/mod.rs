@@ -2,7 +2,8 @@
 //! It opens a Zenoh session listening on the endpoint (TCP, no multicast scouting: peers are
 //! named, never discovered), announces itself with a liveliness token, answers what it is, and
 //! runs the parts of runs coordinators ask it to ([`part`]), until SIGINT or SIGTERM, which
-//! drain its parts first.
+//! drain its parts first. With `--metrics ADDR` it serves its parts' figures as a run does
+//! (docs/metrics.md), each stage labelled with this host's name.
 //!
 //! - [`control`]: the keys and messages between coordinators and agents.
 //! - [`part`]: one host's part of a run, as a child `run`.
@@ -12,7 +13,7 @@ pub mod control;
 pub mod coordinator;
 pub mod part;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,13 +21,14 @@ use std::time::{Duration, Instant};
 
 use zenoh::Wait;
 
-use crate::config::OnHostLoss;
+use crate::config::{MetricsAddress, OnHostLoss};
+use crate::metrics::{Board, Sample};
 use control::{StartReply, StartRequest};
 use part::{PartRun, PartSpec};
 
 /// Run the agent until a stop signal.
-pub fn main(name: &str, listen: &str) -> ExitCode {
-    match serve(name, listen) {
+pub fn main(name: &str, listen: &str, metrics: Option<&MetricsAddress>) -> ExitCode {
+    match serve(name, listen, metrics) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: agent '{name}': {e}");
@@ -52,9 +54,64 @@ const KEPT_OUTCOMES: usize = 64;
 /// Outcomes of ended parts, by run, oldest first.
 type Ended = Arc<Mutex<std::collections::VecDeque<(String, String)>>>;
 
-fn serve(name: &str, listen: &str) -> Result<(), String> {
+/// What an agent's metrics endpoint shows: the latest sample of each of its parts, by run; a
+/// part that ended is shown until another starts.
+struct Figures {
+    board: Arc<Board>,
+    parts: Mutex<BTreeMap<String, (Sample, bool)>>,
+}
+
+impl Figures {
+    fn new() -> Figures {
+        let figures = Figures { board: Arc::default(), parts: Mutex::default() };
+        figures.post(&BTreeMap::new());
+        figures
+    }
+
+    /// A part of `run` starts: parts that ended are no longer shown.
+    fn begin(&self, run: &str) {
+        let mut parts = self.parts.lock().expect("figures lock");
+        parts.retain(|_, (_, ended)| !*ended);
+        parts.insert(run.to_owned(), (Sample::default(), false));
+        self.post(&parts);
+    }
+
+    fn update(&self, run: &str, sample: Sample, ended: bool) {
+        let mut parts = self.parts.lock().expect("figures lock");
+        parts.insert(run.to_owned(), (sample, ended));
+        self.post(&parts);
+    }
+
+    fn post(&self, parts: &BTreeMap<String, (Sample, bool)>) {
+        let sample = match parts.len() {
+            0 => Sample { not_ready: Some("this agent runs no part of a run".to_owned()), ..Sample::default() },
+            1 => parts.values().next().expect("one part").0.clone(),
+            _ => {
+                let mut names: Vec<&str> = parts.values().map(|(s, _)| s.pipeline.as_str()).collect();
+                names.dedup();
+                let rows: Vec<(&str, Option<&Sample>)> =
+                    parts.iter().map(|(run, (s, _))| (run.as_str(), Some(s))).collect();
+                Sample::merge(&names.join(","), &rows)
+            }
+        };
+        self.board.post(sample);
+    }
+}
+
+fn serve(name: &str, listen: &str, metrics: Option<&MetricsAddress>) -> Result<(), String> {
     crate::config::StageName::parse(name)
         .map_err(|_| format!("name `{name}`: use letters, digits, `-` and `_`, starting with a letter"))?;
+    // Bound first: a port in use is the command's error.
+    let figures = metrics.map(|_| Arc::new(Figures::new()));
+    let _endpoint = match (metrics, &figures) {
+        (Some(address), Some(figures)) => {
+            let endpoint =
+                crate::metrics::server::Endpoint::start(address, figures.board.clone()).map_err(|e| e.to_string())?;
+            eprintln!("agent '{name}': metrics on http://{}/metrics (and /healthz, /readyz)", endpoint.address());
+            Some(endpoint)
+        }
+        _ => None,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let ((), _claimed) = crate::supervisor::Shutdown::claim(|| {
         crate::supervisor::STOP_SIGNALS
@@ -80,18 +137,19 @@ fn serve(name: &str, listen: &str) -> Result<(), String> {
     let runs: Runs = Arc::default();
     let ended: Ended = Arc::default();
     let declared = |what: &str, e: zenoh::Error| format!("cannot declare {what}: {e}");
-    let (starts, s, r, e) = (control::start_key(name), session.clone(), runs.clone(), ended.clone());
+    let (starts, s, r, e, f) =
+        (control::start_key(name), session.clone(), runs.clone(), ended.clone(), figures.clone());
     let agent = name.to_owned();
     let _start = session
         .declare_queryable(&starts)
         .callback(move |query| {
             // Checking a part takes a while (it loads plugins): not on Zenoh's own threads.
-            let (s, r, e, agent) = (s.clone(), r.clone(), e.clone(), agent.clone());
+            let (s, r, e, f, agent) = (s.clone(), r.clone(), e.clone(), f.clone(), agent.clone());
             std::thread::spawn(move || {
                 let payload =
                     query.payload().and_then(|p| p.try_to_string().ok()).map(|t| t.into_owned()).unwrap_or_default();
                 let reply = match serde_json::from_str::<StartRequest>(&payload) {
-                    Ok(request) => start(&s, &r, &e, &agent, request),
+                    Ok(request) => start(&s, &r, &e, f, &agent, request),
                     Err(e) => StartReply::Refused { error: format!("not a start request: {e}") },
                 };
                 let text = serde_json::to_string(&reply).expect("a reply serialises");
@@ -181,7 +239,14 @@ fn with_run(runs: &Runs, key: &str, f: impl FnOnce(&Running)) {
 }
 
 /// Start the part `request` asks for, and say so.
-fn start(session: &zenoh::Session, runs: &Runs, ended: &Ended, agent: &str, request: StartRequest) -> StartReply {
+fn start(
+    session: &zenoh::Session,
+    runs: &Runs,
+    ended: &Ended,
+    figures: Option<Arc<Figures>>,
+    agent: &str,
+    request: StartRequest,
+) -> StartReply {
     let refuse = |error: String| StartReply::Refused { error };
     if request.host != agent {
         return refuse(format!("this agent is `{agent}`, not `{}`", request.host));
@@ -202,13 +267,34 @@ fn start(session: &zenoh::Session, runs: &Runs, ended: &Ended, agent: &str, requ
         pipeline: request.pipeline,
         frames: request.frames,
         checksums: request.checksums,
+        samples: request.samples || figures.is_some(),
+    };
+    if let Some(f) = &figures {
+        f.begin(&request.run);
+    }
+    // Each sample to the coordinator, when it asked for them, and to this agent's endpoint.
+    let (s, run, host, wanted, f) =
+        (session.clone(), request.run.clone(), request.host.clone(), request.samples, figures.clone());
+    let on_sample = move |sample: Sample| {
+        if wanted {
+            let key = control::sample_key(&run, &host);
+            if let Err(why) = s.put(&key, serde_json::to_string(&sample).expect("a sample serialises")).wait() {
+                tracing::debug!("cannot publish {key}: {why}");
+            }
+        }
+        if let Some(f) = &f {
+            f.update(&run, sample, false);
+        }
     };
     let (s, r, e, run) = (session.clone(), runs.clone(), ended.clone(), request.run.clone());
     // Set, under the runs' lock, once the part has ended: a part that ends at once is not
     // entered after its outcome took it out.
     let done = Arc::new(AtomicBool::new(false));
     let ended = done.clone();
-    let started = PartRun::start(spec, move |outcome| {
+    let started = PartRun::start(spec, on_sample, move |outcome| {
+        if let (Some(f), Some(sample)) = (&figures, &outcome.sample) {
+            f.update(&run, (**sample).clone(), true);
+        }
         // Published before the run is forgotten: a draining agent closes its session only
         // once every outcome is out.
         let key = control::outcome_key(&run, &outcome.host);

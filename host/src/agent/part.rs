@@ -1,7 +1,10 @@
 //! One host's part of a run, run as a child `gpuipc-host run part.toml`: the same code for an
 //! agent's part and for the coordinator's own, so rings, stage processes, restarts and MPS are
 //! exactly a one-machine run's. The child's stderr is passed on with a `[run RUN host NAME]`
-//! prefix, its last lines kept for the outcome.
+//! prefix, its last lines kept for the outcome. Asked to, the child also writes its run's
+//! [`Sample`] as a JSON line on its stdout every [`SAMPLE_EVERY`] ([`write_samples`]), which
+//! the part passes on as they come (an agent publishes them to the coordinator) and keeps the
+//! last of for the outcome.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
@@ -14,6 +17,7 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 
 use super::control::Outcome;
+use crate::metrics::{Board, Sample};
 
 /// Lines of a part's stderr an outcome carries.
 pub const TAIL_LINES: usize = 50;
@@ -25,6 +29,8 @@ const VALIDATE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The environment variable that tells a `run` it is a part, and whose child: it ends with
 /// that process (docs/multi-host.md), so a killed agent or coordinator leaves no run behind.
 pub const PARENT_ENV: &str = "GPUIPC_PART_OF";
+/// How often a part's run writes its sample, when asked to (`run --part-samples`).
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
 
 /// What a part needs to start.
 #[derive(Debug, Clone)]
@@ -34,6 +40,9 @@ pub struct PartSpec {
     pub pipeline: String,
     pub frames: Option<u64>,
     pub checksums: Option<PathBuf>,
+    /// Whether the part's run sends its samples (for a coordinator's live table or metrics,
+    /// or the agent's metrics).
+    pub samples: bool,
 }
 
 /// A part's run, started; its outcome goes to the callback given to [`PartRun::start`].
@@ -54,9 +63,15 @@ pub enum PartError {
 
 impl PartRun {
     /// Write the part into a private folder, check it with this binary's `validate`, and start
-    /// `run` on it. `on_exit` gets the outcome once the run has exited (from a thread of its own,
-    /// which also outlives the child, as its parent-death signal needs).
-    pub fn start(spec: PartSpec, on_exit: impl FnOnce(Outcome) + Send + 'static) -> Result<PartRun, PartError> {
+    /// `run` on it. `on_sample` gets each sample the run sends (with `spec.samples`), its rows
+    /// labelled with the part's host; `on_exit` gets the outcome once the run has exited and its
+    /// last sample was passed on (from a thread of its own, which also outlives the child, as
+    /// its parent-death signal needs).
+    pub fn start(
+        spec: PartSpec,
+        on_sample: impl Fn(Sample) + Send + 'static,
+        on_exit: impl FnOnce(Outcome) + Send + 'static,
+    ) -> Result<PartRun, PartError> {
         let prepare = |why: String| PartError::Prepare { host: spec.host.clone(), why };
         let exe =
             std::env::current_exe().map_err(|e| prepare(format!("cannot find the gpuipc-host executable: {e}")))?;
@@ -71,7 +86,7 @@ impl PartRun {
         let host = spec.host.clone();
         std::thread::Builder::new()
             .name(format!("part-{}", spec.run))
-            .spawn(move || supervise(&exe, &dir, &spec, tx, on_exit))
+            .spawn(move || supervise(&exe, &dir, &spec, tx, on_sample, on_exit))
             .map_err(|e| PartError::Spawn { host: host.clone(), why: e.to_string() })?;
         match rx.recv() {
             Ok(Ok((pid, pidfd))) => Ok(PartRun { pidfd, pid }),
@@ -154,6 +169,7 @@ fn supervise(
     dir: &Path,
     spec: &PartSpec,
     started: mpsc::Sender<Result<(u32, OwnedFd), String>>,
+    on_sample: impl Fn(Sample) + Send + 'static,
     on_exit: impl FnOnce(Outcome),
 ) {
     let report = dir.join("part-report.json");
@@ -165,13 +181,16 @@ fn supervise(
     if let Some(sums) = &spec.checksums {
         command.arg("--checksums").arg(sums);
     }
+    if spec.samples {
+        command.arg("--part-samples");
+    }
     // Its own process group: a Ctrl-C at the terminal reaches the coordinator alone, which
     // drains every host's part the same way.
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
     command
         .env(PARENT_ENV, std::process::id().to_string())
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(if spec.samples { Stdio::piped() } else { Stdio::null() })
         .stderr(Stdio::piped());
     let mut child = match command.spawn() {
         Ok(c) => c,
@@ -193,6 +212,10 @@ fn supervise(
             return;
         }
     }
+    let samples = child.stdout.take().map(|pipe| {
+        let host = spec.host.clone();
+        std::thread::spawn(move || read_samples(pipe, &host, on_sample))
+    });
     let prefix = format!("[run {} host {}] ", spec.run, spec.host);
     let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES);
     if let Some(pipe) = child.stderr.take() {
@@ -206,13 +229,49 @@ fn supervise(
         }
     }
     let status = child.wait();
+    // The child has exited: its stdout ends, and its last sample is in.
+    let sample = samples.and_then(|t| t.join().ok()).flatten().map(Box::new);
     let report = std::fs::read_to_string(&report).ok().and_then(|text| serde_json::from_str(&text).ok());
     let _ = std::fs::remove_dir_all(dir);
     let (code, signal) = match status {
         Ok(s) => (s.code(), std::os::unix::process::ExitStatusExt::signal(&s).map(signal_name)),
         Err(e) => (None, Some(format!("an unknown end (cannot wait for it: {e})"))),
     };
-    on_exit(Outcome { host: spec.host.clone(), code, signal, report, stderr_tail: tail.into() });
+    on_exit(Outcome { host: spec.host.clone(), code, signal, report, stderr_tail: tail.into(), sample });
+}
+
+/// Pass on each sample a part's run writes, labelled with its host; the last one.
+fn read_samples(pipe: impl std::io::Read, host: &str, on_sample: impl Fn(Sample)) -> Option<Sample> {
+    let mut last = None;
+    for line in BufReader::new(pipe).lines() {
+        let Ok(line) = line else { break };
+        match serde_json::from_str::<Sample>(&line) {
+            Ok(sample) => {
+                let sample = sample.on_host(host);
+                on_sample(sample.clone());
+                last = Some(sample);
+            }
+            Err(e) => tracing::debug!("host `{host}`: a line of its run's samples that is not one: {e}"),
+        }
+    }
+    last
+}
+
+/// In a `run --part-samples`: write the board's latest sample as a JSON line on stdout every
+/// [`SAMPLE_EVERY`] until `stop`, then the last one. On a thread of its own: a part that does
+/// not read holds up this thread, never the run's loop.
+pub fn write_samples(board: std::sync::Arc<Board>, stop: mpsc::Receiver<()>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut out = std::io::stdout().lock();
+        loop {
+            let done = !matches!(stop.recv_timeout(SAMPLE_EVERY), Err(mpsc::RecvTimeoutError::Timeout));
+            let text = serde_json::to_string(&board.latest().0).expect("a sample serialises");
+            // Its reader gone, the part is ending: nothing to tell.
+            if writeln!(out, "{text}").and_then(|()| out.flush()).is_err() || done {
+                break;
+            }
+        }
+    })
 }
 
 fn signal_name(signal: i32) -> String {

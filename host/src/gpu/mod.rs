@@ -11,9 +11,9 @@
 
 pub use gpuipc_cuda::CudaError as GpuError;
 pub use gpuipc_cuda::{
-    ComputeMode, DeviceInfo, DeviceMemory, Gpu, IpcEvent, MemoryKind, PinnedHost, SideStream, SleepEvent, Stream,
-    TimingEvent, built_for_cuda, can_access_peer, count_devices, devices, driver_available, driver_version,
-    memory_in_use, memory_info, vmm_fd_supported,
+    ComputeMode, DeviceInfo, DeviceMemory, Gpu, IpcEvent, MemoryKind, Nvtx, NvtxRange, PinnedHost, SideStream,
+    SleepEvent, Stream, TimingEvent, built_for_cuda, can_access_peer, count_devices, devices, driver_available,
+    driver_version, frame_range_name, memory_in_use, memory_info, nvtx_enabled_by, vmm_fd_supported,
 };
 
 /// The MPS control program: it starts and stops an MPS daemon (`crate::supervisor`'s `mps`).

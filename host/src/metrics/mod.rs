@@ -134,6 +134,83 @@ impl Sample {
     }
 }
 
+impl Sample {
+    /// This sample as host `host` shows it: every row labelled with the host (a part's run
+    /// labels its own rows `local`).
+    pub fn on_host(mut self, host: &str) -> Sample {
+        for p in &mut self.processes {
+            p.host = host.to_owned();
+        }
+        for l in &mut self.links {
+            l.host = host.to_owned();
+        }
+        for g in &mut self.gpus {
+            g.host = host.to_owned();
+        }
+        self
+    }
+
+    /// The run over several hosts as one sample: every host's rows, in the order of `parts`
+    /// (each already labelled with its host, or `None` where it has sent no figures yet). The
+    /// run is as far along as its least advanced part, failed if any part failed; it is ready
+    /// when every part is.
+    pub fn merge(pipeline: &str, parts: &[(&str, Option<&Sample>)]) -> Sample {
+        let mut merged = Sample { pipeline: pipeline.to_owned(), ..Sample::default() };
+        let mut states = Vec::with_capacity(parts.len());
+        for (host, sample) in parts {
+            let Some(s) = sample else {
+                states.push(RunState::Starting);
+                merged.not_ready.get_or_insert_with(|| format!("starting: host `{host}` has sent no figures yet"));
+                continue;
+            };
+            states.push(s.state);
+            if s.state == RunState::Running
+                && let Some(why) = &s.not_ready
+            {
+                merged.not_ready.get_or_insert_with(|| format!("host `{host}`: {why}"));
+            }
+            merged.started_at = match (merged.started_at, s.started_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            merged.processes.extend(s.processes.iter().cloned());
+            merged.links.extend(s.links.iter().cloned());
+            merged.gpus.extend(s.gpus.iter().cloned());
+        }
+        merged.state = merged_state(&states);
+        if !matches!(merged.state, RunState::Running | RunState::Starting) {
+            merged.not_ready = None;
+        }
+        merged
+    }
+}
+
+/// The state of a run whose parts are in `states`.
+fn merged_state(states: &[RunState]) -> RunState {
+    use RunState::*;
+    let any = |s: RunState| states.contains(&s);
+    if states.is_empty() || any(Starting) && !any(Failed) && !any(Stopping) {
+        return Starting;
+    }
+    let ended = |s: &RunState| matches!(s, Finished | Stopped | Failed);
+    if states.iter().all(ended) {
+        return if any(Failed) {
+            Failed
+        } else if any(Stopped) {
+            Stopped
+        } else {
+            Finished
+        };
+    }
+    if any(Failed) || any(Stopping) {
+        Stopping
+    } else if any(Draining) || any(Stopped) {
+        Draining
+    } else {
+        Running
+    }
+}
+
 /// The latest sample of a run, posted by its supervisor, read by the server.
 #[derive(Debug, Default)]
 pub struct Board {
@@ -184,7 +261,80 @@ pub fn health(sample: &Sample, since_post: Option<Duration>) -> Result<(), Strin
 pub fn readiness(sample: &Sample) -> Result<(), String> {
     match sample.state {
         RunState::Running => sample.not_ready.clone().map_or(Ok(()), Err),
-        RunState::Starting => Err("starting: not every stage is running yet".to_owned()),
+        // A run over several hosts says which one it waits for.
+        RunState::Starting => {
+            Err(sample.not_ready.clone().unwrap_or_else(|| "starting: not every stage is running yet".to_owned()))
+        }
         other => Err(format!("the run is {}", other.name())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(state: RunState, stage: &str, not_ready: Option<&str>) -> Sample {
+        let process = ProcessSample {
+            stage: stage.to_owned(),
+            replica: 0,
+            host: "local".to_owned(),
+            plugin: "null".to_owned(),
+            domain: "cpu".to_owned(),
+            device: "cpu".to_owned(),
+            up: true,
+            stats: StatsSnapshot::default(),
+        };
+        Sample {
+            pipeline: "p".to_owned(),
+            state,
+            not_ready: not_ready.map(str::to_owned),
+            started_at: Some(if stage == "a" { 2.0 } else { 1.0 }),
+            processes: vec![process],
+            links: Vec::new(),
+            gpus: vec![GpuSample { host: "local".to_owned(), device: 0, used_bytes: 1, total_bytes: 2 }],
+        }
+    }
+
+    #[test]
+    fn a_merge_labels_every_row_with_its_host_and_keeps_every_host() {
+        let a = part(RunState::Running, "a", None).on_host("a");
+        let b = part(RunState::Running, "b", None).on_host("local");
+        let merged = Sample::merge("run", &[("a", Some(&a)), ("local", Some(&b))]);
+        assert_eq!(merged.pipeline, "run");
+        let rows: Vec<(&str, &str)> = merged.processes.iter().map(|p| (p.host.as_str(), p.stage.as_str())).collect();
+        assert_eq!(rows, [("a", "a"), ("local", "b")]);
+        assert_eq!(merged.gpus.iter().map(|g| g.host.as_str()).collect::<Vec<_>>(), ["a", "local"]);
+        assert_eq!((merged.state, merged.not_ready, merged.started_at), (RunState::Running, None, Some(1.0)));
+    }
+
+    #[test]
+    fn a_merged_run_is_as_far_along_as_its_least_advanced_part() {
+        use RunState::*;
+        let state = |states: &[RunState]| {
+            let parts: Vec<Sample> = states.iter().map(|&s| part(s, "x", None)).collect();
+            let named: Vec<(&str, Option<&Sample>)> = parts.iter().map(|p| ("h", Some(p))).collect();
+            Sample::merge("p", &named).state
+        };
+        assert_eq!(state(&[Running, Starting]), Starting);
+        assert_eq!(state(&[Running, Running]), Running);
+        assert_eq!(state(&[Running, Finished]), Running);
+        assert_eq!(state(&[Running, Draining]), Draining);
+        assert_eq!(state(&[Running, Failed]), Stopping);
+        assert_eq!(state(&[Starting, Failed]), Stopping);
+        assert_eq!(state(&[Finished, Finished]), Finished);
+        assert_eq!(state(&[Finished, Stopped]), Stopped);
+        assert_eq!(state(&[Stopped, Failed]), Failed);
+        assert_eq!(state(&[]), Starting);
+    }
+
+    #[test]
+    fn a_host_without_figures_or_not_ready_makes_the_run_not_ready_naming_it() {
+        let a = part(RunState::Running, "a", None);
+        let merged = Sample::merge("p", &[("a", Some(&a)), ("b", None)]);
+        assert_eq!(merged.state, RunState::Starting);
+        assert_eq!(readiness(&merged), Err("starting: host `b` has sent no figures yet".to_owned()));
+        let b = part(RunState::Running, "b", Some("stage 'b' has done no frame yet"));
+        let merged = Sample::merge("p", &[("a", Some(&a)), ("b", Some(&b))]);
+        assert_eq!(readiness(&merged), Err("host `b`: stage 'b' has done no frame yet".to_owned()));
     }
 }

@@ -60,6 +60,8 @@ pub struct FrameLoop<'a, 'p> {
     /// A source's pace (`gpuipc-host bench`).
     pub pace: Option<super::measure::Pace>,
     pub phases: super::measure::PhaseClock,
+    /// `GPUIPC_NVTX=1` in a cuda stage: a range per frame around its plugin's call.
+    pub nvtx: Option<super::measure::FrameRanges>,
     /// Set when this process is one of its stage's replicas.
     pub replica: Option<super::replica::Replica>,
     /// A cuda stage's bound on how far its host runs ahead of its GPU.
@@ -249,7 +251,9 @@ impl FrameLoop<'_, '_> {
         let ctx = RawProcessContext { frame_index: index, cuda_stream: stream };
         // The input slots are claimed and the output slot is ours until publish, so the
         // memory the raw frames point at stays valid and unshared for the call.
+        let range = self.nvtx.as_ref().map(|n| n.frame(seq));
         let result = self.instance.process(&inputs, out.as_mut(), &ctx);
+        drop(range);
         let ended_ns = now_ns();
         self.last_end_ns = ended_ns;
         self.phases.lap(Phase::Process);

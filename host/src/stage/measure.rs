@@ -233,6 +233,43 @@ pub enum Phase {
     Release,
 }
 
+/// `GPUIPC_NVTX=1`: a cuda stage's NVTX ranges for Nsight Systems, one per frame around its
+/// plugin's call, named `<stage> frame <seq>`, on the stage's thread, which is named
+/// `gpuipc stage <stage>` (docs/metrics.md). Off, the frame loop pays one branch a frame.
+pub struct FrameRanges {
+    nvtx: crate::gpu::Nvtx,
+    stage: String,
+}
+
+impl FrameRanges {
+    /// Ranges for a stage in the cuda domain where `GPUIPC_NVTX` asks for them. Without the
+    /// NVTX library the stage says so and runs without them.
+    pub fn from_env(stage: &str, cuda: bool) -> Option<FrameRanges> {
+        Self::asked(stage, cuda, std::env::var_os("GPUIPC_NVTX").as_deref())
+    }
+
+    fn asked(stage: &str, cuda: bool, value: Option<&std::ffi::OsStr>) -> Option<FrameRanges> {
+        if !cuda || !crate::gpu::nvtx_enabled_by(value) {
+            return None;
+        }
+        match crate::gpu::Nvtx::load() {
+            Ok(nvtx) => {
+                nvtx.name_this_thread(&format!("gpuipc stage {stage}"));
+                Some(FrameRanges { nvtx, stage: stage.to_owned() })
+            }
+            Err(e) => {
+                tracing::warn!("stage '{stage}': GPUIPC_NVTX is set, but {e}; no NVTX ranges");
+                None
+            }
+        }
+    }
+
+    /// The range of frame `seq`, until dropped.
+    pub fn frame(&self, seq: u64) -> crate::gpu::NvtxRange {
+        self.nvtx.range(&crate::gpu::frame_range_name(&self.stage, seq))
+    }
+}
+
 const PHASES: [&str; 10] = [
     "wait input",
     "open input",
@@ -343,4 +380,23 @@ pub fn read_latencies(dir: &Path, stage: &str) -> Vec<u64> {
 /// The wall clock in nanoseconds since the Unix epoch (0 if the clock is before it).
 pub fn now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[cfg(test)]
+mod nvtx_tests {
+    use super::FrameRanges;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn ranges_are_made_only_for_a_cuda_stage_that_asks_and_never_panic_without_the_library() {
+        assert!(FrameRanges::asked("s", true, None).is_none());
+        assert!(FrameRanges::asked("s", true, Some(OsStr::new("0"))).is_none());
+        assert!(FrameRanges::asked("s", false, Some(OsStr::new("1"))).is_none());
+        // Asked in a cuda stage: ranges where NVTX loads, none (and a warning) where it does not.
+        let ranges = FrameRanges::asked("s", true, Some(OsStr::new("1")));
+        assert_eq!(ranges.is_some(), crate::gpu::Nvtx::load().is_ok());
+        if let Some(r) = ranges {
+            drop(r.frame(7));
+        }
+    }
 }

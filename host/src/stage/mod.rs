@@ -436,6 +436,7 @@ fn run_frames(
         latency,
         pace,
         phases: measure::PhaseClock::from_env(&setup.stage),
+        nvtx: measure::FrameRanges::from_env(&setup.stage, gpu.is_some()),
         replica,
         wake_ahead_after_idle: wake_ahead(&setup.tuning).map(|w| w.idle.as_nanos() as u64),
         last_end_ns: 0,

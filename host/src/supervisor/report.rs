@@ -450,6 +450,7 @@ impl StageReport {
 pub struct Live {
     bars: Vec<ProgressBar>,
     multi: MultiProgress,
+    style: ProgressStyle,
 }
 
 impl Live {
@@ -457,32 +458,34 @@ impl Live {
         let target = if enabled { ProgressDrawTarget::stderr_with_hz(5) } else { ProgressDrawTarget::hidden() };
         let multi = MultiProgress::with_draw_target(target);
         let style = ProgressStyle::with_template("{prefix:>16.bold} {msg}").expect("the template is valid");
-        let bars = procs
-            .iter()
-            .map(|p| {
-                let bar = multi.add(ProgressBar::new_spinner().with_style(style.clone()));
-                bar.set_prefix(p.name.clone());
-                bar
-            })
-            .collect();
-        Live { bars, multi }
+        let mut live = Live { bars: Vec::new(), multi, style };
+        for p in procs {
+            live.add(p.name.clone());
+        }
+        live
+    }
+
+    fn add(&mut self, name: String) {
+        let bar = self.multi.add(ProgressBar::new_spinner().with_style(self.style.clone()));
+        bar.set_prefix(name);
+        self.bars.push(bar);
     }
 
     pub fn update(&self, stats: &[StatsMap]) {
         for (bar, st) in self.bars.iter().zip(stats) {
-            let s = st.snapshot();
-            let mut line = format!("{:>10} frames {:>10.1} fps {:>8} dropped", s.frames, s.fps(), s.dropped);
-            if s.restarts > 0 || s.lost > 0 {
-                line += &format!(" {:>6} lost {:>4} restarts", s.lost, s.restarts);
+            bar.set_message(live_line(&st.snapshot()));
+        }
+    }
+
+    /// Rows named by the caller, a line added for each new one: a run over several hosts
+    /// shows each host's stages as their figures come.
+    pub fn show(&mut self, rows: &[(String, &StatsSnapshot)]) {
+        for (i, (name, snap)) in rows.iter().enumerate() {
+            if i == self.bars.len() {
+                self.add(name.clone());
             }
-            if s.damaged > 0 {
-                line += &format!(" {:>6} damaged", s.damaged);
-            }
-            if let Some(p50) = s.latency.quantile_ns(0.5) {
-                let p99 = s.latency.quantile_ns(0.99).unwrap_or(p50);
-                line += &format!("  latency p50 {} p99 {} ms", ms_cell(Some(p50 / 1e6)), ms_cell(Some(p99 / 1e6)));
-            }
-            bar.set_message(line);
+            self.bars[i].set_prefix(name.clone());
+            self.bars[i].set_message(live_line(snap));
         }
     }
 
@@ -492,6 +495,22 @@ impl Live {
         }
         let _ = self.multi.clear();
     }
+}
+
+/// A stage's live line: frames, rate, drops, losses, latency.
+fn live_line(s: &StatsSnapshot) -> String {
+    let mut line = format!("{:>10} frames {:>10.1} fps {:>8} dropped", s.frames, s.fps(), s.dropped);
+    if s.restarts > 0 || s.lost > 0 {
+        line += &format!(" {:>6} lost {:>4} restarts", s.lost, s.restarts);
+    }
+    if s.damaged > 0 {
+        line += &format!(" {:>6} damaged", s.damaged);
+    }
+    if let Some(p50) = s.latency.quantile_ns(0.5) {
+        let p99 = s.latency.quantile_ns(0.99).unwrap_or(p50);
+        line += &format!("  latency p50 {} p99 {} ms", ms_cell(Some(p50 / 1e6)), ms_cell(Some(p99 / 1e6)));
+    }
+    line
 }
 
 #[cfg(test)]

@@ -389,9 +389,14 @@ impl Agent {
     /// An agent named `name` in the namespace of `side`, on its veth address: control port
     /// 7447, frames from 7448 (the namespace is the test's own, so they are free).
     pub fn start_in(dir: &Path, name: &str, side: &netns::Side) -> Agent {
+        Agent::start_in_with(dir, name, side, &[])
+    }
+
+    /// [`Agent::start_in`], with more arguments to `agent`.
+    pub fn start_in_with(dir: &Path, name: &str, side: &netns::Side, extra: &[&str]) -> Agent {
         let control = format!("tcp/{}:7447", side.address);
-        let mut running =
-            start_wrapped(dir, &side.exec(), &["agent", "--name", name, "--listen", &control], Stdio::null());
+        let args = [&["agent", "--name", name, "--listen", &control], extra].concat();
+        let mut running = start_wrapped(dir, &side.exec(), &args, Stdio::null());
         running.wait_for_stderr("listening on", Duration::from_secs(30));
         Agent { name: name.to_owned(), control, data: format!("{}:7448", side.address), running: Some(running) }
     }

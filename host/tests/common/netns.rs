@@ -31,6 +31,32 @@ impl Side {
         ip(&[&["-n", self.ns.as_str()], args].concat()).unwrap_or_else(|e| panic!("{e}"));
     }
 
+    /// An HTTP GET of `path` from `at`, made from this side's namespace (a thread of this test
+    /// moved into it, so the test reaches the namespace's loopback): status and body.
+    pub fn get(&self, at: &str, path: &str) -> std::io::Result<(u16, String)> {
+        let (ns, at, path) = (self.ns.clone(), at.to_owned(), path.to_owned());
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let fd = std::fs::File::open(format!("/run/netns/{ns}"))?;
+            rustix::thread::move_into_link_name_space(
+                std::os::fd::AsFd::as_fd(&fd),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )?;
+            let timeout = std::time::Duration::from_secs(30);
+            let address: std::net::SocketAddr = at.parse().map_err(std::io::Error::other)?;
+            let mut stream = std::net::TcpStream::connect_timeout(&address, timeout)?;
+            stream.set_read_timeout(Some(timeout))?;
+            write!(stream, "GET {path} HTTP/1.0\r\nHost: {at}\r\n\r\n")?;
+            let mut text = String::new();
+            stream.read_to_string(&mut text)?;
+            let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| std::io::Error::other(text.clone()))?;
+            let status = head.split(' ').nth(1).and_then(|s| s.parse().ok());
+            Ok((status.ok_or_else(|| std::io::Error::other(head.to_owned()))?, body.to_owned()))
+        })
+        .join()
+        .expect("the GET's thread does not panic")
+    }
+
     /// `tc` in this side's namespace, which must succeed.
     pub fn tc(&self, args: &[&str]) {
         let out = Command::new("ip").args(["netns", "exec", &self.ns, "tc"]).args(args).output().unwrap();

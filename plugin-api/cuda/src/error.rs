@@ -16,6 +16,9 @@ pub enum CudaError {
     /// NCCL cannot be loaded (see [`crate::nccl_available`]).
     #[error("{NO_NCCL}")]
     NoNccl,
+    /// NVTX cannot be loaded (`GPUIPC_NVTX=1`; see [`crate::Nvtx`]).
+    #[error("{NO_NVTX}")]
+    NoNvtx,
     /// An NCCL call failed, or a communicator reported an error: `code` is the
     /// `ncclResult_t`, `name` its name (`ncclRemoteError`), `description` NCCL's text for it
     /// and `last` NCCL's last error message (empty when it has none).
@@ -105,6 +108,10 @@ const NO_NVRTC: &str = "NVRTC cannot be loaded (the dynamic loader finds neither
 const NO_NCCL: &str = "NCCL cannot be loaded (the dynamic loader finds neither libnccl.so.2 nor libnccl.so \
      nor cudarc's other names for it; put the directory holding libnccl.so.2, e.g. \
      site-packages/nvidia/nccl/lib of the PyPI package nvidia-nccl-cu13, on LD_LIBRARY_PATH)";
+
+const NO_NVTX: &str = "NVTX cannot be loaded (the dynamic loader finds no libnvToolsExt.so.1 nor cudarc's \
+     other names for it; CUDA toolkits up to 12 ship it, as does the PyPI package nvidia-nvtx-cu12 in \
+     site-packages/nvidia/nvtx/lib: put its directory on LD_LIBRARY_PATH)";
 
 fn on_device(device: Option<u32>) -> String {
     device.map(|d| format!(" on cuda:{d}")).unwrap_or_default()

@@ -27,6 +27,9 @@
 //!   communicator, created non-blocking and aborted on drop, sending and receiving device
 //!   memory on a stage's stream (the `nccl` links between hosts); `libnccl.so.2` is loaded at
 //!   run time like the others (`nccl.rs` says why it is not cudarc's loader);
+//! - NVTX ([`Nvtx`], [`NvtxRange`]): a stage's ranges per frame and its thread's name for
+//!   Nsight Systems, with `GPUIPC_NVTX=1` only; `libnvToolsExt` is loaded at run time like the
+//!   others, and its absence is an error, never cudarc's panic;
 //! - [`ScratchBuffer`]: device memory a plugin allocates in the context it is handed, with
 //!   fills and copies (host to device without waiting, device to device, to and from frames
 //!   ([`DeviceBuffer`], [`DeviceBytes`]), a read-back that waits) enqueued on its stream;
@@ -80,6 +83,7 @@ mod memory;
 mod module;
 mod nccl;
 mod nvrtc;
+mod nvtx;
 mod pinned;
 mod scratch;
 mod sleep_event;
@@ -102,6 +106,7 @@ pub use memory::{DeviceMemory, MemoryKind};
 pub use module::Kernel;
 pub use nccl::{NCCL_ID_BYTES, NcclId, NcclPair, nccl_available, nccl_version};
 pub use nvrtc::{NVRTC_OPTIONS, compile_cubin, nvrtc_version};
+pub use nvtx::{Nvtx, Range as NvtxRange, enabled_by as nvtx_enabled_by, frame_range_name};
 pub use pinned::PinnedHost;
 pub use scratch::ScratchBuffer;
 pub use sleep_event::SleepEvent;
