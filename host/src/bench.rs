@@ -282,6 +282,7 @@ fn separate(
         latency: how.latency.map(Path::to_owned),
         pace_fps: how.pace_fps,
         metrics: None,
+        part: false,
     };
     let report = supervisor::run(plan, &options, shutdown).map_err(|e| e.to_string())?;
     succeeded(&report, "as separate processes")?;

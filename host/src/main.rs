@@ -91,6 +91,10 @@ enum Command {
         /// for the agent or coordinator that started it (agent/part.rs).
         #[arg(long, hide = true)]
         part_samples: bool,
+        /// A part of a run over several hosts, started by its agent (agent/part.rs): a stop
+        /// drains it as the other hosts' parts, its link receivers ending with their senders.
+        #[arg(long, hide = true)]
+        part: bool,
     },
     /// Check a pipeline file and print its plan and the memory it needs, or every error in it.
     ///
@@ -377,6 +381,7 @@ fn main() -> ExitCode {
             metrics,
             metrics_linger,
             part_samples,
+            part,
         } => {
             let plan = match load_plan(&file, device) {
                 Ok(p) => p,
@@ -427,6 +432,7 @@ fn main() -> ExitCode {
                 metrics,
                 linger: metrics_linger.unwrap_or_default(),
                 part_samples,
+                part,
             };
             run(&plan, &options)
         }
@@ -492,6 +498,7 @@ struct RunArgs {
     metrics: Option<config::MetricsAddress>,
     linger: std::time::Duration,
     part_samples: bool,
+    part: bool,
 }
 
 fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
@@ -566,6 +573,7 @@ fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
             latency: None,
             pace_fps: None,
             metrics: board.clone(),
+            part: args.part,
         };
         supervisor::run(plan, &options, shutdown).map_err(|e| e.to_string())
     };

@@ -174,7 +174,7 @@ fn supervise(
 ) {
     let report = dir.join("part-report.json");
     let mut command = Command::new(exe);
-    command.arg("run").arg(dir.join("part.toml")).arg("--quiet").arg("--report").arg(&report);
+    command.arg("run").arg(dir.join("part.toml")).arg("--quiet").arg("--part").arg("--report").arg(&report);
     if let Some(frames) = spec.frames {
         command.arg("--frames").arg(frames.to_string());
     }

@@ -235,6 +235,12 @@ pub enum LinkMemory {
     Device { transport: Transport, device: u32, peers: Vec<u32> },
 }
 
+/// Whether a plugin (by name) is the receiving end of a link between hosts, the stage that
+/// `split` puts on the consumers' host: its frames come from a sender on another host.
+pub fn is_link_receiver(plugin: &str) -> bool {
+    matches!(plugin, "tcp-receive" | "nccl-receive")
+}
+
 /// A ring of `depth` slots from one producer to its consumers.
 #[derive(Debug, Clone)]
 pub struct LinkPlan {

@@ -267,7 +267,7 @@ fn stage_tables(document: &Table) -> Vec<Table> {
 }
 
 fn is_receiver(table: &Table) -> bool {
-    matches!(table.get("plugin").and_then(Value::as_str), Some("tcp-receive" | "nccl-receive"))
+    table.get("plugin").and_then(Value::as_str).is_some_and(super::is_link_receiver)
 }
 
 /// The stages that carry one link into one host.

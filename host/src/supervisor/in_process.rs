@@ -41,6 +41,7 @@ pub fn run(plan: &Plan, frames: Option<u64>, checksums: Option<&Path>, stop: &At
         latency: None,
         pace_fps: None,
         metrics: None,
+        part: false,
     };
     let launch =
         Launch { plan, procs: &procs, queues: &[], options: &options, frames, stats: &stats, rings: &rings, env: &[] };

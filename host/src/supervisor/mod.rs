@@ -51,6 +51,11 @@ pub struct RunOptions {
     pub pace_fps: Option<f64>,
     /// Where the run posts what the metrics endpoint shows (`run --metrics`).
     pub metrics: Option<std::sync::Arc<crate::metrics::Board>>,
+    /// A part of a run over several hosts (`run --part`, from its agent): on a stop signal,
+    /// which every host's part gets, its link receivers are not told to end their streams:
+    /// each ends when its sender's does, as the sending host's part drains, so the frames
+    /// in flight between the hosts are delivered rather than refused.
+    pub part: bool,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -425,7 +425,10 @@ impl Watch<'_, '_> {
             // One signal while running: drain. A second one, or one before the stages
             // started: abort.
             Ending::Running if self.started.is_some() && signals == 1 => {
-                for s in self.launch.stats {
+                for (p, s) in self.launch.stats.iter().enumerate() {
+                    if self.launch.options.part && crate::plan::is_link_receiver(&self.launch.stage(p).plugin.name) {
+                        continue;
+                    }
                     s.get().stop.store(stats::DRAIN, Ordering::Relaxed);
                 }
                 self.ending = Ending::Draining { signal: "a stop signal" };
