@@ -6,6 +6,7 @@
 #   # copy BUNDLE_DIR to the GPU machine, then there:
 #   BUNDLE_DIR/check.sh                   (writes its results under $OUT or BUNDLE_DIR/results)
 #   BUNDLE_DIR/bench.sh                   (the benchmark table of docs/benchmarks.md, likewise)
+#   BUNDLE_DIR/bench-small-frames.sh      (small frames against iceoryx2, cpu only)
 #
 # The bundle holds gpuipc-host, every plugin library next to it, pipelines/ and check.sh
 # (scripts/gpu-check-run.sh). Kernels are compiled into the plugins' sources and built with
@@ -43,7 +44,16 @@ cp scripts/lib-bench.sh "$bundle/lib-bench.sh"  # sourced by bench.sh, bench-wai
 cp scripts/bench-compare.sh "$bundle/bench-compare.sh"
 cp scripts/trace-hops.py "$bundle/trace-hops.py"
 cp scripts/bench-decode.sh "$bundle/bench-decode.sh"
-chmod +x "$bundle/check.sh" "$bundle/bench-compare.sh" "$bundle/bench.sh" "$bundle/bench-wait.sh" "$bundle/bench-latency.sh" "$bundle/bench-decode.sh"
+# Small frames against iceoryx2 (bench-small-frames.sh): the peer is no workspace member and
+# builds on its own (its own Cargo.lock and target folder); without it the script runs
+# gpuipc's rows only.
+if (cd peer-bench/iceoryx2 && env -u CARGO_TARGET_DIR cargo build --release --locked --quiet); then
+    cp peer-bench/iceoryx2/target/release/iox2-small "$bundle/bin/"
+else
+    echo "gpu-check: the iceoryx2 peer did not build; bench-small-frames.sh will run gpuipc's rows only" >&2
+fi
+cp scripts/bench-small-frames.sh "$bundle/bench-small-frames.sh"
+chmod +x "$bundle/check.sh" "$bundle/bench-small-frames.sh" "$bundle/bench-compare.sh" "$bundle/bench.sh" "$bundle/bench-wait.sh" "$bundle/bench-latency.sh" "$bundle/bench-decode.sh"
 strip --strip-debug "$bundle"/bin/* "$bundle"/tests/*
 
 # Video (check.sh section 12, bench-decode.sh): clips made here with ffmpeg, which the GPU
