@@ -257,8 +257,10 @@ fn publisher(args: &Args) -> Result<(), String> {
         .publish_subscribe::<Frame>()
         .open()
         .map_err(|e| format!("publish-subscribe service: {e:?}"))?;
-    let events = node.service_builder(&service_name(args, "published")?).event().open().map_err(|e| format!("{e:?}"))?;
-    let connected = node.service_builder(&service_name(args, "connected")?).event().open().map_err(|e| format!("{e:?}"))?;
+    let events =
+        node.service_builder(&service_name(args, "published")?).event().open().map_err(|e| format!("{e:?}"))?;
+    let connected =
+        node.service_builder(&service_name(args, "connected")?).event().open().map_err(|e| format!("{e:?}"))?;
     let listener = connected.listener_builder().create().map_err(|e| format!("{e:?}"))?;
     let publisher = frames
         .publisher_builder()
