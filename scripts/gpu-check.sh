@@ -7,6 +7,7 @@
 #   BUNDLE_DIR/check.sh                   (writes its results under $OUT or BUNDLE_DIR/results)
 #   BUNDLE_DIR/bench.sh                   (the benchmark table of docs/benchmarks.md, likewise)
 #   BUNDLE_DIR/bench-tcp.sh               (the TCP bridge against a plain TCP stream, loopback and veth)
+#   BUNDLE_DIR/bench-small-frames.sh      (small frames against iceoryx2, cpu only)
 #
 # The bundle holds gpuipc-host, every plugin library next to it, pipelines/ and check.sh
 # (scripts/gpu-check-run.sh). Kernels are compiled into the plugins' sources and built with
@@ -51,6 +52,15 @@ cp scripts/bench-two-gpus.sh "$bundle/bench-two-gpus.sh"
 cp "${CARGO_TARGET_DIR:-target}"/release/kernel-bench "$bundle/bin/"
 cp scripts/bench-kernels.sh "$bundle/bench-kernels.sh"
 cp scripts/bench-tcp.sh "$bundle/bench-tcp.sh"  # check.sh section 11 runs it too
+# Small frames against iceoryx2 (bench-small-frames.sh): the peer is a workspace of its own
+# (its own Cargo.lock and target folder, never built by the host's); without it the script
+# runs gpuipc's rows only.
+if (cd host/peer-bench/iceoryx2 && env -u CARGO_TARGET_DIR cargo build --release --locked --quiet); then
+    cp host/peer-bench/iceoryx2/target/release/iox2-small "$bundle/bin/"
+else
+    echo "gpu-check: the iceoryx2 peer did not build; bench-small-frames.sh will run gpuipc's rows only" >&2
+fi
+cp scripts/bench-small-frames.sh "$bundle/bench-small-frames.sh"
 chmod +x "$bundle"/*.sh
 strip --strip-debug "$bundle"/bin/* "$bundle"/tests/*
 

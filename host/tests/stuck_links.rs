@@ -55,11 +55,11 @@ inputs = ["grade"]
 
 /// The bytes written over, from the start of the control block.
 const OVER: std::ops::Range<u64> = 256..4096;
-/// `ProducerState::published` and `closed`, from the start of the control block.
+/// `ProducerState::published` and `StreamState::closed`, from the start of the control block.
 const PUBLISHED: u64 = 256;
-const CLOSED: u64 = 256 + 24;
+const CLOSED: u64 = 320;
 /// Slot 0's state word, and the distance from one slot's to the next.
-const SLOTS: u64 = 1408;
+const SLOTS: u64 = 1472;
 const SLOT_STRIDE: u64 = 256;
 const DEPTH: u64 = 2;
 const WRITING: u64 = 1 << 32;

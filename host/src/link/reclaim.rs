@@ -111,7 +111,8 @@ impl RingMap {
     /// End the stream as its producer would (the host, for replicas that all died for good).
     pub fn close_for_producer(&self) {
         let p = &self.header().producer.0;
-        let _ = p.closed.compare_exchange(header::OPEN, header::END_OF_STREAM, Ordering::Release, Ordering::Relaxed);
+        let closed = &self.header().stream.0.closed;
+        let _ = closed.compare_exchange(header::OPEN, header::END_OF_STREAM, Ordering::Release, Ordering::Relaxed);
         wake_all(&p.publish_futex, &p.consumers_sleeping);
     }
 

@@ -59,7 +59,7 @@ impl Replica {
                 }
             }
             // Waits for the inputs holding the lock: the siblings wait for their turn to take.
-            return Ok(match acquire_aligned(inputs)? {
+            return Ok(match acquire_aligned(inputs, Vec::new())? {
                 None => Take::End,
                 Some(held) => {
                     let ticket = guard.hold_new(self.index, held[0].meta().seq);

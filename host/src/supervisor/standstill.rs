@@ -147,7 +147,7 @@ pub fn words(rings: &[RingMap], stats: &[StatsMap]) -> Vec<u64> {
         let p = &h.producer.0;
         out.push(p.published.load(Ordering::Relaxed));
         out.push(p.seq_end.load(Ordering::Relaxed));
-        out.push(p.closed.load(Ordering::Relaxed) as u64);
+        out.push(h.stream.0.closed.load(Ordering::Relaxed) as u64);
         // Counts and depth from the ring's checked copy, not from the shared header.
         for c in 0..ring.n_consumers() {
             let c = &h.consumers[c].0;
@@ -255,7 +255,7 @@ pub fn written_over(ring: &RingMap) -> Vec<String> {
     const SHOWN: usize = 3;
     let h = ring.header();
     let mut bad = Vec::new();
-    let closed = h.producer.0.closed.load(Ordering::Relaxed);
+    let closed = h.stream.0.closed.load(Ordering::Relaxed);
     if closed > ABORTED {
         bad.push(format!("closed = {closed:#x}"));
     }
@@ -406,11 +406,11 @@ mod tests {
     /// offsets: a change of the header's layout must change them there too.
     #[test]
     fn the_offsets_the_stuck_links_test_writes_at() {
-        use crate::link::header::{ProducerState, RingHeader, SlotState};
+        use crate::link::header::{RingHeader, SlotState, StreamState};
         use std::mem::{offset_of, size_of};
         assert_eq!(offset_of!(RingHeader, producer), 256);
-        assert_eq!(offset_of!(ProducerState, closed), 24);
-        assert_eq!(offset_of!(RingHeader, slots), 1408);
+        assert_eq!(offset_of!(RingHeader, stream) + offset_of!(StreamState, closed), 320);
+        assert_eq!(offset_of!(RingHeader, slots), 1472);
         assert_eq!(size_of::<crate::link::header::CacheLine<SlotState>>(), 256);
         assert_eq!(offset_of!(SlotState, state), 0);
     }

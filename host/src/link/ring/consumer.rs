@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use super::RingMap;
 use crate::link::error::LinkError;
-use crate::link::header::{self, ABORTED, END_OF_STREAM, MAX_SLOTS, OPEN, POLICY_LATEST, SlotMeta, WRITING};
+use crate::link::header::{self, ABORTED, END_OF_STREAM, FrameMeta, MAX_SLOTS, OPEN, POLICY_LATEST, SlotMeta, WRITING};
 use crate::link::queue::QueueMap;
 use crate::link::wakes::{HeldWakes, RingSides, Side, Waiter, wake_side};
 
@@ -20,7 +20,7 @@ pub struct ReadSlot {
     ring: Arc<RingMap>,
     consumer: usize,
     index: usize,
-    meta: SlotMeta,
+    meta: FrameMeta,
     /// Whether letting go of it also says the frame was read (its pending bit goes).
     read: bool,
     /// The consumer's held-back wake-ups, which the producer's wake-up goes through.
@@ -32,8 +32,9 @@ impl ReadSlot {
         self.index
     }
 
-    /// The frame's metadata, copied when it was claimed.
-    pub fn meta(&self) -> &SlotMeta {
+    /// The frame's metadata, copied when it was claimed (its format and layout are the ring's:
+    /// `RingMap::format`, `RingMap::layout`).
+    pub fn meta(&self) -> &FrameMeta {
         &self.meta
     }
 
@@ -62,8 +63,6 @@ impl Drop for ReadSlot {
 }
 
 /// What one scan of the slots found.
-// Returned by value on every frame's claim: boxing the slot would allocate per frame.
-#[allow(clippy::large_enum_variant)]
 enum Scan {
     Claimed(ReadSlot),
     Nothing,
@@ -178,7 +177,7 @@ impl Consumer {
         let p = &h.producer.0;
         let want = at_least.max(self.expected);
         let found = self.waiter.wait(&p.publish_futex, &p.consumers_sleeping, deadline, || {
-            match p.closed.load(Ordering::Acquire) {
+            match h.stream.0.closed.load(Ordering::Acquire) {
                 ABORTED => return Some(Err(LinkError::Aborted)),
                 // Closed (Acquire above): every frame ever published is visible, so a scan
                 // that finds none means the stream is over.
@@ -206,6 +205,9 @@ impl Consumer {
     /// still pending for us will never be read: give them up, so a producer waiting for them
     /// (a `block` link whose consumer skips to align its inputs) can go on.
     fn try_claim(&self, want: u64) -> Scan {
+        if let Some(slot) = self.claim_in_place(want) {
+            return Scan::Claimed(slot);
+        }
         // Frames with a sequence number below this were published before the scan began;
         // any frame published during it has a higher one. The scan is not a snapshot: a
         // frame can be published behind it while a newer one is seen ahead.
@@ -241,6 +243,31 @@ impl Consumer {
             return Scan::Again;
         }
         self.claim(i, st).map_or(Scan::Again, Scan::Claimed)
+    }
+
+    /// The frame numbered exactly `want`, claimed where a lone producer puts it (slot `want`
+    /// modulo the depth: `Producer::acquire` prefers it) if it is there, published and pending
+    /// for us; `None` sends the caller to the full scan. It is the frame the scan would claim
+    /// (the oldest at or after `want`, published before any scan began), so an in-order
+    /// consumer at full speed reads one slot's state line instead of every slot's, which the
+    /// producer is rewriting. Frames older than `want` that are still pending for us are
+    /// given up by the next full scan instead of this one: one comes whenever this misses,
+    /// at the latest when the producer waits for a slot they hold. Not for `latest`, which
+    /// wants the newest frame.
+    fn claim_in_place(&self, want: u64) -> Option<ReadSlot> {
+        if self.latest {
+            return None;
+        }
+        let i = (want % self.ring.depth() as u64) as usize;
+        let slot = &self.ring.header().slots[i].0;
+        let st = slot.state.load(Ordering::Acquire);
+        // A sibling replica's claim under our index: that frame is its, not ours.
+        let siblings = if self.shared { header::claim_bit(self.index) } else { 0 };
+        let ours = st & WRITING == 0 && st & header::pending_bit(self.index) != 0 && st & siblings == 0;
+        if !ours || !same_frame(st, want) || slot.seq.load(Ordering::Relaxed) != want {
+            return None;
+        }
+        self.claim(i, st)
     }
 
     /// The slots holding a frame still pending for us and not being rewritten: (slot, the
@@ -282,7 +309,7 @@ impl Consumer {
             .compare_exchange(st, st | header::claim_bit(self.index), Ordering::Acquire, Ordering::Relaxed)
             .ok()?;
         // SAFETY: our claim keeps the producer out of this slot until we release it.
-        let meta = unsafe { *slot.meta.get() };
+        let meta = unsafe { SlotMeta::read_frame(slot.meta.get()) };
         Some(ReadSlot {
             ring: self.ring.clone(),
             consumer: self.index,
@@ -323,7 +350,7 @@ impl Consumer {
         let h = self.ring.header();
         let p = &h.producer.0;
         // Acquire, before the scan: a closed stream's every frame is visible to it.
-        let closed = match p.closed.load(Ordering::Acquire) {
+        let closed = match h.stream.0.closed.load(Ordering::Acquire) {
             ABORTED => return Err(LinkError::Aborted),
             OPEN => false,
             _ => true,
@@ -384,7 +411,11 @@ impl Consumer {
         // Every frame published between the last we got and this one was lost to us:
         // overwritten (drop_oldest), skipped (latest), passed over to align inputs, or
         // taken back by the host from a producer that died.
-        c.dropped.fetch_add(slot.meta.ordinal.saturating_sub(self.next_ordinal), Ordering::Relaxed);
+        // (Most frames follow the last one taken: no locked add of nothing.)
+        let missed = slot.meta.ordinal.saturating_sub(self.next_ordinal);
+        if missed > 0 {
+            c.dropped.fetch_add(missed, Ordering::Relaxed);
+        }
         c.received.fetch_add(1, Ordering::Relaxed);
         self.next_ordinal = self.next_ordinal.max(slot.meta.ordinal + 1);
         // Never backwards: a replica may take a frame again that a sibling died holding.
@@ -413,7 +444,7 @@ impl Consumer {
     pub fn changed_since(&self, seen: &Offer) -> bool {
         let p = &self.ring.header().producer.0;
         seen.future_from.is_none()
-            || p.closed.load(Ordering::Acquire) != OPEN
+            || self.ring.header().stream.0.closed.load(Ordering::Acquire) != OPEN
             || p.seq_end.load(Ordering::Acquire) != seen.seq_end
     }
 

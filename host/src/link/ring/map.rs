@@ -104,6 +104,13 @@ impl RingMap {
             (*header).slot_bytes = params.slot_bytes();
             (*header).format = params.format;
             (*header).layout = params.layout;
+            // Every slot's frames have the ring's format and layout: written here once, not
+            // by the producer per frame (see `SlotMeta`).
+            for slot in (*header).slots.iter_mut() {
+                let meta = slot.0.meta.get_mut();
+                meta.format = params.format;
+                meta.layout = params.layout;
+            }
             // Written last: pairs with the Acquire load in `open`, publishing every field above.
             (*header).version.store(VERSION, Ordering::Release);
         }
@@ -226,13 +233,13 @@ impl RingMap {
 
     /// End the run for everyone on this ring: waiters wake and see `Aborted`.
     pub fn abort(&self) {
-        self.header().producer.0.closed.store(ABORTED, Ordering::Release);
+        self.header().stream.0.closed.store(ABORTED, Ordering::Release);
         self.wake(Side::Consumers);
         self.wake(Side::Producer);
     }
 
     pub fn is_aborted(&self) -> bool {
-        self.header().producer.0.closed.load(Ordering::Acquire) == ABORTED
+        self.header().stream.0.closed.load(Ordering::Acquire) == ABORTED
     }
 
     /// Frames consumer `c` missed.

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use super::RingMap;
 use crate::link::error::LinkError;
-use crate::link::header::{self, END_OF_STREAM, OPEN, POLICY_BLOCK, RingHeader, SlotMeta, WRITING};
+use crate::link::header::{self, END_OF_STREAM, FrameMeta, OPEN, POLICY_BLOCK, RingHeader, SlotMeta, WRITING};
 use crate::link::wakes::{HeldWakes, RingSides, Side, Waiter, wake_side};
 
 /// A slot the producer owns until it publishes. Dropped unpublished (an early `?`, a failed
@@ -167,19 +167,10 @@ impl Producer {
         // count is this publish's ordinal (Relaxed: the turn's hand-over orders it after the
         // previous publish); for a lone producer it equals its own count.
         self.published = self.published.max(p.published.load(Ordering::Relaxed));
+        let frame = FrameMeta { seq, ordinal: self.published, timestamp_ns, born_ns, flags: self.generation };
         // SAFETY: the slot is ours (state WRITING): no consumer can claim it, so nobody reads
         // the metadata while we write it.
-        unsafe {
-            *s.meta.get() = SlotMeta {
-                seq,
-                ordinal: self.published,
-                timestamp_ns,
-                born_ns,
-                flags: self.generation,
-                format: self.ring.format(),
-                layout: self.ring.layout(),
-            };
-        }
+        unsafe { SlotMeta::write_frame(s.meta.get(), frame) };
         s.seq.store(seq, Ordering::Relaxed);
         // Release: publishes the frame data and metadata written above to whoever claims the
         // slot with Acquire.
@@ -201,9 +192,9 @@ impl Producer {
 
     /// End of stream: consumers drain what was published, then stop.
     pub fn close(&mut self) {
-        let p = &self.ring.header().producer.0;
         // Release: every publish above happens before a consumer sees the stream closed.
-        let _ = p.closed.compare_exchange(OPEN, END_OF_STREAM, Ordering::Release, Ordering::Relaxed);
+        let closed = &self.ring.header().stream.0.closed;
+        let _ = closed.compare_exchange(OPEN, END_OF_STREAM, Ordering::Release, Ordering::Relaxed);
         self.ring.wake(Side::Consumers);
     }
 

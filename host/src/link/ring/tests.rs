@@ -357,3 +357,75 @@ fn a_wait_for_change_ends_on_a_publish_elsewhere_and_on_abort() {
     map.abort();
     assert!(matches!(waiting.join().unwrap(), Err(LinkError::Aborted)));
 }
+
+/// An in-order consumer claims the frame it wants in the slot the producer prefers for it
+/// (sequence number modulo depth) and scans when it is elsewhere; frames older than the one
+/// it wants are left pending by a claim in place and given up by the next scan, which comes
+/// at the latest when the `block` producer has no slot: no frame is held for ever, and each
+/// is counted once.
+#[test]
+fn the_wanted_frame_is_claimed_in_place_else_found_by_a_scan() {
+    let map = ring(4, &[POLICY_BLOCK]);
+    let mut consumer = Consumer::new(reopen_to_read(&map), 0, Waiter::new(0)).unwrap();
+    let mut producer = Producer::new(reopen(&map), Waiter::new(0));
+    let soon = || Some(Instant::now() + std::time::Duration::from_secs(10));
+    for seq in 0..4 {
+        let slot = producer.acquire(soon()).unwrap();
+        assert_eq!(slot.index(), seq as usize, "the producer's preferred slot");
+        producer.publish(slot, seq, 100 + seq);
+    }
+    // Wanting 3: found in place; 0 to 2 stay pending, so the ring stays full.
+    let three = consumer.acquire(3, soon()).unwrap().unwrap();
+    assert_eq!((three.index(), three.meta().seq, three.meta().timestamp_ns, three.meta().ordinal), (3, 3, 103, 3));
+    assert_eq!(consumer.dropped(), 3, "passed over, counted when 3 was taken");
+    drop(three);
+    // Frames 0 to 2 are still pending: slot 3, just read, is the only one free.
+    let only = producer.acquire(soon()).unwrap();
+    assert_eq!(only.index(), 3);
+    producer.cancel(only);
+    // Wanting 4, which is not there: the scan gives 0 to 2 up and the producer has slots again.
+    assert!(matches!(consumer.acquire(0, Some(Instant::now())), Err(LinkError::TimedOut)));
+    let slot = producer.acquire(soon()).unwrap();
+    assert_eq!(slot.index(), 0);
+    producer.publish(slot, 4, 104);
+    let four = consumer.acquire(0, soon()).unwrap().unwrap();
+    assert_eq!((four.index(), four.meta().seq), (0, 4));
+    assert_eq!(consumer.dropped(), 3, "counted once");
+    drop(four);
+
+    // A producer writing another part of the ring (a replica's slots 2 and 3): frame 5 lands in
+    // slot 3, not 5 mod 4 = 1, and the scan finds it.
+    let mut part = Producer::with_slots(reopen(&map), Waiter::new(0), 2..4).unwrap();
+    let slot = part.acquire(soon()).unwrap();
+    assert_eq!(slot.index(), 3);
+    part.publish(slot, 5, 105);
+    let five = consumer.acquire(0, soon()).unwrap().unwrap();
+    assert_eq!((five.index(), five.meta().seq, five.meta().timestamp_ns), (3, 5, 105));
+}
+
+/// Only a frame's own fields of a slot's metadata are written per frame: the format and
+/// layout every slot carries are the ring's, as its creator wrote them.
+#[test]
+fn a_publish_writes_the_frames_own_metadata_and_keeps_the_rings_format() {
+    let map = ring(2, &[POLICY_BLOCK]);
+    let mut consumer = Consumer::new(reopen_to_read(&map), 0, Waiter::new(0)).unwrap();
+    let mut producer = Producer::new(reopen(&map), Waiter::new(0));
+    let soon = || Some(Instant::now() + std::time::Duration::from_secs(10));
+    for seq in [7, 9] {
+        let slot = producer.acquire(soon()).unwrap();
+        producer.publish(slot, seq, 1000 + seq);
+        let got = consumer.acquire(0, soon()).unwrap().unwrap();
+        let want = crate::link::header::FrameMeta {
+            seq,
+            ordinal: if seq == 7 { 0 } else { 1 },
+            timestamp_ns: 1000 + seq,
+            flags: producer.generation(),
+        };
+        assert_eq!(*got.meta(), want);
+    }
+    for i in 0..map.depth() {
+        // SAFETY: (test) no end writes the slots now.
+        let meta = unsafe { *map.header().slots[i].0.meta.get() };
+        assert_eq!((meta.format, meta.layout), (map.format(), map.layout()), "slot {i}");
+    }
+}
