@@ -413,12 +413,13 @@ fn a_publish_writes_the_frames_own_metadata_and_keeps_the_rings_format() {
     let soon = || Some(Instant::now() + std::time::Duration::from_secs(10));
     for seq in [7, 9] {
         let slot = producer.acquire(soon()).unwrap();
-        producer.publish(slot, seq, 1000 + seq);
+        producer.publish_born(slot, seq, 1000 + seq, 2000 + seq);
         let got = consumer.acquire(0, soon()).unwrap().unwrap();
         let want = crate::link::header::FrameMeta {
             seq,
             ordinal: if seq == 7 { 0 } else { 1 },
             timestamp_ns: 1000 + seq,
+            born_ns: 2000 + seq,
             flags: producer.generation(),
         };
         assert_eq!(*got.meta(), want);
