@@ -145,9 +145,9 @@ const LARGE_FRAMES_LEAD: u32 = 64;
 const SMALL_FRAMES_READY_SPIN_US: u64 = 200;
 /// Frames from another GPU of at least this many bytes are copied in by the copy engines
 /// before the stage's kernels read them: every size, as measured on two H100s (a split 4K
-/// chain 11,604-11,872 frames/s copied in, 10,098-10,152 read in place; 1080p even), though a
-/// lone link into a last stage read in place ran faster (13,465-13,487 against 12,442-12,490
-/// with one stream; docs/benchmarks.md, "Two GPUs").
+/// chain 11,604-11,872 frames/s copied in, 10,098-10,152 read in place; 1080p even; a lone
+/// link into a last stage 13,619 copied in on two streams, 13,381 read in place:
+/// docs/benchmarks.md, "Two GPUs").
 const PEER_COPY_MIN_BYTES: u64 = 0;
 /// Streams the copies from another GPU run on, the slots' in turn: on two H100s joined by
 /// NVLink a 4K chain split cuda:0 -> cuda:1 -> cuda:0 made 11,604-11,872 frames/s with 2
