@@ -109,9 +109,10 @@ const NO_NCCL: &str = "NCCL cannot be loaded (the dynamic loader finds neither l
      nor cudarc's other names for it; put the directory holding libnccl.so.2, e.g. \
      site-packages/nvidia/nccl/lib of the PyPI package nvidia-nccl-cu13, on LD_LIBRARY_PATH)";
 
-const NO_NVTX: &str = "NVTX cannot be loaded (the dynamic loader finds no libnvToolsExt.so.1 nor cudarc's \
-     other names for it; CUDA toolkits up to 12 ship it, as does the PyPI package nvidia-nvtx-cu12 in \
-     site-packages/nvidia/nvtx/lib: put its directory on LD_LIBRARY_PATH)";
+const NO_NVTX: &str = "NVTX cannot be loaded (the dynamic loader finds none of libnvToolsExt.so.1, \
+     libnvToolsExt.so, libnvtx3interop.so.1, libnvtx3interop.so with nvtxRangePushA, nvtxRangePop and \
+     nvtxNameOsThreadA; CUDA toolkits up to 12 ship the first, CUDA 13 the third, the PyPI package \
+     nvidia-nvtx-cu12 the first in site-packages/nvidia/nvtx/lib: put its directory on LD_LIBRARY_PATH)";
 
 fn on_device(device: Option<u32>) -> String {
     device.map(|d| format!(" on cuda:{d}")).unwrap_or_default()

@@ -28,8 +28,9 @@
 //!   memory on a stage's stream (the `nccl` links between hosts); `libnccl.so.2` is loaded at
 //!   run time like the others (`nccl.rs` says why it is not cudarc's loader);
 //! - NVTX ([`Nvtx`], [`NvtxRange`]): a stage's ranges per frame and its thread's name for
-//!   Nsight Systems, with `GPUIPC_NVTX=1` only; `libnvToolsExt` is loaded at run time like the
-//!   others, and its absence is an error, never cudarc's panic;
+//!   Nsight Systems, with `GPUIPC_NVTX=1` only; `libnvToolsExt` (or CUDA 13's
+//!   `libnvtx3interop`) is loaded at run time by `nvtx.rs` itself, and its absence is an
+//!   error, never a panic;
 //! - [`ScratchBuffer`]: device memory a plugin allocates in the context it is handed, with
 //!   fills and copies (host to device without waiting, device to device, to and from frames
 //!   ([`DeviceBuffer`], [`DeviceBytes`]), a read-back that waits) enqueued on its stream;

@@ -27,8 +27,6 @@ pub enum Library {
     Nvrtc,
     /// NCCL, `libnccl` (the `nccl` links between hosts only; see `nccl.rs`).
     Nccl,
-    /// NVTX, `libnvToolsExt` (ranges for Nsight Systems, `GPUIPC_NVTX=1` only; see `nvtx.rs`).
-    Nvtx,
 }
 
 impl fmt::Display for Library {
@@ -37,7 +35,6 @@ impl fmt::Display for Library {
             Library::Driver => "the CUDA driver",
             Library::Nvrtc => "NVRTC",
             Library::Nccl => "NCCL",
-            Library::Nvtx => "NVTX",
         })
     }
 }
@@ -52,7 +49,6 @@ impl Library {
             Library::Driver => &["cuda", "nvcuda"],
             Library::Nvrtc => &["nvrtc"],
             Library::Nccl => &["nccl"],
-            Library::Nvtx => &["nvToolsExt"],
         };
         let first = match self {
             Library::Nccl => vec!["libnccl.so.2".to_owned()],
@@ -66,7 +62,6 @@ impl Library {
             Library::Driver => CudaError::NoDriver { disabled },
             Library::Nvrtc => CudaError::NoNvrtc,
             Library::Nccl => CudaError::NoNccl,
-            Library::Nvtx => CudaError::NoNvtx,
         }
     }
 
@@ -76,12 +71,10 @@ impl Library {
         static DRIVER: OnceLock<Result<String, CudaError>> = OnceLock::new();
         static NVRTC: OnceLock<Result<String, CudaError>> = OnceLock::new();
         static NCCL: OnceLock<Result<String, CudaError>> = OnceLock::new();
-        static NVTX: OnceLock<Result<String, CudaError>> = OnceLock::new();
         let cell = match self {
             Library::Driver => &DRIVER,
             Library::Nvrtc => &NVRTC,
             Library::Nccl => &NCCL,
-            Library::Nvtx => &NVTX,
         };
         let found = cell.get_or_init(|| {
             if self == Library::Driver && std::env::var_os("GPUIPC_NO_CUDA").is_some() {
@@ -202,13 +195,6 @@ const NVRTC: Symbols = Symbols {
     ],
 };
 
-/// The NVTX functions of a stage's ranges and its thread's name.
-const NVTX: Symbols = Symbols {
-    library: Library::Nvtx,
-    needs: "NVTX 2 (libnvToolsExt.so.1, as CUDA toolkits up to 12 ship it)",
-    names: &["nvtxRangePushA", "nvtxRangePop", "nvtxNameOsThreadA"],
-};
-
 impl Symbols {
     /// The library is found and has every one of these functions.
     fn check(&self, cell: &OnceLock<Result<(), CudaError>>) -> Result<(), CudaError> {
@@ -220,8 +206,6 @@ impl Symbols {
                 Library::Driver => unsafe { cudarc::driver::sys::culib() },
                 // SAFETY: as above, for NVRTC.
                 Library::Nvrtc => unsafe { cudarc::nvrtc::sys::culib() },
-                // SAFETY: as above, for NVTX (cudarc's candidates are `nvToolsExt`'s, ours too).
-                Library::Nvtx => unsafe { cudarc::nvtx::sys::culib() },
                 // NCCL's functions are looked up by `nccl.rs` in the library it opens itself.
                 Library::Nccl => {
                     return Err(CudaError::Invalid {
@@ -286,12 +270,6 @@ pub(crate) fn nvrtc() -> Result<(), CudaError> {
     NVRTC.check(&CHECKED)
 }
 
-/// NVTX is loaded and has every function of the ranges and thread names.
-pub(crate) fn nvtx() -> Result<(), CudaError> {
-    static CHECKED: OnceLock<Result<(), CudaError>> = OnceLock::new();
-    NVTX.check(&CHECKED)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,7 +286,6 @@ mod tests {
         ("nvrtc.rs", include_str!("nvrtc.rs")),
         ("timing.rs", include_str!("timing.rs")),
         ("nccl.rs", include_str!("nccl.rs")),
-        ("nvtx.rs", include_str!("nvtx.rs")),
     ];
 
     /// The functions named as `sys::cuX` or `sys::nvrtcX` (called, or passed as a pointer).
@@ -321,9 +298,7 @@ mod tests {
                 let function = |prefix: &str| {
                     name.strip_prefix(prefix).is_some_and(|r| r.starts_with(|c: char| c.is_ascii_uppercase()))
                 };
-                function("cu")
-                    || (function("nvrtc") && !["nvrtcProgram", "nvrtcResult"].contains(name))
-                    || function("nvtx")
+                function("cu") || (function("nvrtc") && !["nvrtcProgram", "nvrtcResult"].contains(name))
             })
             .collect()
     }
@@ -335,7 +310,7 @@ mod tests {
         let mut seen = 0;
         for (file, source) in SOURCES {
             for name in called(source) {
-                let listed = [&DRIVER, &MODULES, &TIMING, &NVRTC, &NVTX].iter().any(|s| s.names.contains(&name));
+                let listed = [&DRIVER, &MODULES, &TIMING, &NVRTC].iter().any(|s| s.names.contains(&name));
                 assert!(listed, "{file} calls {name}, which no symbol list of library.rs checks");
                 seen += 1;
             }
@@ -362,7 +337,6 @@ mod tests {
         assert_eq!(names[0], "libcuda.so");
         assert!(names.contains(&"libcuda.so.1".to_owned()));
         assert!(Library::Nvrtc.candidates().contains(&"libnvrtc.so.13".to_owned()));
-        assert!(Library::Nvtx.candidates().contains(&"libnvToolsExt.so.1".to_owned()));
     }
 
     #[test]

@@ -2,19 +2,25 @@
 //!
 //! Off unless asked for ([`enabled_by`]: `GPUIPC_NVTX=1`, read by the stage): a stage that
 //! does not ask never loads the library, and its frame loop pays one branch a frame. Asked
-//! for, [`Nvtx::load`] finds `libnvToolsExt` by cudarc's names, as `library.rs` finds the
-//! driver, and checks its functions before cudarc's bindings are called: a missing library is
-//! [`CudaError::NoNvtx`] (the stage says so and runs without ranges), never cudarc's panic.
-//! Without a tool attached (no `nsys`), NVTX's own calls return at once.
+//! for, [`Nvtx::load`] opens NVTX's library itself, as `nccl.rs` opens NCCL's, by the names of
+//! [`LIBRARIES`], and looks up the three functions it calls: a missing library or function is
+//! [`CudaError::NoNvtx`] (the stage says so and runs without ranges), never a panic. CUDA 13
+//! ships no `libnvToolsExt` (NVTX 3 is headers only) but `libnvtx3interop.so.1`, which keeps
+//! NVTX 2's C functions for programs built against them (seen on an H100 machine with CUDA
+//! 13.0: `nvtxRangePushA`, `nvtxRangePop` and `nvtxNameOsThreadA` among its symbols). Without
+//! a tool attached (no `nsys`), NVTX's own calls return at once.
 #![allow(unsafe_code)]
 
-use std::ffi::CString;
+use std::ffi::{CString, c_char, c_int};
 use std::marker::PhantomData;
-
-use cudarc::nvtx::sys;
+use std::sync::OnceLock;
 
 use crate::error::CudaError;
-use crate::library;
+
+/// The names NVTX's library goes by, tried in this order: NVTX 2's (CUDA toolkits up to 12,
+/// the PyPI package nvidia-nvtx-cu12), then CUDA 13's interop library.
+pub const LIBRARIES: [&str; 4] =
+    ["libnvToolsExt.so.1", "libnvToolsExt.so", "libnvtx3interop.so.1", "libnvtx3interop.so"];
 
 /// Whether the value of `GPUIPC_NVTX` turns ranges on: set, not empty and not `0`.
 pub fn enabled_by(value: Option<&std::ffi::OsStr>) -> bool {
@@ -26,26 +32,60 @@ pub fn frame_range_name(stage: &str, seq: u64) -> String {
     format!("{stage} frame {seq}")
 }
 
+/// The three functions of NVTX's C API a stage calls (nvToolsExt.h), and the library that
+/// holds them, kept open for the life of the process.
+struct Api {
+    _lib: libloading::Library,
+    range_push: unsafe extern "C" fn(*const c_char) -> c_int,
+    range_pop: unsafe extern "C" fn() -> c_int,
+    name_os_thread: unsafe extern "C" fn(u32, *const c_char),
+}
+
+fn api() -> Result<&'static Api, CudaError> {
+    static API: OnceLock<Option<Api>> = OnceLock::new();
+    API.get_or_init(|| LIBRARIES.iter().find_map(|name| open(name))).as_ref().ok_or(CudaError::NoNvtx)
+}
+
+/// NVTX's functions in library `name`, if it opens and has all three.
+fn open(name: &str) -> Option<Api> {
+    // SAFETY: opening a shared library runs its initialisers: NVTX's own, which set up no
+    // more than its function table.
+    let lib = unsafe { libloading::Library::new(name) }.ok()?;
+    // SAFETY: each symbol's type is its C declaration in nvToolsExt.h; the pointers are used
+    // only while `lib`, kept beside them, stays open.
+    unsafe {
+        let range_push = *lib.get::<unsafe extern "C" fn(*const c_char) -> c_int>(b"nvtxRangePushA\0").ok()?;
+        let range_pop = *lib.get::<unsafe extern "C" fn() -> c_int>(b"nvtxRangePop\0").ok()?;
+        let name_os_thread = *lib.get::<unsafe extern "C" fn(u32, *const c_char)>(b"nvtxNameOsThreadA\0").ok()?;
+        Some(Api { _lib: lib, range_push, range_pop, name_os_thread })
+    }
+}
+
 /// NVTX, loaded and checked: ranges and thread names can be made.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Nvtx {
-    _checked: (),
+    api: &'static Api,
+}
+
+impl std::fmt::Debug for Nvtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Nvtx")
+    }
 }
 
 impl Nvtx {
     /// Load NVTX, or say why it cannot be.
     pub fn load() -> Result<Nvtx, CudaError> {
-        library::nvtx()?;
-        Ok(Nvtx { _checked: () })
+        Ok(Nvtx { api: api()? })
     }
 
     /// Name the calling OS thread in captures (`gpuipc stage grade`).
     pub fn name_this_thread(&self, name: &str) {
         let Ok(name) = CString::new(name) else { return };
         let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
-        // SAFETY: `load` checked the library has the function; the name is a NUL-terminated
-        // string that outlives the call (NVTX copies it).
-        unsafe { sys::nvtxNameOsThreadA(tid, name.as_ptr()) }
+        // SAFETY: a function `load` found; the name is a NUL-terminated string that outlives
+        // the call (NVTX copies it).
+        unsafe { (self.api.name_os_thread)(tid, name.as_ptr()) }
     }
 
     /// A range on the calling thread named `name`, until the returned guard is dropped (on the
@@ -57,22 +97,28 @@ impl Nvtx {
             CString::new(&e.into_vec()[..end]).expect("no NUL before the first one")
         });
         // SAFETY: as in `name_this_thread`.
-        unsafe { sys::nvtxRangePushA(name.as_ptr()) };
-        Range { _thread: PhantomData }
+        unsafe { (self.api.range_push)(name.as_ptr()) };
+        Range { pop: self.api.range_pop, _thread: PhantomData }
     }
 }
 
 /// A pushed range; dropping it pops it.
-#[derive(Debug)]
 pub struct Range {
+    pop: unsafe extern "C" fn() -> c_int,
     _thread: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for Range {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NvtxRange")
+    }
 }
 
 impl Drop for Range {
     fn drop(&mut self) {
-        // SAFETY: a `Range` exists only after `Nvtx::load` checked the function, and pops
-        // the range its own thread pushed (it cannot be sent to another).
-        unsafe { sys::nvtxRangePop() };
+        // SAFETY: a function `Nvtx::load` found (its library stays open for the process);
+        // pops the range its own thread pushed (a `Range` cannot be sent to another).
+        unsafe { (self.pop)() };
     }
 }
 
@@ -104,6 +150,7 @@ mod tests {
             Err(e) => {
                 assert!(matches!(e, CudaError::NoNvtx), "{e}");
                 assert!(e.to_string().contains("libnvToolsExt.so.1"), "{e}");
+                assert!(e.to_string().contains("libnvtx3interop.so.1"), "{e}");
                 assert!(e.to_string().contains("LD_LIBRARY_PATH"), "{e}");
                 // Asked again: the same answer, from the cache.
                 assert!(matches!(Nvtx::load(), Err(CudaError::NoNvtx)));
