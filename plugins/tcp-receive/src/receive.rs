@@ -4,7 +4,6 @@
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use gpuipc_plugin_api::{
@@ -13,6 +12,7 @@ use gpuipc_plugin_api::{
 };
 use gpuipc_tcp_wire::params::ReceiverParams;
 use gpuipc_tcp_wire::receiver::{ReceiveCarrier, Received, ReceiverSession};
+use gpuipc_tcp_wire::threads::{THREADS_FROM, on_threads};
 use gpuipc_tcp_wire::{self as wire, Connection, Payloads};
 
 /// The `params` table of a tcp-receive stage: a receiver's.
@@ -126,10 +126,6 @@ impl Plugin for TcpReceive {
     }
 }
 
-/// Frames from this size on have their stripes read each by a thread of its own (a thread's
-/// start, some 30 µs, is then small against the frame).
-const THREADS_FROM: usize = 1 << 20;
-
 /// Read a frame's payload into `slot` off a link's connections, each its stripe
 /// ([`wire::stripe`]): a large frame's each by a thread of its own, so that each connection's
 /// copy out of the kernel has a core. Any stripe failing fails the frame (the set is dropped
@@ -153,39 +149,10 @@ fn read_striped(conn: &Connection<()>, slot: &mut [u8]) -> std::io::Result<()> {
         }
         return Ok(());
     }
-    // Each part in a cell the thread takes it from, so that a thread that cannot be had leaves
-    // it to this one.
-    let cells: Vec<Mutex<Option<&mut [u8]>>> = parts.map(|p| Mutex::new(Some(p))).collect();
-    std::thread::scope(|scope| {
-        let readers: Vec<_> = conn
-            .stripes
-            .iter()
-            .zip(&cells)
-            .map(|(s, cell)| {
-                let spawned = std::thread::Builder::new()
-                    .name("tcp-receive-stripe".into())
-                    .spawn_scoped(scope, move || take(cell).map_or(Ok(()), |part| read_all(s, part)));
-                (s, cell, spawned)
-            })
-            .collect();
-        let mut read = read_all(&conn.stream, first);
-        for (s, cell, spawned) in readers {
-            let stripe = match spawned {
-                Ok(reader) => {
-                    reader.join().unwrap_or_else(|_| Err(std::io::Error::other("a stripe's thread panicked")))
-                }
-                // No thread to be had: this one reads it.
-                Err(_) => take(cell).map_or(Ok(()), |part| read_all(s, part)),
-            };
-            read = read.and(stripe);
-        }
-        read
-    })
-}
-
-/// The part in `cell`, once: whoever takes it reads it.
-fn take<'a>(cell: &Mutex<Option<&'a mut [u8]>>) -> Option<&'a mut [u8]> {
-    cell.lock().ok().and_then(|mut c| c.take())
+    let stripes = conn.stripes.iter().zip(parts).collect();
+    let (read, stripes) =
+        on_threads("tcp-receive-stripe", stripes, |(s, part)| read_all(s, part), || read_all(&conn.stream, first));
+    read.and(stripes)
 }
 
 fn read_all(mut stream: &TcpStream, part: &mut [u8]) -> std::io::Result<()> {

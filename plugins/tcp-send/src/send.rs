@@ -4,7 +4,6 @@
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use gpuipc_plugin_api::{
@@ -12,6 +11,7 @@ use gpuipc_plugin_api::{
     ProcessContext, Result, bail,
 };
 use gpuipc_tcp_wire::sender::{Broken, SendCarrier, SendError, SenderSession};
+use gpuipc_tcp_wire::threads::{THREADS_FROM, on_threads};
 use gpuipc_tcp_wire::{self as wire, Connection, FrameHeader, Payloads, WireError};
 use serde::Deserialize;
 
@@ -208,11 +208,6 @@ impl Plugin for TcpSend {
     }
 }
 
-/// Frames from this size on are copied by other threads while this one sends them, and their
-/// stripes written each by a thread of its own (a thread's start, some 30 µs, is then under
-/// 10 % of the copy).
-const THREADS_FROM: usize = 1 << 20;
-
 /// Send `header` and `payload` over `conn`'s connections and copy `payload` into `kept` (which
 /// may hold an earlier frame), at once for a large frame: the copy in as many parts as the link
 /// has connections, each by a thread of its own (one thread's copy of a 4K frame takes as long
@@ -244,39 +239,16 @@ fn copy_while_sending(
         parts.push((part, &payload[wire::stripe(payload.len(), i, k)]));
         rest = tail;
     }
-    // Each part in a cell its thread takes it from, so that a thread that cannot be had leaves
-    // it to this one.
-    let cells: Vec<Mutex<Option<CopyPart<'_>>>> = parts.into_iter().map(|p| Mutex::new(Some(p))).collect();
-    std::thread::scope(|scope| -> Result<_> {
-        let copiers: Vec<_> = cells
-            .iter()
-            .map(|cell| {
-                let spawned =
-                    std::thread::Builder::new().name("tcp-send-copy".into()).spawn_scoped(scope, || copy(cell));
-                (cell, spawned)
-            })
-            .collect();
-        let sent = write_striped(conn, header, payload);
-        let writing = start.elapsed();
-        for (cell, spawned) in copiers {
-            match spawned {
-                Ok(copier) => copier.join().map_err(|_| Error::new("tcp-send: a thread copying a frame failed"))?,
-                // No thread to be had: this one copies that part, after the send.
-                Err(_) => copy(cell),
-            }
-        }
-        Ok((sent, writing, start.elapsed().saturating_sub(writing)))
-    })
-}
-
-/// A part of a kept copy and the bytes it is copied from.
-type CopyPart<'a> = (&'a mut [u8], &'a [u8]);
-
-/// Copy the part in `cell`, once: whoever takes it copies it.
-fn copy(cell: &Mutex<Option<CopyPart<'_>>>) {
-    if let Some((to, from)) = cell.lock().ok().and_then(|mut c| c.take()) {
+    let copy = |(to, from): (&mut [u8], &[u8])| {
         to.copy_from_slice(from);
-    }
+        Ok(())
+    };
+    let ((sent, writing), copied) = on_threads("tcp-send-copy", parts, copy, || {
+        let sent = write_striped(conn, header, payload);
+        (sent, start.elapsed())
+    });
+    copied.map_err(|_| Error::new("tcp-send: a thread copying a frame failed"))?;
+    Ok((sent, writing, start.elapsed().saturating_sub(writing)))
 }
 
 /// Write a frame over a link's connections: the header and the first stripe on the first
@@ -292,32 +264,15 @@ fn write_striped(conn: &Connection<()>, header: &FrameHeader, payload: &[u8]) ->
         }
         return Ok(());
     }
-    std::thread::scope(|scope| {
-        let writers: Vec<_> = conn
-            .stripes
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let spawned = std::thread::Builder::new()
-                    .name("tcp-send-stripe".into())
-                    .spawn_scoped(scope, move || write_all(s, part(i + 1)));
-                (i, s, spawned)
-            })
-            .collect();
-        let mut sent = write_frame(&conn.stream, header, part(0));
-        for (i, s, spawned) in writers {
-            let written = match spawned {
-                Ok(writer) => {
-                    writer.join().unwrap_or_else(|_| Err(std::io::Error::other("a stripe's thread panicked")))
-                }
-                // No thread to be had: this one writes it.
-                Err(_) => write_all(s, part(i + 1)),
-            };
-            // A stripe that failed breaks the set; the first failure is the one told.
-            sent = sent.and(written);
-        }
-        sent
-    })
+    let stripes = conn.stripes.iter().enumerate().map(|(i, s)| (s, part(i + 1))).collect();
+    let (sent, stripes) = on_threads(
+        "tcp-send-stripe",
+        stripes,
+        |(s, bytes)| write_all(s, bytes),
+        || write_frame(&conn.stream, header, part(0)),
+    );
+    // A stripe that failed breaks the set; the first failure is the one told.
+    sent.and(stripes)
 }
 
 /// All of `bytes` on `stream`.

@@ -58,6 +58,7 @@ pub mod receiver;
 pub mod sender;
 #[cfg(test)]
 mod session_tests;
+pub mod threads;
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
