@@ -516,7 +516,7 @@ fn run(plan: &plan::Plan, args: &RunArgs) -> ExitCode {
     let endpoint = match (&args.metrics, &board) {
         (Some(address), Some(board)) => match metrics::server::Endpoint::start(address, board.clone()) {
             Ok(endpoint) => {
-                tracing::info!("metrics on http://{}/metrics (and /healthz, /readyz)", endpoint.address());
+                tracing::info!("{}", endpoint.where_to_scrape());
                 Some(endpoint)
             }
             Err(e) => {

@@ -108,7 +108,7 @@ pub fn run(plan: &Plan, args: &RunArgs) -> ExitCode {
             board.post(Sample::merge(&plan.name, &[]));
             match crate::metrics::server::Endpoint::start(address, board.clone()) {
                 Ok(endpoint) => {
-                    tracing::info!("metrics on http://{}/metrics (and /healthz, /readyz)", endpoint.address());
+                    tracing::info!("{}", endpoint.where_to_scrape());
                     Some(endpoint)
                 }
                 Err(e) => {

@@ -107,7 +107,7 @@ fn serve(name: &str, listen: &str, metrics: Option<&MetricsAddress>) -> Result<(
         (Some(address), Some(figures)) => {
             let endpoint =
                 crate::metrics::server::Endpoint::start(address, figures.board.clone()).map_err(|e| e.to_string())?;
-            eprintln!("agent '{name}': metrics on http://{}/metrics (and /healthz, /readyz)", endpoint.address());
+            eprintln!("agent '{name}': {}", endpoint.where_to_scrape());
             Some(endpoint)
         }
         _ => None,

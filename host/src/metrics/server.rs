@@ -94,9 +94,10 @@ impl Endpoint {
         Ok(Endpoint { server, address: bound, thread: Some(thread), done })
     }
 
-    /// The address it listens on (the port chosen, for port 0).
-    pub fn address(&self) -> SocketAddr {
-        self.address
+    /// Where to scrape it (the port chosen, for port 0), as the log says it: scripts and tests
+    /// find the port in it.
+    pub fn where_to_scrape(&self) -> String {
+        format!("metrics on http://{}/metrics (and /healthz, /readyz)", self.address)
     }
 
     /// Stop answering: the listening socket closes (a scrape after this is refused). An
