@@ -21,6 +21,10 @@
 #   oneway-copy, oneway-read   cuda:0 -> cuda:1 -> cuda:1: the link used one way only
 #   sink-copy, sink-read, sink-one   generator on cuda:0 -> rgb-process on cuda:1 (cuda:0 for
 #           -one), the last stage: one link, one kernel on the far side
+#   duplex  two runs at once, sink-copy and its mirror (generator on cuda:1 -> rgb-process on
+#           cuda:0): the link used both ways, as by the split chain, without a chain between
+#           the directions; each run's frames/s is printed, the slower one's share
+#   copy-dN, read-dN   copy or read with every ring N slots deep (the default is 8 at 4K)
 #
 # WAYS="copy@1 copy copy@4 copy-spin read one oneway-copy oneway-read sink-copy@1 sink-copy
 # sink-copy@4 sink-read sink-one" by default.
@@ -56,6 +60,7 @@ split() {  # W H WAY: the 4K file resized, its stages placed
         one) devices="0 0 0" ;;
         oneway-*) devices="0 1 1" ;;
         sink-one) devices="0 0" ;;
+        sink-mirror) devices="1 0" ;;
         sink-*) devices="0 1" ;;
         *) devices="0 1 0" ;;
     esac
@@ -66,10 +71,40 @@ split() {  # W H WAY: the 4K file resized, its stages placed
             return
             ;;
     esac
+    local depth=""
+    case $3 in
+        *-d[0-9]*) depth="\ndepth = ${3##*-d}" ;;
+    esac
     set -- "$1" "$2" $devices
     sed -e "s/width = 3840, height = 2160/width = $1, height = $2/" \
+        -e "s/^name = \"gen\"/&$depth/" -e "s/^name = \"grade\"/&$depth/" \
         -e "s/^name = \"gen\"/&\ndevice = \"cuda:$3\"/" -e "s/^name = \"grade\"/&\ndevice = \"cuda:$4\"/" \
         -e "s/^name = \"yuv\"/&\ndevice = \"cuda:$5\"/" "$here/pipelines/4k-yuv.toml"
+}
+
+duplex() {  # W H WAY ROUND BYTES: sink-copy and its mirror at once
+    local file_a=$work/$3-a-$1x$2.toml file_b=$work/$3-b-$1x$2.toml
+    local log_a=$results/$3-a-$1x$2-r$4.txt log_b=$results/$3-b-$1x$2-r$4.txt
+    local env=()
+    if [ "$3" != duplex ]; then env=(GPUIPC_PEER_COPY_LANES="${3#*@}"); fi
+    split "$1" "$2" sink-copy > "$file_a"
+    split "$1" "$2" sink-mirror > "$file_b"
+    (cd "$work" && env "${env[@]}" "$host" run "$file_a" --frames "$frames" > "$log_a" 2>&1) &
+    local a=$!
+    (cd "$work" && env "${env[@]}" "$host" run "$file_b" --frames "$frames" > "$log_b" 2>&1) &
+    local b=$!
+    if ! wait $a || ! wait $b; then
+        echo "$1x$2 $3 r$4 failed: see $log_a and $log_b"
+        return
+    fi
+    local fa fb
+    fa=$(awk '$1 == "yuv" {print $5}' "$log_a")
+    fb=$(awk '$1 == "yuv" {print $5}' "$log_b")
+    awk -v size="$1x$2" -v way="$3" -v r="$4" -v fa="$fa" -v fb="$fb" -v bytes="$5" -v c="${ceiling:-0}" 'BEGIN {
+        lo = fa < fb ? fa : fb
+        share = c > 0 ? sprintf("%.1f %%", 100 * lo * bytes / 1e9 / c) : "-"
+        printf "%-10s %-12s %6s %12.1f %14.1f %12s   (0 -> 1 %.1f, 1 -> 0 %.1f frames/s)\n", size, way, "r" r, lo, lo * bytes / 1e9, share, fa, fb
+    }'
 }
 
 printf '%-10s %-12s %6s %12s %14s %12s\n' size way round "frames/s" "GB/s each way" "of ceiling"
@@ -80,11 +115,15 @@ for size in ${SIZES:-3840x2160 1920x1080}; do
     for round in $(seq 1 "$rounds"); do
         for way in ${WAYS:-copy@1 copy copy@4 copy-spin read one oneway-copy oneway-read sink-copy@1 sink-copy sink-copy@4 sink-read sink-one}; do
             base=${way%@*}
+            if [ "$base" = duplex ]; then
+                duplex "$w" "$h" "$way" "$round" "$bytes"
+                continue
+            fi
             file=$work/$way-$size.toml
             split "$w" "$h" "$base" > "$file"
             env=()
             case $base in
-                *read) env=(GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615) ;;
+                *read | read-d*) env=(GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615) ;;
                 copy-spin) env=(GPUIPC_READY_SPIN_US=200) ;;
             esac
             if [ "$base" != "$way" ]; then env+=(GPUIPC_PEER_COPY_LANES="${way#*@}"); fi

@@ -804,6 +804,61 @@ PY
 wait "$hostpid" || true
 fi
 
+if want 14; then
+section "14. NVTX: every cuda stage's range for every frame, seen by a tool attached as Nsight Systems attaches"
+# The recorder (plugin-api/cuda/nvtx-recorder) is loaded by NVTX from NVTX_INJECTION64_PATH, as
+# nsys's injection library is, and writes each stage process's ranges to nw/record.
+nw=$here/work/nvtx
+rm -rf "$nw" && mkdir -p "$nw/record"
+sed 's/^device = "auto"/device = "cuda"/' "$here/pipelines/4k-yuv.toml" > "$nw/4k.toml"
+nvtx_frames=2000
+if ! (cd "$nw" && GPUIPC_NVTX=1 NVTX_INJECTION64_PATH="$here/bin/libnvtx_recorder.so" GPUIPC_NVTX_RECORD="$nw/record" \
+    "$host" run 4k.toml --frames "$nvtx_frames" > run.txt 2> err.txt); then
+    fail "nvtx: the run"; tail -5 "$nw/err.txt"
+elif grep -q "NVTX cannot be loaded" "$nw/err.txt"; then
+    fail "nvtx: $(grep -m1 'NVTX cannot be loaded' "$nw/err.txt")"
+else
+    python3 - "$nw/record" "$nvtx_frames" <<'PY' || fail "nvtx: ranges"
+import os, re, sys
+record, frames = sys.argv[1], int(sys.argv[2])
+seen = {}
+for name in sorted(os.listdir(record)):
+    lines = open(os.path.join(record, name)).read().splitlines()
+    threads = {l.split(" ", 2)[1]: l.split(" ", 2)[2] for l in lines if l.startswith("thread ")}
+    depth, pushes, bad = {}, [], 0
+    for l in lines:
+        kind, tid, *rest = l.split(" ", 2)
+        if kind == "push":
+            depth[tid] = depth.get(tid, 0) + 1
+            pushes.append((tid, rest[0]))
+        elif kind == "pop":
+            depth[tid] = depth.get(tid, 0) - 1
+            bad += depth[tid] < 0
+    for tid, text in pushes:
+        m = re.fullmatch(r"(\S+) frame (\d+)", text)
+        stage = threads.get(tid, "").removeprefix("gpuipc stage ")
+        if not m or m.group(1) != stage:
+            bad += 1
+            continue
+        seen.setdefault(stage, []).append(int(m.group(2)))
+    open_ranges = sum(v for v in depth.values() if v > 0)
+    print(f"    {name}: threads {sorted(threads.values())}, {len(pushes)} ranges, {open_ranges} left open, {bad} wrong")
+    if bad:
+        sys.exit(1)
+ok = sorted(seen) == ["gen", "grade", "yuv"] and all(sorted(v) == list(range(frames)) for v in seen.values())
+print(f"    stages {sorted(seen)}: each frame 0..{frames - 1} once: {ok}")
+sys.exit(0 if ok else 1)
+PY
+    # What the ranges cost: NVTX off, and on with no tool attached, side by side.
+    for round in 1 2; do
+        for nvtx in 0 1; do
+            (cd "$nw" && GPUIPC_NVTX=$nvtx "$host" run 4k.toml --frames 20000 > "off-on-$nvtx-$round.txt" 2>&1) || fail "nvtx: run GPUIPC_NVTX=$nvtx"
+            echo "    GPUIPC_NVTX=$nvtx, no tool, round $round: yuv $(awk '$1 == "yuv" {print $5}' "$nw/off-on-$nvtx-$round.txt") frames/s"
+        done
+    done
+fi
+fi
+
 echo
 if [ "$failed" = 0 ]; then echo "ALL GPU CHECKS PASSED"; else echo "SOME GPU CHECKS FAILED"; fi
 exit "$failed"

@@ -34,6 +34,8 @@ done
 test_exe gpuipc-host --bin gpuipc-host | while read -r exe; do cp "$exe" "$bundle/tests/gpuipc-host"; done
 cp "${CARGO_TARGET_DIR:-target}"/release/gpuipc-host "$bundle/bin/"
 cp "${CARGO_TARGET_DIR:-target}"/release/libgpuipc_*.so "$bundle/bin/"
+# The NVTX recorder check.sh section 14 attaches as Nsight Systems attaches.
+cp "${CARGO_TARGET_DIR:-target}"/release/libnvtx_recorder.so "$bundle/bin/"
 # The plain TCP stream bench-tcp.sh measures the TCP bridge against.
 cp "${CARGO_TARGET_DIR:-target}"/release/gpuipc-tcp-stream "$bundle/bin/"
 cp -r pipelines "$bundle/"
@@ -49,6 +51,7 @@ cp scripts/trace-hops.py "$bundle/trace-hops.py"
 cp scripts/bench-decode.sh "$bundle/bench-decode.sh"
 cp scripts/bench-python.sh "$bundle/bench-python.sh"
 cp scripts/bench-two-gpus.sh "$bundle/bench-two-gpus.sh"
+cp scripts/bench-peer-copies.py "$bundle/bench-peer-copies.py"
 cp "${CARGO_TARGET_DIR:-target}"/release/kernel-bench "$bundle/bin/"
 cp scripts/bench-kernels.sh "$bundle/bench-kernels.sh"
 cp scripts/bench-tcp.sh "$bundle/bench-tcp.sh"  # check.sh section 11 runs it too

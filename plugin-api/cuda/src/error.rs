@@ -112,7 +112,7 @@ const NO_NCCL: &str = "NCCL cannot be loaded (the dynamic loader finds neither l
 const NO_NVTX: &str = "NVTX cannot be loaded (the dynamic loader finds none of libnvToolsExt.so.1, \
      libnvToolsExt.so, libnvtx3interop.so.1, libnvtx3interop.so with nvtxRangePushA, nvtxRangePop and \
      nvtxNameOsThreadA; CUDA toolkits up to 12 ship the first, CUDA 13 the third, the PyPI package \
-     nvidia-nvtx-cu12 the first in site-packages/nvidia/nvtx/lib: put its directory on LD_LIBRARY_PATH)";
+     nvidia-nvtx-cu12 the third (12.9) in site-packages/nvidia/nvtx/lib: put its directory on LD_LIBRARY_PATH)";
 
 fn on_device(device: Option<u32>) -> String {
     device.map(|d| format!(" on cuda:{d}")).unwrap_or_default()

@@ -142,6 +142,79 @@ mod tests {
         assert_eq!(frame_range_name("yuv#2", 1234), "yuv#2 frame 1234");
     }
 
+    /// The folder holding NVTX's library for [`ranges_reach_a_tool_attached_as_nsight_is`]
+    /// (CI: the PyPI package nvidia-nvtx-cu12's), put on the child's `LD_LIBRARY_PATH`.
+    const NVTX_DIR_ENV: &str = "GPUIPC_NVTX_DIR";
+    /// Set to 1, a missing NVTX library or recorder fails that test rather than skipping it.
+    const REQUIRE_NVTX_ENV: &str = "GPUIPC_REQUIRE_NVTX";
+
+    /// A stage's ranges reach a tool attached the way Nsight Systems attaches (NVTX loads the
+    /// library `NVTX_INJECTION64_PATH` names, here plugin-api/cuda/nvtx-recorder, which writes
+    /// each call to a file): run in a child process, since NVTX reads its environment once.
+    #[test]
+    fn ranges_reach_a_tool_attached_as_nsight_is() {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        // target/<profile>/deps/<test binary> -> target/<profile>/, where the workspace's build
+        // puts the recorder.
+        let recorder = exe.parent().and_then(|deps| deps.parent()).map(|p| p.join("libnvtx_recorder.so"));
+        let nvtx_dir = std::env::var_os(NVTX_DIR_ENV);
+        let missing = match (&recorder, &nvtx_dir) {
+            (Some(r), _) if !r.exists() => Some(format!("no recorder at {} (cargo build --workspace)", r.display())),
+            (None, _) => Some("no recorder beside the test binary".to_owned()),
+            (_, None) if Nvtx::load().is_err() => Some(format!("no NVTX library here and no {NVTX_DIR_ENV}")),
+            _ => None,
+        };
+        if let Some(why) = missing {
+            if std::env::var(REQUIRE_NVTX_ENV).as_deref() == Ok("1") {
+                panic!("{REQUIRE_NVTX_ENV}=1 but {why}");
+            }
+            crate::testing::skip_test(&format!("{why} ({REQUIRE_NVTX_ENV}=1 makes this a failure)"));
+            return;
+        }
+        let record = tempfile::tempdir().expect("a temporary folder");
+        let mut child = std::process::Command::new(&exe);
+        child
+            .args(["--exact", "nvtx::tests::push_ranges_for_the_recorder", "--ignored", "--test-threads=1"])
+            .env("NVTX_INJECTION64_PATH", recorder.expect("checked above"))
+            .env("GPUIPC_NVTX_RECORD", record.path());
+        if let Some(dir) = &nvtx_dir {
+            let mut path = std::ffi::OsString::from(dir);
+            if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+                path.push(":");
+                path.push(old);
+            }
+            child.env("LD_LIBRARY_PATH", path);
+        }
+        let out = child.output().expect("the child test starts");
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "the child test failed: {said}");
+        assert!(said.contains("1 passed"), "the child test did not run: {said}");
+        let files: Vec<_> = std::fs::read_dir(record.path()).expect("the record folder").flatten().collect();
+        assert_eq!(files.len(), 1, "one process, one record: {files:?}; child said {said}");
+        let lines = std::fs::read_to_string(files[0].path()).expect("the record");
+        let lines: Vec<&str> = lines.lines().collect();
+        let tid = lines.first().and_then(|l| l.split(' ').nth(1)).unwrap_or("?").to_owned();
+        let expected = [
+            format!("thread {tid} gpuipc test"),
+            format!("push {tid} grade frame 7"),
+            format!("push {tid} inner"),
+            format!("pop {tid}"),
+            format!("pop {tid}"),
+        ];
+        assert_eq!(lines, expected, "what the tool saw");
+    }
+
+    /// The child of [`ranges_reach_a_tool_attached_as_nsight_is`], with NVTX's tool set.
+    #[test]
+    #[ignore = "run in a process of its own by ranges_reach_a_tool_attached_as_nsight_is"]
+    fn push_ranges_for_the_recorder() {
+        let nvtx = Nvtx::load().expect("NVTX's library loads");
+        nvtx.name_this_thread("gpuipc test");
+        let outer = nvtx.range(&frame_range_name("grade", 7));
+        drop(nvtx.range("inner"));
+        drop(outer);
+    }
+
     /// Where the library is missing, loading is an error naming what to install, never a
     /// panic; where it is present, ranges push and pop (no tool attached: no-ops).
     #[test]
