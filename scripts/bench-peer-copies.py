@@ -48,8 +48,22 @@ def main():
     print(f"{torch.cuda.get_device_name(0)} x 2; frame {frame} bytes, {copies} copies a direction; "
           f"a copy each way checked: {'equal' if ok else 'DIFFERENT'}")
 
-    def case(name, directions, lanes):
-        """directions: (src, dst, how) run at once; how: 'pull' or 'push'."""
+    # What the split 4K chain's kernels move in each GPU's own memory per frame, on streams
+    # of their own beside the copies: cuda:0 writes a frame (generator) and reads one and writes
+    # half of one (yuv420); cuda:1 reads one and writes one (rgb-process).
+    kernels = {d: torch.cuda.Stream(device=d) for d in (0, 1)}
+    scratch = {d: [torch.empty(frame, dtype=torch.uint8, device=f"cuda:{d}") for _ in range(2)] for d in (0, 1)}
+
+    def chain_traffic():
+        with torch.cuda.device(0), torch.cuda.stream(kernels[0]):
+            scratch[0][0].fill_(7)
+            scratch[0][1][: frame // 2].copy_(scratch[0][0][::2])
+        with torch.cuda.device(1), torch.cuda.stream(kernels[1]):
+            scratch[1][1].copy_(scratch[1][0])
+
+    def case(name, directions, lanes, beside=False):
+        """directions: (src, dst, how) run at once; how: 'pull' or 'push'; beside: the chain's
+        kernels' own memory traffic runs beside the copies, one frame's for each copy."""
         work = []
         for src, dst, how in directions:
             runner = dst if how == "pull" else src
@@ -66,6 +80,8 @@ def main():
                                 ctypes.c_void_p(s.cuda_stream))
                 if rc != 0:
                     raise SystemExit(f"cuMemcpyDtoDAsync failed: CUresult {rc}")
+            if beside:
+                chain_traffic()
         for d in (0, 1):
             torch.cuda.synchronize(d)
         seconds = time.perf_counter() - start
@@ -86,6 +102,8 @@ def main():
         # Both copies on one GPU's copy engines, as a stage on cuda:1 pulling its input and
         # pushing its output would run them.
         case("0 -> 1 pulled, 1 -> 0 pushed, at once", [(0, 1, "pull"), (1, 0, "push")], lanes)
+        case("pull both ways, the chain's kernels' traffic beside", [(0, 1, "pull"), (1, 0, "pull")], lanes, True)
+        case("push both ways, the chain's kernels' traffic beside", [(0, 1, "push"), (1, 0, "push")], lanes, True)
     for d in (0, 1):
         torch.cuda.synchronize(d)
 

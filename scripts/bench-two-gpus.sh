@@ -9,25 +9,28 @@
 # GB/s a direction is frames/s times the rgb8 frame's bytes. Each size runs these ways, the
 # rounds interleaved:
 #
-#   copy    the default: a consumer on the other GPU copies each frame into its own GPU's
-#           memory with the copy engines, beside the stage's kernels (peer_copy_min_bytes = 0)
-#   WAY@N   WAY with the copies on N streams, the ring's slots in turn (GPUIPC_PEER_COPY_LANES=N;
-#           the default is 2)
+#   push    the default: a ring whose consumers are all on the other GPU lives there, and
+#           the producer's copy engines push each frame into it from a buffer of its own GPU
+#   copy    the ring on its producer's GPU (GPUIPC_PEER_PUSH=0): a consumer on the other GPU
+#           copies each frame into its own GPU's memory with the copy engines, beside the
+#           stage's kernels (peer_copy_min_bytes = 0)
+#   WAY@N   WAY with the pushes or copies on N streams, the ring's slots in turn
+#           (GPUIPC_PEER_COPY_LANES=N; the default is 2)
 #   copy-spin  copy, the consumer's host waiting for each frame before it enqueues the copy
 #           (GPUIPC_READY_SPIN_US=200), so the copy stream never waits on the other process
-#   read    its kernels read the frames over the link in place
-#           (GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615)
+#   read    the ring on its producer's GPU, the consumer's kernels reading the frames over the
+#           link in place (GPUIPC_PEER_PUSH=0 GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615)
 #   one     the same pipeline on cuda:0 alone, for reference
-#   oneway-copy, oneway-read   cuda:0 -> cuda:1 -> cuda:1: the link used one way only
-#   sink-copy, sink-read, sink-one   generator on cuda:0 -> rgb-process on cuda:1 (cuda:0 for
-#           -one), the last stage: one link, one kernel on the far side
-#   duplex  two runs at once, sink-copy and its mirror (generator on cuda:1 -> rgb-process on
-#           cuda:0): the link used both ways, as by the split chain, without a chain between
-#           the directions; each run's frames/s is printed, the slower one's share
-#   copy-dN, read-dN   copy or read with every ring N slots deep (the default is 8 at 4K)
+#   oneway-push, oneway-copy, oneway-read   cuda:0 -> cuda:1 -> cuda:1: the link used one way
+#   sink-push, sink-copy, sink-read, sink-one   generator on cuda:0 -> rgb-process on cuda:1
+#           (cuda:0 for -one), the last stage: one link, one kernel on the far side
+#   duplex-push, duplex-copy   sink-WAY and its mirror (generator on cuda:1 -> rgb-process on
+#           cuda:0) in one pipeline: the link used both ways, as by the split chain, with no
+#           chain between the directions; the slower chain's frames/s ("yuv" or "yuv2")
+#   WAY-dN  WAY with every ring N slots deep (the default is 8 at 4K)
 #
-# WAYS="copy@1 copy copy@4 copy-spin read one oneway-copy oneway-read sink-copy@1 sink-copy
-# sink-copy@4 sink-read sink-one" by default.
+# WAYS="push copy read one oneway-push oneway-copy sink-push sink-copy sink-read sink-one
+# duplex-push duplex-copy" by default.
 #
 # SIZES="3840x2160 1920x1080" by default.
 set -uo pipefail
@@ -60,11 +63,16 @@ split() {  # W H WAY: the 4K file resized, its stages placed
         one) devices="0 0 0" ;;
         oneway-*) devices="0 1 1" ;;
         sink-one) devices="0 0" ;;
-        sink-mirror) devices="1 0" ;;
         sink-*) devices="0 1" ;;
         *) devices="0 1 0" ;;
     esac
     case $3 in
+        duplex*)
+            printf '[pipeline]\nname = "duplex"\n'
+            printf '\n[[stage]]\nname = "%s"\nplugin = "generator"\ndevice = "cuda:%s"\nparams = { width = %s, height = %s, pattern = "bars" }\n\n[[stage]]\nname = "%s"\nplugin = "rgb-process"\nparams = { invert = true }\ndevice = "cuda:%s"\ninputs = ["%s"]\n' \
+                gen 0 "$1" "$2" yuv 1 gen gen2 1 "$1" "$2" yuv2 0 gen2
+            return
+            ;;
         sink-*)
             set -- "$1" "$2" $devices
             printf '[pipeline]\nname = "sink"\n\n[[stage]]\nname = "gen"\nplugin = "generator"\ndevice = "cuda:%s"\nparams = { width = %s, height = %s, pattern = "bars" }\n\n[[stage]]\nname = "yuv"\nplugin = "rgb-process"\nparams = { invert = true }\ndevice = "cuda:%s"\ninputs = ["gen"]\n' "$3" "$1" "$2" "$4"
@@ -82,49 +90,21 @@ split() {  # W H WAY: the 4K file resized, its stages placed
         -e "s/^name = \"yuv\"/&\ndevice = \"cuda:$5\"/" "$here/pipelines/4k-yuv.toml"
 }
 
-duplex() {  # W H WAY ROUND BYTES: sink-copy and its mirror at once
-    local file_a=$work/$3-a-$1x$2.toml file_b=$work/$3-b-$1x$2.toml
-    local log_a=$results/$3-a-$1x$2-r$4.txt log_b=$results/$3-b-$1x$2-r$4.txt
-    local env=()
-    if [ "$3" != duplex ]; then env=(GPUIPC_PEER_COPY_LANES="${3#*@}"); fi
-    split "$1" "$2" sink-copy > "$file_a"
-    split "$1" "$2" sink-mirror > "$file_b"
-    (cd "$work" && env "${env[@]}" "$host" run "$file_a" --frames "$frames" > "$log_a" 2>&1) &
-    local a=$!
-    (cd "$work" && env "${env[@]}" "$host" run "$file_b" --frames "$frames" > "$log_b" 2>&1) &
-    local b=$!
-    if ! wait $a || ! wait $b; then
-        echo "$1x$2 $3 r$4 failed: see $log_a and $log_b"
-        return
-    fi
-    local fa fb
-    fa=$(awk '$1 == "yuv" {print $5}' "$log_a")
-    fb=$(awk '$1 == "yuv" {print $5}' "$log_b")
-    awk -v size="$1x$2" -v way="$3" -v r="$4" -v fa="$fa" -v fb="$fb" -v bytes="$5" -v c="${ceiling:-0}" 'BEGIN {
-        lo = fa < fb ? fa : fb
-        share = c > 0 ? sprintf("%.1f %%", 100 * lo * bytes / 1e9 / c) : "-"
-        printf "%-10s %-12s %6s %12.1f %14.1f %12s   (0 -> 1 %.1f, 1 -> 0 %.1f frames/s)\n", size, way, "r" r, lo, lo * bytes / 1e9, share, fa, fb
-    }'
-}
-
 printf '%-10s %-12s %6s %12s %14s %12s\n' size way round "frames/s" "GB/s each way" "of ceiling"
 for size in ${SIZES:-3840x2160 1920x1080}; do
     w=${size%x*}
     h=${size#*x}
     bytes=$(( (w * 3 + 63) / 64 * 64 * h ))
     for round in $(seq 1 "$rounds"); do
-        for way in ${WAYS:-copy@1 copy copy@4 copy-spin read one oneway-copy oneway-read sink-copy@1 sink-copy sink-copy@4 sink-read sink-one}; do
+        for way in ${WAYS:-push copy read one oneway-push oneway-copy sink-push sink-copy sink-read sink-one duplex-push duplex-copy}; do
             base=${way%@*}
-            if [ "$base" = duplex ]; then
-                duplex "$w" "$h" "$way" "$round" "$bytes"
-                continue
-            fi
             file=$work/$way-$size.toml
             split "$w" "$h" "$base" > "$file"
             env=()
-            case $base in
-                *read | read-d*) env=(GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615) ;;
-                copy-spin) env=(GPUIPC_READY_SPIN_US=200) ;;
+            case ${base%-d[0-9]*} in
+                *read) env=(GPUIPC_PEER_PUSH=0 GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615) ;;
+                *copy) env=(GPUIPC_PEER_PUSH=0) ;;
+                copy-spin) env=(GPUIPC_PEER_PUSH=0 GPUIPC_READY_SPIN_US=200) ;;
             esac
             if [ "$base" != "$way" ]; then env+=(GPUIPC_PEER_COPY_LANES="${way#*@}"); fi
             log=$results/$way-$size-r$round.txt
@@ -134,7 +114,8 @@ for size in ${SIZES:-3840x2160 1920x1080}; do
                 tail -5 "$log"
                 continue
             fi
-            fps=$(awk '$1 == "yuv" {print $5}' "$log")
+            # The last stage's frames/s; two chains (duplex): the slower one's.
+            fps=$(awk '$1 == "yuv" || $1 == "yuv2" {print $5}' "$log" | sort -n | head -1)
             awk -v size="$size" -v way="$way" -v r="$round" -v fps="$fps" -v bytes="$bytes" -v c="${ceiling:-0}" 'BEGIN {
                 gb = fps * bytes / 1e9
                 share = (c > 0 && way !~ /one$/) ? sprintf("%.1f %%", 100 * gb / c) : "-"

@@ -46,8 +46,10 @@ pub enum ToStage {
 pub enum LinkMemoryWire {
     /// The ring's own shared memory (both ends cpu, or a cuda end that stages copies).
     Host,
-    /// GPU memory exported by the producer, on GPU `device`, with interprocess events.
-    Device { transport: Transport, device: u32 },
+    /// GPU memory exported by the producer, on GPU `device`, with interprocess events;
+    /// `pushed`: `device` is the consumers' GPU, and the producer writes each frame on its own
+    /// GPU and pushes it into the slot with its copy engines.
+    Device { transport: Transport, device: u32, pushed: bool },
 }
 
 /// A 64-byte CUDA IPC handle (event or legacy memory), as hex on the wire.

@@ -30,9 +30,13 @@ pub fn needs(plan: &Plan) -> Needs {
     for link in plan.links.iter().filter(|l| plan.stages[l.producer].host.is_none()) {
         let frame = link.layout.total_bytes;
         let (host_data, bytes) = match &link.memory {
-            LinkMemory::Device { device, .. } => {
+            LinkMemory::Device { device, peers, pushed, .. } => {
                 let slot = frame.next_multiple_of(GPU_GRANULE);
                 let producer = &plan.stages[link.producer];
+                // A pushed ring's producer makes each frame in a buffer of its own GPU first.
+                if *pushed && let Some(&from) = peers.first() {
+                    *n.gpu.entry(from).or_default() += frame * link.depth as u64;
+                }
                 // Each replica's part of the ring on the GPU that replica runs on.
                 match producer.replica_devices() {
                     [] => *n.gpu.entry(*device).or_default() += slot * link.depth as u64,

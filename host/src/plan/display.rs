@@ -257,7 +257,7 @@ fn link_memory(plan: &Plan, link: usize) -> String {
         LinkMemory::HostStaged { no_peer: Some((from, to)) } => format!(
             "host shared memory, copied to/from the GPU on each end (cuda:{from} has no peer access to cuda:{to})"
         ),
-        LinkMemory::Device { transport, device, peers } => {
+        LinkMemory::Device { transport, device, peers, pushed } => {
             let shared = match transport {
                 Transport::Auto => "VMM fds where supported, else legacy IPC",
                 Transport::Vmm => "VMM fds",
@@ -266,6 +266,14 @@ fn link_memory(plan: &Plan, link: usize) -> String {
             let mut text = format!("GPU memory on cuda:{device} shared between processes ({shared})");
             if peers.is_empty() {
                 text.push_str(", zero copies");
+                return text;
+            }
+            if *pushed {
+                let from: Vec<String> = peers.iter().map(|p| format!("cuda:{p}")).collect();
+                text.push_str(&format!(
+                    ", zero copies on cuda:{device}; written on {} and pushed into it by its copy engines (GPUIPC_PEER_PUSH)",
+                    from.join(", ")
+                ));
                 return text;
             }
             // A consumer on another GPU copies the frames in, or its kernels read them in place,

@@ -177,11 +177,14 @@ impl DeviceFacts for Driver {
 /// cuda and every consumer's device can read every producer's (the same device, or peer
 /// access); otherwise host memory with copies on the cuda ends. `transport = "auto"` becomes
 /// VMM fds when every device on the link supports them, else legacy IPC handles. `device` is
-/// the (first) producer's; `peers` every other device on the link.
+/// the (first) producer's, `peers` every other device on the link; except where `push` and
+/// every producer is on one GPU and every consumer on one other it reaches, with VMM memory:
+/// then the ring is on the consumers' GPU, `pushed` into by the producer's copy engines.
 pub fn link_memory(
     producers: &[(Domain, Option<u32>)],
     consumers: &[(Domain, Option<u32>)],
     transport: Transport,
+    push: bool,
     facts: &dyn DeviceFacts,
 ) -> LinkMemory {
     let ends = || producers.iter().chain(consumers);
@@ -210,14 +213,28 @@ pub fn link_memory(
         Transport::Auto => Transport::Legacy,
         chosen => chosen,
     };
-    LinkMemory::Device { transport, device: home, peers }
+    // Every producer on one GPU, every consumer on one other that it reaches, VMM memory
+    // (which a process can make on another GPU than its own): the ring lives on the
+    // consumers' GPU and the producer pushes its frames there (`push`: `GPUIPC_PEER_PUSH`).
+    let theirs = consumers.first().map(|&(_, d)| d.unwrap_or(0));
+    if let Some(theirs) = theirs
+        && push
+        && transport == Transport::Vmm
+        && theirs != home
+        && homes.iter().all(|&h| h == home)
+        && consumers.iter().all(|&(_, d)| d.unwrap_or(0) == theirs)
+        && facts.peer_access(home, theirs)
+    {
+        return LinkMemory::Device { transport, device: theirs, peers: vec![home], pushed: true };
+    }
+    LinkMemory::Device { transport, device: home, peers, pushed: false }
 }
 
 /// Why a GPU link cannot use the transport its producer asked for, if it cannot: `vmm` needs
 /// VMM fd support on every device that maps the memory. (`auto` was decided from the same
 /// facts; `legacy` needs nothing more than the driver checks at stage start.)
 pub fn transport_problem(link: &super::LinkPlan, facts: &dyn DeviceFacts) -> Option<String> {
-    let LinkMemory::Device { transport: Transport::Vmm, device, peers } = &link.memory else { return None };
+    let LinkMemory::Device { transport: Transport::Vmm, device, peers, .. } = &link.memory else { return None };
     let lacking: Vec<String> =
         std::iter::once(device).chain(peers).filter(|&&d| !facts.vmm_fd(d)).map(|d| format!("cuda:{d}")).collect();
     (!lacking.is_empty()).then(|| {
@@ -281,66 +298,87 @@ mod tests {
 
     #[test]
     fn cpu_ends_share_host_memory() {
-        assert_eq!(link_memory(&[CPU], &[CPU, CPU], Transport::Auto, &ALL_PEERS), LinkMemory::Host);
+        assert_eq!(link_memory(&[CPU], &[CPU, CPU], Transport::Auto, true, &ALL_PEERS), LinkMemory::Host);
     }
 
     #[test]
     fn a_cpu_end_on_a_gpu_link_means_staging() {
         let staged = LinkMemory::HostStaged { no_peer: None };
-        assert_eq!(link_memory(&[cuda(0)], &[cuda(0), CPU], Transport::Auto, &ALL_PEERS), staged);
-        assert_eq!(link_memory(&[CPU], &[cuda(0)], Transport::Auto, &ALL_PEERS), staged);
+        assert_eq!(link_memory(&[cuda(0)], &[cuda(0), CPU], Transport::Auto, true, &ALL_PEERS), staged);
+        assert_eq!(link_memory(&[CPU], &[cuda(0)], Transport::Auto, true, &ALL_PEERS), staged);
     }
 
     #[test]
     fn one_gpu_shares_device_memory() {
         assert_eq!(
-            link_memory(&[cuda(1)], &[cuda(1), cuda(1)], Transport::Legacy, &NO_PEERS),
-            LinkMemory::Device { transport: Transport::Legacy, device: 1, peers: vec![] }
+            link_memory(&[cuda(1)], &[cuda(1), cuda(1)], Transport::Legacy, true, &NO_PEERS),
+            LinkMemory::Device { transport: Transport::Legacy, device: 1, peers: vec![], pushed: false }
         );
     }
 
     #[test]
     fn two_gpus_use_peer_access_only_where_the_driver_allows_it() {
         assert_eq!(
-            link_memory(&[cuda(0)], &[cuda(1), cuda(0), cuda(1)], Transport::Auto, &ALL_PEERS),
-            LinkMemory::Device { transport: Transport::Vmm, device: 0, peers: vec![1] }
+            link_memory(&[cuda(0)], &[cuda(1), cuda(0), cuda(1)], Transport::Auto, false, &ALL_PEERS),
+            LinkMemory::Device { transport: Transport::Vmm, device: 0, peers: vec![1], pushed: false }
         );
         assert_eq!(
-            link_memory(&[cuda(0)], &[cuda(0), cuda(1)], Transport::Auto, &NO_PEERS),
+            link_memory(&[cuda(0)], &[cuda(0), cuda(1)], Transport::Auto, true, &NO_PEERS),
             LinkMemory::HostStaged { no_peer: Some((1, 0)) }
         );
         // The direction matters: the consumer's device reads the producer's.
         let only_1_reads_0 = Facts { peer: |a, b| (a, b) == (1, 0), vmm: |_| true };
         assert!(matches!(
-            link_memory(&[cuda(0)], &[cuda(1)], Transport::Auto, &only_1_reads_0),
+            link_memory(&[cuda(0)], &[cuda(1)], Transport::Auto, true, &only_1_reads_0),
             LinkMemory::Device { .. }
         ));
         assert_eq!(
-            link_memory(&[cuda(1)], &[cuda(0)], Transport::Auto, &only_1_reads_0),
+            link_memory(&[cuda(1)], &[cuda(0)], Transport::Auto, true, &only_1_reads_0),
             LinkMemory::HostStaged { no_peer: Some((0, 1)) }
         );
+    }
+
+    #[test]
+    fn a_ring_whose_consumers_are_all_on_one_other_gpu_lives_there_and_is_pushed_into() {
+        let pushed =
+            |device, from| LinkMemory::Device { transport: Transport::Vmm, device, peers: vec![from], pushed: true };
+        assert_eq!(link_memory(&[cuda(0)], &[cuda(1)], Transport::Auto, true, &ALL_PEERS), pushed(1, 0));
+        assert_eq!(link_memory(&[cuda(1)], &[cuda(0), cuda(0)], Transport::Vmm, true, &ALL_PEERS), pushed(0, 1));
+        // Turned off (GPUIPC_PEER_PUSH=0): on the producer's GPU, as before.
+        assert_eq!(
+            link_memory(&[cuda(0)], &[cuda(1)], Transport::Auto, false, &ALL_PEERS),
+            LinkMemory::Device { transport: Transport::Vmm, device: 0, peers: vec![1], pushed: false }
+        );
+        let not_pushed = |m: LinkMemory| matches!(m, LinkMemory::Device { device: 0, pushed: false, .. });
+        // Consumers on two GPUs, producers on two, legacy memory, or no way from the
+        // producer's GPU to the consumers': not pushed.
+        assert!(not_pushed(link_memory(&[cuda(0)], &[cuda(1), cuda(2)], Transport::Auto, true, &ALL_PEERS)));
+        assert!(not_pushed(link_memory(&[cuda(0), cuda(1)], &[cuda(1)], Transport::Auto, true, &ALL_PEERS)));
+        assert!(not_pushed(link_memory(&[cuda(0)], &[cuda(1)], Transport::Legacy, true, &ALL_PEERS)));
+        let only_1_reads_0 = Facts { peer: |a, b| (a, b) == (1, 0), vmm: |_| true };
+        assert!(not_pushed(link_memory(&[cuda(0)], &[cuda(1)], Transport::Auto, true, &only_1_reads_0)));
     }
 
     #[test]
     fn replicas_spread_over_gpus_share_device_memory_only_where_every_consumer_reaches_every_part() {
         // A producer stage's replicas on cuda:0 and cuda:1, its consumer on cuda:1.
         assert_eq!(
-            link_memory(&[cuda(0), cuda(1)], &[cuda(1)], Transport::Auto, &ALL_PEERS),
-            LinkMemory::Device { transport: Transport::Vmm, device: 0, peers: vec![1] }
+            link_memory(&[cuda(0), cuda(1)], &[cuda(1)], Transport::Auto, true, &ALL_PEERS),
+            LinkMemory::Device { transport: Transport::Vmm, device: 0, peers: vec![1], pushed: false }
         );
         let only_1_reads_0 = Facts { peer: |a, b| (a, b) == (1, 0), vmm: |_| true };
         assert!(matches!(
-            link_memory(&[cuda(0), cuda(1)], &[cuda(1)], Transport::Auto, &only_1_reads_0),
+            link_memory(&[cuda(0), cuda(1)], &[cuda(1)], Transport::Auto, true, &only_1_reads_0),
             LinkMemory::Device { .. }
         ));
         // A consumer on cuda:0 cannot read the part on cuda:1.
         assert_eq!(
-            link_memory(&[cuda(0), cuda(1)], &[cuda(0)], Transport::Auto, &only_1_reads_0),
+            link_memory(&[cuda(0), cuda(1)], &[cuda(0)], Transport::Auto, true, &only_1_reads_0),
             LinkMemory::HostStaged { no_peer: Some((0, 1)) }
         );
         // Consumer replicas spread the same way: each of their devices must reach the part.
         assert_eq!(
-            link_memory(&[cuda(0)], &[cuda(0), cuda(2)], Transport::Auto, &NO_PEERS),
+            link_memory(&[cuda(0)], &[cuda(0), cuda(2)], Transport::Auto, true, &NO_PEERS),
             LinkMemory::HostStaged { no_peer: Some((2, 0)) }
         );
     }
@@ -356,7 +394,7 @@ mod tests {
             format,
             layout: FrameLayout::for_format(format).unwrap(),
             depth: 4,
-            memory: LinkMemory::Device { transport, device: 0, peers },
+            memory: LinkMemory::Device { transport, device: 0, peers, pushed: false },
         };
         let vmm_on_0 = Facts { peer: |_, _| true, vmm: |d| d == 0 };
         assert_eq!(transport_problem(&link(Transport::Vmm, vec![]), &vmm_on_0), None);
@@ -371,12 +409,12 @@ mod tests {
     #[test]
     fn auto_transport_is_vmm_only_where_every_device_on_the_link_has_it() {
         let vmm_on_0 = Facts { peer: |_, _| true, vmm: |d| d == 0 };
-        let device = |t| LinkMemory::Device { transport: t, device: 0, peers: vec![] };
-        assert_eq!(link_memory(&[cuda(0)], &[cuda(0)], Transport::Auto, &vmm_on_0), device(Transport::Vmm));
-        assert_eq!(link_memory(&[cuda(0)], &[cuda(0)], Transport::Legacy, &vmm_on_0), device(Transport::Legacy));
+        let device = |t| LinkMemory::Device { transport: t, device: 0, peers: vec![], pushed: false };
+        assert_eq!(link_memory(&[cuda(0)], &[cuda(0)], Transport::Auto, true, &vmm_on_0), device(Transport::Vmm));
+        assert_eq!(link_memory(&[cuda(0)], &[cuda(0)], Transport::Legacy, true, &vmm_on_0), device(Transport::Legacy));
         assert_eq!(
-            link_memory(&[cuda(0)], &[cuda(1)], Transport::Auto, &vmm_on_0),
-            LinkMemory::Device { transport: Transport::Legacy, device: 0, peers: vec![1] }
+            link_memory(&[cuda(0)], &[cuda(1)], Transport::Auto, true, &vmm_on_0),
+            LinkMemory::Device { transport: Transport::Legacy, device: 0, peers: vec![1], pushed: false }
         );
     }
 }

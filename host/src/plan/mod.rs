@@ -230,9 +230,11 @@ pub enum LinkMemory {
     /// `no_peer`: the ends are all cuda, but device `.0` (a consumer's) cannot reach device
     /// `.1` (the producer's) directly.
     HostStaged { no_peer: Option<(u32, u32)> },
-    /// Device memory on the producer's GPU (`device`) shared between processes, zero copies.
-    /// Consumers on the GPUs in `peers` read it over peer access (NVLink or PCIe).
-    Device { transport: Transport, device: u32, peers: Vec<u32> },
+    /// Device memory on GPU `device` shared between processes, zero copies on it: the
+    /// producer's GPU, where consumers on the GPUs in `peers` read it over peer access (NVLink
+    /// or PCIe); or, `pushed`, the GPU of every consumer, another than the producer's (in
+    /// `peers`), whose copy engines push each frame there from a buffer of its own GPU.
+    Device { transport: Transport, device: u32, peers: Vec<u32>, pushed: bool },
 }
 
 /// Whether a plugin (by name) is the receiving end of a link between hosts, the stage that

@@ -512,9 +512,13 @@ fn link_ends(
     let mut output: Option<Box<dyn WriteEnd>> = match (setup.output.as_ref(), producer, gpu) {
         (Some(o), Some(p), Some(g)) => match o.memory {
             LinkMemoryWire::Host => Some(Box::new(Staged::writer(g, p.ring())?)),
-            LinkMemoryWire::Device { transport, .. } => {
+            LinkMemoryWire::Device { transport, device, pushed } => {
                 let link = o.link.expect("a producer has a link");
-                halves.push(handshake::export_output(g, socket, link, p.ring(), p.slots(), transport, p.generation())?);
+                // A pushed ring lives on its consumers' GPU; others on this stage's (each
+                // replica's part on its own).
+                let home = if pushed { device } else { g.ordinal() };
+                let at = handshake::SlotsAt { transport, home };
+                halves.push(handshake::export_output(g, socket, link, p.ring(), p.slots(), at, p.generation())?);
                 None
             }
         },
@@ -538,7 +542,13 @@ fn link_ends(
             }
             inputs[k] = Some(Box::new(end));
         }
-        if let Some(end) = device_output {
+        if let Some(mut end) = device_output {
+            // A ring on the consumers' GPU: frames are made here and pushed into it.
+            if let (Some(o), Some(p)) = (setup.output.as_ref(), producer)
+                && let LinkMemoryWire::Device { pushed: true, .. } = o.memory
+            {
+                end.copy_out(p.ring(), setup.tuning.peer_copy_lanes as usize)?;
+            }
             output = Some(Box::new(end));
         }
     }

@@ -67,8 +67,8 @@ pub enum RunError {
 fn wire_memory(memory: &LinkMemory) -> LinkMemoryWire {
     match memory {
         LinkMemory::Host | LinkMemory::HostStaged { .. } => LinkMemoryWire::Host,
-        LinkMemory::Device { transport, device, .. } => {
-            LinkMemoryWire::Device { transport: *transport, device: *device }
+        LinkMemory::Device { transport, device, pushed, .. } => {
+            LinkMemoryWire::Device { transport: *transport, device: *device, pushed: *pushed }
         }
     }
 }

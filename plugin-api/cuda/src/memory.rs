@@ -102,6 +102,13 @@ impl DeviceMemory {
     /// A VMM allocation of at least `bytes` on `gpu`'s device, mapped read/write for it, and a
     /// POSIX fd (close-on-exec) another process passes to [`DeviceMemory::import_vmm`].
     pub fn vmm(gpu: &Arc<Gpu>, bytes: usize) -> Result<(DeviceMemory, OwnedFd), CudaError> {
+        DeviceMemory::vmm_at(gpu, gpu.ordinal(), bytes)
+    }
+
+    /// As [`DeviceMemory::vmm`], the memory on device `home` (another GPU `gpu`'s device
+    /// reaches by peer access, or its own), mapped read/write for `gpu`'s device: a producer
+    /// writing a ring that lives on its consumer's GPU.
+    pub fn vmm_at(gpu: &Arc<Gpu>, home: u32, bytes: usize) -> Result<(DeviceMemory, OwnedFd), CudaError> {
         const OP: &str = "VMM allocation";
         nonzero(OP, bytes)?;
         if !gpu.supports_vmm_fd() {
@@ -111,11 +118,12 @@ impl DeviceMemory {
             });
         }
         gpu.bind()?;
-        let prop = allocation_prop(gpu);
+        let mut prop = allocation_prop(gpu);
+        prop.location.id = home as i32;
         let size = round_up(bytes, granularity(gpu, &prop)?);
         let mut build = VmmBuild::new(gpu);
         let mut handle: CUmemGenericAllocationHandle = 0;
-        // SAFETY: `prop` describes pinned device memory on our device with POSIX fd handles;
+        // SAFETY: `prop` describes pinned device memory on `home` with POSIX fd handles;
         // size is a multiple of the minimum granularity; writes one handle.
         check("cuMemCreate", Some(gpu.ordinal()), unsafe { sys::cuMemCreate(&mut handle, size, &prop, 0) })?;
         build.handle = Some(handle);

@@ -183,8 +183,15 @@ fn gpu_device_producer_to_copying_device_consumer() {
     device_exchange("copy");
 }
 
+/// The same, the producer writing each frame into memory of its own and pushing it into the
+/// slot (as one whose ring lives on its consumers' GPU does; here the push stays on one GPU).
+#[test]
+fn gpu_pushing_device_producer_to_device_consumer() {
+    device_exchange("push");
+}
+
 /// The producer here, the consumer in a child process that reads the frames in place
-/// (`read`) or copies them in first (`copy`).
+/// (`read`) or copies them in first (`copy`), or the producer pushing them (`push`).
 fn device_exchange(how: &str) {
     use std::os::fd::AsFd;
     use std::process::Command;
@@ -193,7 +200,7 @@ fn device_exchange(how: &str) {
 
     use crate::config::Transport;
     use crate::control::{ControlSocket, FromStage, Import, ToStage};
-    use crate::link::backing::device::handshake::{complete, export_output};
+    use crate::link::backing::device::handshake::{SlotsAt, complete, export_output};
 
     let Some(gpu) = gpuipc_cuda::testing::gpu_for_test() else { return };
     let map = ring(false);
@@ -212,7 +219,8 @@ fn device_exchange(how: &str) {
         .unwrap();
     let mut child = command.spawn().unwrap();
 
-    let half = export_output(&gpu, &producer_socket, 0, &map, 0..map.depth(), Transport::Auto, 0).unwrap();
+    let at = SlotsAt { transport: Transport::Auto, home: gpu.ordinal() };
+    let half = export_output(&gpu, &producer_socket, 0, &map, 0..map.depth(), at, 0).unwrap();
     let (exported, fds) = broker.recv::<FromStage>().unwrap();
     let FromStage::Exported(producer) = exported else { panic!("expected the producer's export") };
     let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
@@ -223,7 +231,11 @@ fn device_exchange(how: &str) {
     let to_producer = Import { link: 0, producers: Vec::new(), consumers: vec![*consumer], epoch: None };
     broker.send(&ToStage::Import(Box::new(to_producer)), &[]).unwrap();
     let (_, write) = complete(&gpu, &producer_socket, vec![half]).unwrap();
-    let write = write.expect("the producer's end");
+    let mut write = write.expect("the producer's end");
+    if how == "push" {
+        // Two streams, taking the slots' pushes in turn.
+        write.copy_out(&map, 2).unwrap();
+    }
 
     produce(reopen(&map), &write, &Access::Gpu(gpu.clone()));
     let status = child.wait().unwrap();

@@ -241,22 +241,82 @@ pub struct DeviceWrite {
     pub(crate) released: Vec<Vec<IpcEvent>>,
     /// The ring's consumer epoch `released` is current for (the host says, with each import).
     pub(crate) current_for: Option<u32>,
+    /// Frames written into this GPU's memory first and pushed into the ring's slots, which
+    /// live on another GPU, by the copy engines ([`CopyOut`]); `None`: kernels write the
+    /// slots where they are.
+    pub(crate) copy_out: Option<CopyOut>,
+}
+
+/// A producer whose ring lives on another GPU (its consumers') writes each frame into a
+/// buffer of its own GPU and the copy engines push it into the slot, on streams beside the
+/// stage's: writes over the link rather than a consumer's reads.
+pub(crate) struct CopyOut {
+    lanes: Vec<SideStream>,
+    /// A buffer per slot of this producer's part.
+    local: Vec<DeviceMemory>,
+    /// Per slot: the stage's work on `local` is done (the push waits for it).
+    written: Vec<IpcEvent>,
+    /// Per slot: the push out of `local` is done (the stage's next frame in it waits for it).
+    pushed: Vec<IpcEvent>,
+}
+
+impl CopyOut {
+    pub(crate) fn new(gpu: &Arc<Gpu>, slots: usize, bytes: usize, lanes: usize) -> Result<CopyOut, GpuError> {
+        let events = || (0..slots).map(|_| IpcEvent::create(gpu).map(|(e, _)| e)).collect::<Result<Vec<_>, _>>();
+        let lanes = (0..lanes.clamp(1, slots.max(1))).map(|_| SideStream::new(gpu)).collect::<Result<Vec<_>, _>>()?;
+        let local = (0..slots).map(|_| DeviceMemory::private(gpu, bytes)).collect::<Result<Vec<_>, _>>()?;
+        Ok(CopyOut { lanes, local, written: events()?, pushed: events()? })
+    }
+
+    fn lane(&self, k: usize) -> &SideStream {
+        &self.lanes[k % self.lanes.len()]
+    }
+
+    fn synchronize(&self) -> Result<(), GpuError> {
+        self.lanes.iter().try_for_each(SideStream::synchronize)
+    }
+}
+
+impl DeviceWrite {
+    /// Write frames into this GPU's memory and push them into the ring ([`CopyOut`]).
+    pub(crate) fn copy_out(&mut self, ring: &RingMap, lanes: usize) -> Result<(), GpuError> {
+        let bytes = ring.layout().total_bytes as usize;
+        self.copy_out = Some(CopyOut::new(&self.gpu, self.memory.len(), bytes, lanes)?);
+        Ok(())
+    }
+
+    fn wait_for_consumers(&self, slot: usize, stream: &crate::gpu::Stream) -> Result<(), GpuError> {
+        self.released.iter().try_for_each(|consumer| consumer[slot].wait_on(stream))
+    }
 }
 
 impl WriteEnd for DeviceWrite {
     fn prepare(&self, slot: usize) -> Result<(), GpuError> {
-        for consumer in &self.released {
-            consumer[slot].wait_on(self.gpu.stream())?;
+        match &self.copy_out {
+            None => self.wait_for_consumers(slot, self.gpu.stream()),
+            // The consumers' waits go to the push; the stage waits for its buffer only.
+            Some(c) => c.pushed[slot - self.first_slot].wait_on(self.gpu.stream()),
         }
-        Ok(())
     }
 
     fn frame(&self, ring: &RingMap, slot: usize, seq: u64, timestamp_ns: u64) -> RawFrame {
-        device_frame(ring, &self.memory[slot - self.first_slot], seq, timestamp_ns)
+        let k = slot - self.first_slot;
+        match &self.copy_out {
+            None => device_frame(ring, &self.memory[k], seq, timestamp_ns),
+            Some(c) => device_frame(ring, &c.local[k], seq, timestamp_ns),
+        }
     }
 
-    fn finish(&self, _ring: &RingMap, slot: usize) -> Result<(), GpuError> {
-        self.ready[slot - self.first_slot].record(self.gpu.stream())
+    fn finish(&self, ring: &RingMap, slot: usize) -> Result<(), GpuError> {
+        let k = slot - self.first_slot;
+        let Some(c) = &self.copy_out else { return self.ready[k].record(self.gpu.stream()) };
+        let lane = c.lane(k);
+        c.written[k].record(self.gpu.stream())?;
+        c.written[k].wait_on(lane.stream())?;
+        self.wait_for_consumers(slot, lane.stream())?;
+        lane.copy_dtod_async(self.memory[k].addr(), c.local[k].addr(), ring.layout().total_bytes as usize)?;
+        c.pushed[k].record(lane.stream())?;
+        self.ready[k].record(lane.stream())
     }
 
     fn outlived_by_consumers(&self) -> bool {
@@ -265,7 +325,11 @@ impl WriteEnd for DeviceWrite {
 
     /// Its own slots: the others are its siblings' memory.
     fn drain(&self, _depth: usize) -> Result<(), GpuError> {
-        (self.first_slot..self.first_slot + self.memory.len()).try_for_each(|slot| self.prepare(slot))
+        if let Some(c) = &self.copy_out {
+            c.synchronize()?;
+        }
+        (self.first_slot..self.first_slot + self.memory.len())
+            .try_for_each(|slot| self.wait_for_consumers(slot, self.gpu.stream()))
     }
 
     fn follows_the_other_end(&self) -> bool {

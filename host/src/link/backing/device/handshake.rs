@@ -65,6 +65,14 @@ pub fn export_input(
     Ok(Half::Input { link, released: events.into_iter().map(|(e, _)| e).collect() })
 }
 
+/// Where a producer makes its slots: shared by `transport`, on GPU `home` (its own, or its
+/// consumers' for a pushed ring; legacy memory is always on its own).
+#[derive(Debug, Clone, Copy)]
+pub struct SlotsAt {
+    pub transport: Transport,
+    pub home: u32,
+}
+
 /// Allocate the slots and `ready` events of a GPU ring and export them, as the producer
 /// process of `generation` (`Producer::generation`) writing `slots` of the ring (all of them,
 /// or a replica's part).
@@ -74,9 +82,10 @@ pub fn export_output(
     link: usize,
     ring: &RingMap,
     slots: std::ops::Range<usize>,
-    transport: Transport,
+    at: SlotsAt,
     generation: u32,
 ) -> Result<Half, HandshakeError> {
+    let SlotsAt { transport, home } = at;
     let first_slot = slots.start;
     let depth = slots.len();
     let bytes = ring.layout().total_bytes as usize;
@@ -90,7 +99,7 @@ pub fn export_output(
     let mut legacy = Vec::new();
     for _ in 0..depth {
         if use_vmm {
-            let (m, fd) = DeviceMemory::vmm(gpu, bytes)?;
+            let (m, fd) = DeviceMemory::vmm_at(gpu, home, bytes)?;
             memory.push(m);
             fds.push(fd);
         } else {
@@ -157,6 +166,7 @@ pub fn complete(gpu: &Arc<Gpu>, socket: &ControlSocket, halves: Vec<Half>) -> Re
                     ready,
                     released,
                     current_for: import.epoch,
+                    copy_out: None,
                 });
             }
         }
