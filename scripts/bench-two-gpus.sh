@@ -9,17 +9,19 @@
 # GB/s a direction is frames/s times the rgb8 frame's bytes. Each size runs these ways, the
 # rounds interleaved:
 #
-#   push    the default: a ring whose consumers are all on the other GPU lives there, and
+#   push    the default at 4K (frames of 16 MiB and more; GPUIPC_PEER_PUSH_MIN_BYTES=0 at every
+#           size): a ring whose consumers are all on the other GPU lives there, and
 #           the producer's copy engines push each frame into it from a buffer of its own GPU
-#   copy    the ring on its producer's GPU (GPUIPC_PEER_PUSH=0): a consumer on the other GPU
-#           copies each frame into its own GPU's memory with the copy engines, beside the
-#           stage's kernels (peer_copy_min_bytes = 0)
+#   copy    the ring on its producer's GPU (GPUIPC_PEER_PUSH_MIN_BYTES=18446744073709551615):
+#           a consumer on the other GPU copies each frame into its own GPU's memory with the
+#           copy engines, beside the stage's kernels (peer_copy_min_bytes = 0)
 #   WAY@N   WAY with the pushes or copies on N streams, the ring's slots in turn
 #           (GPUIPC_PEER_COPY_LANES=N; the default is 2)
 #   copy-spin  copy, the consumer's host waiting for each frame before it enqueues the copy
 #           (GPUIPC_READY_SPIN_US=200), so the copy stream never waits on the other process
 #   read    the ring on its producer's GPU, the consumer's kernels reading the frames over the
-#           link in place (GPUIPC_PEER_PUSH=0 GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615)
+#           link in place (both GPUIPC_PEER_PUSH_MIN_BYTES and GPUIPC_PEER_COPY_MIN_BYTES
+#           18446744073709551615)
 #   one     the same pipeline on cuda:0 alone, for reference
 #   oneway-push, oneway-copy, oneway-read   cuda:0 -> cuda:1 -> cuda:1: the link used one way
 #   sink-push, sink-copy, sink-read, sink-one   generator on cuda:0 -> rgb-process on cuda:1
@@ -102,9 +104,10 @@ for size in ${SIZES:-3840x2160 1920x1080}; do
             split "$w" "$h" "$base" > "$file"
             env=()
             case ${base%-d[0-9]*} in
-                *read) env=(GPUIPC_PEER_PUSH=0 GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615) ;;
-                *copy) env=(GPUIPC_PEER_PUSH=0) ;;
-                copy-spin) env=(GPUIPC_PEER_PUSH=0 GPUIPC_READY_SPIN_US=200) ;;
+                *read) env=(GPUIPC_PEER_PUSH_MIN_BYTES=18446744073709551615 GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615) ;;
+                *copy) env=(GPUIPC_PEER_PUSH_MIN_BYTES=18446744073709551615) ;;
+                *push) env=(GPUIPC_PEER_PUSH_MIN_BYTES=0) ;;
+                copy-spin) env=(GPUIPC_PEER_PUSH_MIN_BYTES=18446744073709551615 GPUIPC_READY_SPIN_US=200) ;;
             esac
             if [ "$base" != "$way" ]; then env+=(GPUIPC_PEER_COPY_LANES="${way#*@}"); fi
             log=$results/$way-$size-r$round.txt

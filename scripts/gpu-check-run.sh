@@ -244,8 +244,21 @@ else
         grep -E "^[a-z]" "$here/work/two-gpus-$variant/run.txt" | sed 's/^/    /'
         grep -hE "output ring" "$here/work/two-gpus-$variant/err.txt" | sort | uniq -c | sed 's/^/    /'
     done
+    # The rings of links whose consumers are on the other GPU pushed into (at every frame size:
+    # by default only from 16 MiB), the other way copied in first (every ring on its producer's GPU).
+    for way in push copy; do
+        case $way in push) min=0 ;; copy) min=18446744073709551615 ;; esac
+        GPUIPC_PEER_PUSH_MIN_BYTES=$min run_into "$here/work/two-gpus-$way" "$here/work/two-gpus-mps-auto.toml"
+        if diff -r "$here/work/two-gpus-cpu/sums" "$here/work/two-gpus-$way/sums" > /dev/null; then
+            echo "match  two-gpus (mps-auto, rings $way): cuda:0/cuda:1 = cpu byte for byte"
+        else
+            fail "two-gpus (rings $way): output differs from cpu"
+        fi
+    done
+    GPUIPC_PEER_PUSH_MIN_BYTES=0 "$host" validate "$here/work/two-gpus-mps-auto.toml" | grep -c "pushed into it" | sed 's/^/    links pushed into at every size: /'
     # The links between the GPUs read in place over peer access instead of copied in first.
-    GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615 run_into "$here/work/two-gpus-read" "$here/work/two-gpus-mps-auto.toml"
+    GPUIPC_PEER_PUSH_MIN_BYTES=18446744073709551615 GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615 \
+        run_into "$here/work/two-gpus-read" "$here/work/two-gpus-mps-auto.toml"
     if diff -r "$here/work/two-gpus-cpu/sums" "$here/work/two-gpus-read/sums" > /dev/null; then
         echo "match  two-gpus (mps-auto, read over peer access): cuda:0/cuda:1 = cpu byte for byte"
     else

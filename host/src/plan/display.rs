@@ -271,7 +271,7 @@ fn link_memory(plan: &Plan, link: usize) -> String {
             if *pushed {
                 let from: Vec<String> = peers.iter().map(|p| format!("cuda:{p}")).collect();
                 text.push_str(&format!(
-                    ", zero copies on cuda:{device}; written on {} and pushed into it by its copy engines (GPUIPC_PEER_PUSH)",
+                    ", zero copies on cuda:{device}; written on {} and pushed into it by its copy engines (peer_push_min_bytes)",
                     from.join(", ")
                 ));
                 return text;

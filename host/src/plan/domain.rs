@@ -215,7 +215,7 @@ pub fn link_memory(
     };
     // Every producer on one GPU, every consumer on one other that it reaches, VMM memory
     // (which a process can make on another GPU than its own): the ring lives on the
-    // consumers' GPU and the producer pushes its frames there (`push`: `GPUIPC_PEER_PUSH`).
+    // consumers' GPU and the producer pushes its frames there (`push`: frames of `peer_push_min_bytes` or more).
     let theirs = consumers.first().map(|&(_, d)| d.unwrap_or(0));
     if let Some(theirs) = theirs
         && push
@@ -344,7 +344,7 @@ mod tests {
             |device, from| LinkMemory::Device { transport: Transport::Vmm, device, peers: vec![from], pushed: true };
         assert_eq!(link_memory(&[cuda(0)], &[cuda(1)], Transport::Auto, true, &ALL_PEERS), pushed(1, 0));
         assert_eq!(link_memory(&[cuda(1)], &[cuda(0), cuda(0)], Transport::Vmm, true, &ALL_PEERS), pushed(0, 1));
-        // Turned off (GPUIPC_PEER_PUSH=0): on the producer's GPU, as before.
+        // Not asked for (frames under peer_push_min_bytes): on the producer's GPU.
         assert_eq!(
             link_memory(&[cuda(0)], &[cuda(1)], Transport::Auto, false, &ALL_PEERS),
             LinkMemory::Device { transport: Transport::Vmm, device: 0, peers: vec![1], pushed: false }

@@ -869,7 +869,7 @@ fn wire_links(stages: &[StagePlan]) -> Vec<LinkPlan> {
         if remote().any(|&c| stages[c].input_transport == crate::config::InputTransport::Nccl) {
             consumers.push((stages[link.producer].domain, stages[link.producer].device));
         }
-        let push = super::tuning::Overrides::from_env(None).peer_push();
+        let push = link.layout.total_bytes >= super::tuning::Overrides::from_env(None).peer_push_min_bytes();
         link.memory = link_memory(&ends(link.producer), &consumers, stages[link.producer].transport, push, &Driver);
     }
     links

@@ -60,8 +60,8 @@ pub struct Overrides {
     pub ready_spin_us: Option<u64>,
     pub peer_copy_min_bytes: Option<u64>,
     pub peer_copy_lanes: Option<u32>,
-    /// `GPUIPC_PEER_PUSH`: 0 keeps every ring on its producer's GPU ([`Overrides::peer_push`]).
-    pub peer_push: Option<u64>,
+    /// `GPUIPC_PEER_PUSH_MIN_BYTES` ([`Overrides::peer_push_min_bytes`]).
+    pub peer_push_min_bytes: Option<u64>,
 }
 
 /// The environment variables that set knobs, with the field each sets (the docs' table lists
@@ -75,7 +75,7 @@ pub const VARIABLES: [&str; 9] = [
     "GPUIPC_READY_SPIN_US",
     "GPUIPC_PEER_COPY_MIN_BYTES",
     "GPUIPC_PEER_COPY_LANES",
-    "GPUIPC_PEER_PUSH",
+    "GPUIPC_PEER_PUSH_MIN_BYTES",
 ];
 
 impl Overrides {
@@ -98,17 +98,17 @@ impl Overrides {
             ready_spin_us: number(VARIABLES[5]),
             peer_copy_min_bytes: number(VARIABLES[6]),
             peer_copy_lanes: small(VARIABLES[7]),
-            peer_push: number(VARIABLES[8]),
+            peer_push_min_bytes: number(VARIABLES[8]),
         }
     }
 
-    /// Whether a GPU ring whose consumers are all on one other GPU than its producer lives on
-    /// theirs, the producer's copy engines pushing each frame into it (`plan::domain`): yes
-    /// unless `GPUIPC_PEER_PUSH=0`, which keeps every ring on its producer's GPU (its
-    /// consumers copy the frames in or read them in place). A link decision, made for the
-    /// whole plan, not a stage's knob; see [`PEER_PUSH`].
-    pub fn peer_push(&self) -> bool {
-        self.peer_push.map_or(PEER_PUSH, |v| v != 0)
+    /// From which frame size a GPU ring whose consumers are all on one other GPU than its
+    /// producer lives on theirs, the producer's copy engines pushing each frame into it
+    /// (`plan::domain`); smaller frames' rings stay on the producer's GPU (its consumers copy
+    /// the frames in, or read them in place). A link's decision, made for the whole plan, not
+    /// a stage's knob: [`PEER_PUSH_MIN_BYTES`] unless `GPUIPC_PEER_PUSH_MIN_BYTES` says.
+    pub fn peer_push_min_bytes(&self) -> u64 {
+        self.peer_push_min_bytes.unwrap_or(PEER_PUSH_MIN_BYTES)
     }
 
     /// What was set from outside the file, as `validate` says it.
@@ -126,7 +126,7 @@ impl Overrides {
             self.ready_spin_us,
             self.peer_copy_min_bytes,
             self.peer_copy_lanes.map(u64::from),
-            self.peer_push,
+            self.peer_push_min_bytes,
         ];
         for (name, value) in VARIABLES.iter().zip(vars) {
             if let Some(v) = value {
@@ -168,14 +168,16 @@ const PEER_COPY_MIN_BYTES: u64 = 0;
 /// against 10,760-10,775 with 1 and 10,098-10,152 reading in place (docs/benchmarks.md, "Two
 /// GPUs").
 const PEER_COPY_LANES: u32 = 2;
-/// Rings pushed into by their producer's copy engines where every consumer is on one other
-/// GPU: on two H100s joined by NVLink a 4K chain split cuda:0 -> cuda:1 -> cuda:0 made
-/// 12,383-12,543 frames/s pushed against 11,570-11,674 copied in by the consumers (81-82 %
-/// against 76-77 % of doctor's ceiling), and a lone link into a last stage 13,684-13,832
-/// against 13,274-13,449; the producers' kernels writing over the link made 12,132-12,154
-/// (docs/benchmarks.md, "Two GPUs"). A copy engine writing across NVLink moved 377 GB/s one
-/// way and 372 both ways at once, reading 353-358 and 343-351.
-const PEER_PUSH: bool = true;
+/// Rings of frames this large (4K RGB and up) are pushed into by their producer's copy
+/// engines where every consumer is on one other GPU: on two H100s joined by NVLink a 4K chain
+/// split cuda:0 -> cuda:1 -> cuda:0 made 12,537-12,587 frames/s pushed against 11,627-11,635
+/// copied in by the consumers (82 % against 76 % of doctor's ceiling), a lone link into a last
+/// stage 13,681-13,771 against 13,359-13,406, and two such links both ways 12,115-12,263
+/// against 11,300-11,350; the producers' kernels writing over the link made 12,132-12,154. A
+/// copy engine writing across NVLink moved 376-377 GB/s one way and 372 both ways at once,
+/// reading 353-358 and 343-351. At 1080p, where the link is not the bound, the same chain made
+/// 31,024-33,943 pushed against 34,565-34,638 copied in (docs/benchmarks.md, "Two GPUs").
+const PEER_PUSH_MIN_BYTES: u64 = LARGE_FRAME_BYTES;
 
 /// What a stage's defaults depend on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
