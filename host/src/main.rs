@@ -147,8 +147,8 @@ enum Command {
         /// Frames of the run that compares both ways' outputs.
         #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
         check_frames: u64,
-        /// Frames per second of the sources in the latency runs.
-        #[arg(long, default_value_t = 1000.0)]
+        /// Frames per second of the sources in the latency runs (more than 0).
+        #[arg(long, default_value_t = 1000.0, value_parser = positive_rate)]
         fps: f64,
         /// Frames of each latency run.
         #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -283,6 +283,15 @@ fn load_plan_with(
         eprintln!("{diags}");
         ExitCode::from(2)
     })
+}
+
+/// A rate of frames per second: a finite number above 0 (`bench --fps 0` once panicked).
+fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(fps) if fps.is_finite() && fps > 0.0 => Ok(fps),
+        Ok(_) => Err(format!("{text} is not a rate: give a number of frames per second above 0")),
+        Err(e) => Err(format!("{text}: {e}")),
+    }
 }
 
 fn main() -> ExitCode {

@@ -164,3 +164,18 @@ fn trace_rows(dir: &std::path::Path, stage: &str) -> Vec<Vec<u64>> {
     assert!(figures.len() == 3 && figures[0] > 0, "{stage}: {figures:?}");
     text.lines().filter(|l| !l.starts_with('#')).map(|l| l.split(' ').map(|c| c.parse().unwrap()).collect()).collect()
 }
+
+/// A latency rate of 0 (or not a number) is refused on the command line, naming the option:
+/// it once reached a division and panicked after the throughput rounds.
+#[test]
+fn a_rate_of_zero_is_refused_before_anything_runs() {
+    let dir = scratch("bench-zero-fps");
+    let file = repo_root().join("pipelines/gray-bars.toml");
+    for fps in ["0", "nan", "inf"] {
+        let run = run(&dir, &["bench", &file.to_string_lossy(), "--device", "cpu", "--fps", fps]);
+        assert_eq!(run.status.code(), Some(2), "--fps {fps}: {}", run.output());
+        assert!(run.stderr.contains(&format!("invalid value '{fps}' for '--fps <FPS>'")), "{}", run.output());
+        assert!(run.stderr.contains("above 0"), "{}", run.output());
+        assert!(!run.output().contains("panicked"), "{}", run.output());
+    }
+}
