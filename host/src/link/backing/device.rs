@@ -44,38 +44,49 @@ pub struct DeviceRead {
     pub(crate) copy_in: Option<CopyIn>,
 }
 
-/// A consumer on another GPU than its ring's memory copies each frame into a buffer of its
-/// own GPU with the copy engines, on a stream beside the stage's, and the stage's kernels read
-/// that. The copy of the next frame then runs while the kernels work on this one, and a copy
-/// engine moves more over NVLink than kernels reading across it (docs/gpu.md, "Two GPUs"; the
-/// tuning's `peer_copy_min_bytes` decides per link). The producer's slot goes back as soon as
-/// its copy is done.
-pub(crate) struct CopyIn {
+/// Buffers of this stage's GPU, one a ring slot, and the copy-engine streams that copy frames
+/// between them and the ring's slots beside the stage's stream, taking the slots in turn: a
+/// consumer's [`CopyIn`] and a producer's [`CopyOut`].
+pub(crate) struct SlotCopies {
     /// The streams the copies run on, slot `k`'s on `lanes[k % lanes.len()]`
     /// (`peer_copy_lanes`), so copies of consecutive frames can run side by side.
     lanes: Vec<SideStream>,
-    /// A buffer per ring slot, so a slot's next frame never overwrites one still being read.
+    /// A buffer per slot, so a slot's next frame never overwrites one still being copied.
     local: Vec<DeviceMemory>,
-    /// Per slot: the copy into `local` is done (the stage's stream waits for it).
+    /// Per slot: the copy between `local` and the slot is done.
     copied: Vec<IpcEvent>,
-    /// Per slot: the stage's work on `local` is done (the next copy into it waits for it).
-    used: Vec<IpcEvent>,
+    /// Per slot: the stage's work on `local` is done.
+    worked: Vec<IpcEvent>,
 }
 
-impl CopyIn {
-    /// Buffers and events for a ring of `slots` slots of `bytes` each, on `gpu`, the copies
-    /// on `lanes` streams.
-    pub(crate) fn new(gpu: &Arc<Gpu>, slots: usize, bytes: usize, lanes: usize) -> Result<CopyIn, GpuError> {
+impl SlotCopies {
+    /// Buffers and events for `slots` slots of `bytes` each, on `gpu`, the copies on `lanes`
+    /// streams.
+    fn new(gpu: &Arc<Gpu>, slots: usize, bytes: usize, lanes: usize) -> Result<SlotCopies, GpuError> {
         let events = || (0..slots).map(|_| IpcEvent::create(gpu).map(|(e, _)| e)).collect::<Result<Vec<_>, _>>();
         let lanes = (0..lanes.clamp(1, slots.max(1))).map(|_| SideStream::new(gpu)).collect::<Result<Vec<_>, _>>()?;
         let local = (0..slots).map(|_| DeviceMemory::private(gpu, bytes)).collect::<Result<Vec<_>, _>>()?;
-        Ok(CopyIn { lanes, local, copied: events()?, used: events()? })
+        Ok(SlotCopies { lanes, local, copied: events()?, worked: events()? })
     }
 
     fn lane(&self, k: usize) -> &SideStream {
         &self.lanes[k % self.lanes.len()]
     }
 
+    fn synchronize(&self) -> Result<(), GpuError> {
+        self.lanes.iter().try_for_each(SideStream::synchronize)
+    }
+}
+
+/// A consumer on another GPU than its ring's memory copies each frame into a buffer of its
+/// own GPU with the copy engines, on a stream beside the stage's, and the stage's kernels read
+/// that. The copy of the next frame then runs while the kernels work on this one, and a copy
+/// engine moves more over NVLink than kernels reading across it (docs/gpu.md, "Two GPUs"; the
+/// tuning's `peer_copy_min_bytes` decides per link). The producer's slot goes back as soon as
+/// its copy is done.
+pub(crate) struct CopyIn(SlotCopies);
+
+impl CopyIn {
     /// Enqueue the copy of slot `k`'s frame (`bytes` at `src`, written once `ready` has
     /// completed unless `written` already) into its local buffer, and make `stage` wait for it.
     fn enqueue(
@@ -87,16 +98,17 @@ impl CopyIn {
         written: bool,
         stage: &crate::gpu::Stream,
     ) -> Result<(), GpuError> {
-        let lane = self.lane(k);
+        let c = &self.0;
+        let lane = c.lane(k);
         // The copy waits for the stage's work on the slot's last frame here, and for the
         // producer's frame; the stage's stream waits for the copy.
-        self.used[k].wait_on(lane.stream())?;
+        c.worked[k].wait_on(lane.stream())?;
         if !written {
             ready.wait_on(lane.stream())?;
         }
-        lane.copy_dtod_async(self.local[k].addr(), src, bytes)?;
-        self.copied[k].record(lane.stream())?;
-        self.copied[k].wait_on(stage)
+        lane.copy_dtod_async(c.local[k].addr(), src, bytes)?;
+        c.copied[k].record(lane.stream())?;
+        c.copied[k].wait_on(stage)
     }
 
     /// Slot `k`'s frame is done: the next copy into its buffer waits for the stage's work
@@ -104,12 +116,8 @@ impl CopyIn {
     /// slot `k`: a slot's frames are taken and done in order), as the producer's slot was
     /// read by the copy alone.
     fn done(&self, k: usize, stage: &crate::gpu::Stream, released: &IpcEvent) -> Result<(), GpuError> {
-        self.used[k].record(stage)?;
-        released.record(self.lane(k).stream())
-    }
-
-    fn synchronize(&self) -> Result<(), GpuError> {
-        self.lanes.iter().try_for_each(SideStream::synchronize)
+        self.0.worked[k].record(stage)?;
+        released.record(self.0.lane(k).stream())
     }
 }
 
@@ -118,7 +126,7 @@ impl DeviceRead {
     /// copies on `lanes` streams.
     pub(crate) fn copy_in(&mut self, ring: &RingMap, lanes: usize) -> Result<(), GpuError> {
         let bytes = ring.layout().total_bytes as usize;
-        self.copy_in = Some(CopyIn::new(&self.gpu, self.memory.len(), bytes, lanes)?);
+        self.copy_in = Some(CopyIn(SlotCopies::new(&self.gpu, self.memory.len(), bytes, lanes)?));
         Ok(())
     }
 }
@@ -135,7 +143,7 @@ impl ReadEnd for DeviceRead {
             return Ok(device_frame(ring, &self.memory[k], slot.meta().seq, slot.meta().timestamp_ns));
         };
         c.enqueue(k, self.memory[k].addr(), ring.layout().total_bytes as usize, ready, written, self.gpu.stream())?;
-        Ok(device_frame(ring, &c.local[k], slot.meta().seq, slot.meta().timestamp_ns))
+        Ok(device_frame(ring, &c.0.local[k], slot.meta().seq, slot.meta().timestamp_ns))
     }
 
     fn done(&self, slot: usize) -> Result<(), GpuError> {
@@ -178,7 +186,7 @@ impl ReadEnd for DeviceRead {
             if !synchronized {
                 self.gpu.synchronize()?;
                 if let Some(c) = &self.copy_in {
-                    c.synchronize()?;
+                    c.0.synchronize()?;
                 }
                 synchronized = true;
             }
@@ -249,39 +257,15 @@ pub struct DeviceWrite {
 
 /// A producer whose ring lives on another GPU (its consumers') writes each frame into a
 /// buffer of its own GPU and the copy engines push it into the slot, on streams beside the
-/// stage's: writes over the link rather than a consumer's reads.
-pub(crate) struct CopyOut {
-    lanes: Vec<SideStream>,
-    /// A buffer per slot of this producer's part.
-    local: Vec<DeviceMemory>,
-    /// Per slot: the stage's work on `local` is done (the push waits for it).
-    written: Vec<IpcEvent>,
-    /// Per slot: the push out of `local` is done (the stage's next frame in it waits for it).
-    pushed: Vec<IpcEvent>,
-}
-
-impl CopyOut {
-    pub(crate) fn new(gpu: &Arc<Gpu>, slots: usize, bytes: usize, lanes: usize) -> Result<CopyOut, GpuError> {
-        let events = || (0..slots).map(|_| IpcEvent::create(gpu).map(|(e, _)| e)).collect::<Result<Vec<_>, _>>();
-        let lanes = (0..lanes.clamp(1, slots.max(1))).map(|_| SideStream::new(gpu)).collect::<Result<Vec<_>, _>>()?;
-        let local = (0..slots).map(|_| DeviceMemory::private(gpu, bytes)).collect::<Result<Vec<_>, _>>()?;
-        Ok(CopyOut { lanes, local, written: events()?, pushed: events()? })
-    }
-
-    fn lane(&self, k: usize) -> &SideStream {
-        &self.lanes[k % self.lanes.len()]
-    }
-
-    fn synchronize(&self) -> Result<(), GpuError> {
-        self.lanes.iter().try_for_each(SideStream::synchronize)
-    }
-}
+/// stage's: writes over the link rather than a consumer's reads (docs/gpu.md, "Links between
+/// GPUs"). The stage's stream never waits on the far GPU: the pushes wait for the consumers.
+pub(crate) struct CopyOut(SlotCopies);
 
 impl DeviceWrite {
     /// Write frames into this GPU's memory and push them into the ring ([`CopyOut`]).
     pub(crate) fn copy_out(&mut self, ring: &RingMap, lanes: usize) -> Result<(), GpuError> {
         let bytes = ring.layout().total_bytes as usize;
-        self.copy_out = Some(CopyOut::new(&self.gpu, self.memory.len(), bytes, lanes)?);
+        self.copy_out = Some(CopyOut(SlotCopies::new(&self.gpu, self.memory.len(), bytes, lanes)?));
         Ok(())
     }
 
@@ -295,7 +279,7 @@ impl WriteEnd for DeviceWrite {
         match &self.copy_out {
             None => self.wait_for_consumers(slot, self.gpu.stream()),
             // The consumers' waits go to the push; the stage waits for its buffer only.
-            Some(c) => c.pushed[slot - self.first_slot].wait_on(self.gpu.stream()),
+            Some(CopyOut(c)) => c.copied[slot - self.first_slot].wait_on(self.gpu.stream()),
         }
     }
 
@@ -303,19 +287,21 @@ impl WriteEnd for DeviceWrite {
         let k = slot - self.first_slot;
         match &self.copy_out {
             None => device_frame(ring, &self.memory[k], seq, timestamp_ns),
-            Some(c) => device_frame(ring, &c.local[k], seq, timestamp_ns),
+            Some(CopyOut(c)) => device_frame(ring, &c.local[k], seq, timestamp_ns),
         }
     }
 
     fn finish(&self, ring: &RingMap, slot: usize) -> Result<(), GpuError> {
         let k = slot - self.first_slot;
-        let Some(c) = &self.copy_out else { return self.ready[k].record(self.gpu.stream()) };
+        let Some(CopyOut(c)) = &self.copy_out else { return self.ready[k].record(self.gpu.stream()) };
+        // The push waits for the stage's work on the frame and for the consumers' work on the
+        // slot's last frame; `ready` and the buffer's next frame wait for the push.
         let lane = c.lane(k);
-        c.written[k].record(self.gpu.stream())?;
-        c.written[k].wait_on(lane.stream())?;
+        c.worked[k].record(self.gpu.stream())?;
+        c.worked[k].wait_on(lane.stream())?;
         self.wait_for_consumers(slot, lane.stream())?;
         lane.copy_dtod_async(self.memory[k].addr(), c.local[k].addr(), ring.layout().total_bytes as usize)?;
-        c.pushed[k].record(lane.stream())?;
+        c.copied[k].record(lane.stream())?;
         self.ready[k].record(lane.stream())
     }
 
@@ -325,7 +311,7 @@ impl WriteEnd for DeviceWrite {
 
     /// Its own slots: the others are its siblings' memory.
     fn drain(&self, _depth: usize) -> Result<(), GpuError> {
-        if let Some(c) = &self.copy_out {
+        if let Some(CopyOut(c)) = &self.copy_out {
             c.synchronize()?;
         }
         (self.first_slot..self.first_slot + self.memory.len())
