@@ -20,7 +20,8 @@ pub const ABI_MAJOR: u32 = 1;
 ///   (it relays frames made elsewhere: `OutputFrame::relay`); the host reads them back from
 ///   plugins built for 1.3 or later only, so an older plugin's frames stay numbered by the host.
 /// - 1.4: pixel format `p010` (code 6); [`STATUS_DAMAGED`], a frame made from damaged data.
-pub const ABI_MINOR: u32 = 4;
+/// - 1.5: [`FLAG_LIVE`], a live source.
+pub const ABI_MINOR: u32 = 5;
 
 /// The one symbol a plugin exports: `extern "C" fn() -> *const PluginDescriptor`.
 pub const ENTRY_SYMBOL: &str = "gpuipc_plugin_entry_v1";
@@ -52,6 +53,13 @@ pub const DOMAIN_CUDA: u32 = 2;
 /// [`PluginDescriptor::flags`]: its instances keep no state from one frame to the next, so a
 /// stage may run several of them as replicas (`replicas = N`), each given some of the frames.
 pub const FLAG_REPLICABLE: u32 = 1;
+/// [`PluginDescriptor::flags`]: a live source (a camera), which relays its frames
+/// (`OutputFrame::relay`) with stamps on the host's wall clock that say when each frame came
+/// into being. The host takes a frame's stamp as its birth, so latency counts from it (not
+/// from when `process` began, which for a live source includes waiting for the camera); counts
+/// the numbers its relayed frames skip as frames the source dropped (it could not hand them
+/// on). An older host ignores the flag. Since ABI 1.5.
+pub const FLAG_LIVE: u32 = 2;
 
 /// Log levels of the host's log callback.
 pub const LOG_ERROR: u32 = 1;

@@ -146,7 +146,7 @@ pub const fn descriptor<P: Plugin>() -> PluginDescriptor {
         destroy: destroy::<P>,
         last_error,
         param_info: param_info::<P>,
-        flags: if P::REPLICABLE { abi::FLAG_REPLICABLE } else { 0 },
+        flags: if P::REPLICABLE { abi::FLAG_REPLICABLE } else { 0 } | if P::LIVE { abi::FLAG_LIVE } else { 0 },
     }
 }
 

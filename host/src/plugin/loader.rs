@@ -58,6 +58,8 @@ pub struct PluginMeta {
     pub params: Option<Vec<ParamMeta>>,
     /// Whether its instances may run as replicas ([`abi::FLAG_REPLICABLE`]; false before 1.2).
     pub replicable: bool,
+    /// Whether it is a live source ([`abi::FLAG_LIVE`]; false before 1.5).
+    pub live: bool,
 }
 
 /// One declared param, copied out of the plugin (see `gpuipc_plugin_api::ParamInfo`).
@@ -337,6 +339,7 @@ fn read_meta(d: &PluginDescriptor, abi: (u32, u32), size: usize) -> Result<Plugi
         produces: formats(d.produces, "produces")?,
         params,
         replicable: d.flags & abi::FLAG_REPLICABLE != 0,
+        live: abi >= (1, 5) && d.flags & abi::FLAG_LIVE != 0,
     })
 }
 
@@ -396,6 +399,13 @@ impl Instance<'_> {
     /// that promise out of the old plugin's hands.
     pub fn may_relay(&self) -> bool {
         self.plugin.meta().abi >= (1, 3)
+    }
+
+    /// Whether the plugin is a live source ([`abi::FLAG_LIVE`], plugin ABI 1.5): its relayed
+    /// stamps are its frames' births on the host's clock, and the numbers it skips frames it
+    /// dropped.
+    pub fn is_live(&self) -> bool {
+        self.plugin.meta().live
     }
 
     /// Process one set of input frames into `output`.

@@ -290,6 +290,10 @@ impl FrameLoop<'_, '_> {
                     self.output.cancel(pending);
                     return Err(StageError::RelayedBackwards { relayed: raw.seq, expected: seq });
                 }
+                if self.instance.is_live() {
+                    // A live source's skipped numbers are frames it could not hand on.
+                    self.stats.get().dropped.fetch_add(raw.seq - seq, Ordering::Relaxed);
+                }
                 (raw.seq, raw.timestamp_ns)
             }
             _ => (seq, timestamp_ns),
@@ -319,7 +323,10 @@ impl FrameLoop<'_, '_> {
         self.phases.publishing();
         // The frame's birth: a source's is now (a relayed stamp may be a media time); a
         // join's, its oldest input's, whose wait the frame's latency includes.
-        let born_ns = held.iter().map(|slot| slot.meta().born_ns).min().unwrap_or(started_ns);
+        // A live source's stamp is its frame's birth on this host's clock (its arrival).
+        let own_birth =
+            if self.inputs.is_empty() && self.instance.is_live() { timestamp_ns.min(ended_ns) } else { started_ns };
+        let born_ns = held.iter().map(|slot| slot.meta().born_ns).min().unwrap_or(own_birth);
         self.output.publish(pending, seq, timestamp_ns, born_ns);
         // Counted done right after the publish, before a replica moves the turn on and before
         // the inputs are released: see `StageStats::last_seq_plus_one` and the host's

@@ -1,0 +1,167 @@
+//! The bounded queue between the thread that receives a camera's stream and the decoder: the
+//! receiving side never waits. When the queue is full (the pipeline fell behind) whole access
+//! units are dropped up to the next key frame, and counted; at a key frame that finds it full,
+//! what it holds is dropped for the fresher picture. Frames a broken connection lost are counted
+//! here too, so the frames handed on are numbered as if none had been missed.
+
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use gpuipc_video_codec::decode::live::AccessUnit;
+
+/// Why access units are not decodable until the next key frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gap {
+    /// The queue overflowed: the pipeline is behind (counted dropped).
+    Behind,
+    /// A connection began (counted lost).
+    Start,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    units: VecDeque<AccessUnit>,
+    /// Dropping until a key frame, and why.
+    dropping: Option<Gap>,
+    /// Frames not handed on since the last [`Queue::take_skipped`].
+    skipped: u64,
+    /// Access units dropped because the pipeline was behind, in all.
+    dropped: u64,
+    /// Frames lost to broken connections and to a connection's start before its first key
+    /// frame, in all.
+    lost: u64,
+    closed: bool,
+}
+
+/// Access units waiting to be decoded, at most `capacity`.
+#[derive(Debug)]
+pub struct Queue {
+    inner: Mutex<Inner>,
+    ready: Condvar,
+    capacity: usize,
+}
+
+/// What a [`Queue`] counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counts {
+    pub dropped: u64,
+    pub lost: u64,
+}
+
+impl Queue {
+    pub fn new(capacity: usize) -> Queue {
+        let inner = Inner { dropping: Some(Gap::Start), ..Inner::default() };
+        Queue { inner: Mutex::new(inner), ready: Condvar::new(), capacity: capacity.max(1) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().expect("no holder of the queue's lock panics")
+    }
+
+    /// Queue `unit`, never waiting.
+    pub fn push(&self, unit: AccessUnit, key_frame: bool) {
+        let mut q = self.lock();
+        if q.closed {
+            return;
+        }
+        if key_frame {
+            q.dropping = None;
+            if q.units.len() >= self.capacity {
+                let n = q.units.len() as u64;
+                q.units.clear();
+                q.dropped += n;
+                q.skipped += n;
+            }
+        } else if q.dropping.is_some() || q.units.len() >= self.capacity {
+            // A picture after a dropped one may refer to it: nothing until the next key frame.
+            let gap = *q.dropping.get_or_insert(Gap::Behind);
+            match gap {
+                Gap::Behind => q.dropped += 1,
+                Gap::Start => q.lost += 1,
+            }
+            q.skipped += 1;
+            return;
+        }
+        q.units.push_back(unit);
+        drop(q);
+        self.ready.notify_one();
+    }
+
+    /// A new connection: nothing is decodable before its first key frame, and `lost` frames
+    /// were missed while there was none.
+    pub fn reconnected(&self, lost: u64) {
+        let mut q = self.lock();
+        q.dropping = Some(Gap::Start);
+        q.lost += lost;
+        q.skipped += lost;
+    }
+
+    /// The next access unit, waiting for one; `None` once the queue is closed.
+    pub fn pop(&self) -> Option<AccessUnit> {
+        let mut q = self.lock();
+        loop {
+            if q.closed {
+                return None;
+            }
+            if let Some(unit) = q.units.pop_front() {
+                return Some(unit);
+            }
+            q = self.ready.wait(q).expect("no holder of the queue's lock panics");
+        }
+    }
+
+    /// Frames not handed on since the last call.
+    pub fn take_skipped(&self) -> u64 {
+        std::mem::take(&mut self.lock().skipped)
+    }
+
+    pub fn counts(&self) -> Counts {
+        let q = self.lock();
+        Counts { dropped: q.dropped, lost: q.lost }
+    }
+
+    /// No more units: every [`Queue::pop`] returns `None`.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(key: u64) -> AccessUnit {
+        AccessUnit { data: vec![key as u8], key, arrival_ns: key }
+    }
+
+    #[test]
+    fn a_full_queue_drops_up_to_the_next_key_frame_and_counts() {
+        let q = Queue::new(2);
+        // Nothing before the first key frame.
+        q.push(unit(0), false);
+        q.push(unit(1), true);
+        q.push(unit(2), false);
+        // Full: 3 and 4 dropped (4 may refer to 3), 5 a key frame clears the queue.
+        q.push(unit(3), false);
+        assert_eq!(q.pop().map(|u| u.key), Some(1));
+        q.push(unit(4), false);
+        q.push(unit(5), true);
+        assert_eq!(q.pop().map(|u| u.key), Some(2));
+        assert_eq!(q.pop().map(|u| u.key), Some(5));
+        assert_eq!(q.counts(), Counts { dropped: 2, lost: 1 });
+        assert_eq!(q.take_skipped(), 3);
+        assert_eq!(q.take_skipped(), 0);
+        // Full at a key frame: what it holds goes.
+        q.push(unit(6), false);
+        q.push(unit(7), false);
+        q.push(unit(8), true);
+        assert_eq!(q.counts().dropped, 4);
+        assert_eq!(q.pop().map(|u| u.key), Some(8));
+        q.reconnected(30);
+        q.push(unit(9), false);
+        assert_eq!(q.counts(), Counts { dropped: 4, lost: 32 });
+        q.close();
+        assert_eq!(q.pop(), None);
+    }
+}
