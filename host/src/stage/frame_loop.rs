@@ -370,6 +370,10 @@ impl FrameLoop<'_, '_> {
     /// share their inputs' counts: the first one reports them, so a sum over the stage's
     /// processes counts each drop once.
     fn store_dropped(&self) {
+        // A source has no inputs; a live one counts its own drops (`process_one`).
+        if self.inputs.is_empty() {
+            return;
+        }
         if self.replica.as_ref().is_none_or(|r| r.index == 0) {
             let dropped = self.inputs.iter().map(|c| c.dropped()).max().unwrap_or(0);
             self.stats.get().dropped.store(dropped, Ordering::Relaxed);

@@ -2,7 +2,9 @@
 //! receiving side never waits. When the queue is full (the pipeline fell behind) whole access
 //! units are dropped up to the next key frame, and counted; at a key frame that finds it full,
 //! what it holds is dropped for the fresher picture. Frames a broken connection lost are counted
-//! here too, so the frames handed on are numbered as if none had been missed.
+//! here too. Each access unit is numbered as it comes, every frame missed taking a number too,
+//! so the frames handed on are numbered as if none had been missed (the decoder's delay does not
+//! move a number across a gap).
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -23,8 +25,10 @@ struct Inner {
     units: VecDeque<AccessUnit>,
     /// Dropping until a key frame, and why.
     dropping: Option<Gap>,
-    /// Frames not handed on since the last [`Queue::take_skipped`].
-    skipped: u64,
+    /// The number the next access unit gets, and the numbers of those queued or in the decoder,
+    /// by key.
+    next_number: u64,
+    numbers: std::collections::BTreeMap<u64, u64>,
     /// Access units dropped because the pipeline was behind, in all.
     dropped: u64,
     /// Frames lost to broken connections and to a connection's start before its first key
@@ -68,9 +72,10 @@ impl Queue {
             q.dropping = None;
             if q.units.len() >= self.capacity {
                 let n = q.units.len() as u64;
-                q.units.clear();
+                for unit in std::mem::take(&mut q.units) {
+                    q.numbers.remove(&unit.key);
+                }
                 q.dropped += n;
-                q.skipped += n;
             }
         } else if q.dropping.is_some() || q.units.len() >= self.capacity {
             // A picture after a dropped one may refer to it: nothing until the next key frame.
@@ -79,8 +84,15 @@ impl Queue {
                 Gap::Behind => q.dropped += 1,
                 Gap::Start => q.lost += 1,
             }
-            q.skipped += 1;
+            q.next_number += 1;
             return;
+        }
+        let number = q.next_number;
+        q.next_number += 1;
+        q.numbers.insert(unit.key, number);
+        // Units the decoder never showed must not pile up.
+        while q.numbers.len() > 4 * self.capacity + 64 {
+            q.numbers.pop_first();
         }
         q.units.push_back(unit);
         drop(q);
@@ -93,7 +105,7 @@ impl Queue {
         let mut q = self.lock();
         q.dropping = Some(Gap::Start);
         q.lost += lost;
-        q.skipped += lost;
+        q.next_number += lost;
     }
 
     /// The next access unit, waiting for one; `None` once the queue is closed.
@@ -110,9 +122,15 @@ impl Queue {
         }
     }
 
-    /// Frames not handed on since the last call.
-    pub fn take_skipped(&self) -> u64 {
-        std::mem::take(&mut self.lock().skipped)
+    /// The number of the frame made from the access unit keyed `key` (`None` if unknown); the
+    /// numbers of units keyed before it are forgotten (they will not be shown).
+    pub fn number_of(&self, key: u64) -> Option<u64> {
+        let mut q = self.lock();
+        let number = q.numbers.remove(&key);
+        while q.numbers.first_key_value().is_some_and(|(k, _)| *k < key) {
+            q.numbers.pop_first();
+        }
+        number
     }
 
     pub fn counts(&self) -> Counts {
@@ -150,8 +168,8 @@ mod tests {
         assert_eq!(q.pop().map(|u| u.key), Some(2));
         assert_eq!(q.pop().map(|u| u.key), Some(5));
         assert_eq!(q.counts(), Counts { dropped: 2, lost: 1 });
-        assert_eq!(q.take_skipped(), 3);
-        assert_eq!(q.take_skipped(), 0);
+        // 0 was lost, 3 and 4 dropped: each took a number.
+        assert_eq!([1, 2, 5].map(|k| q.number_of(k)), [Some(1), Some(2), Some(5)]);
         // Full at a key frame: what it holds goes.
         q.push(unit(6), false);
         q.push(unit(7), false);
@@ -161,6 +179,9 @@ mod tests {
         q.reconnected(30);
         q.push(unit(9), false);
         assert_eq!(q.counts(), Counts { dropped: 4, lost: 32 });
+        q.push(unit(10), true);
+        assert_eq!(q.number_of(8), Some(8));
+        assert_eq!(q.number_of(10), Some(8 + 1 + 30 + 1));
         q.close();
         assert_eq!(q.pop(), None);
     }

@@ -408,7 +408,8 @@ impl Plugin for Rtsp {
             out.end_stream();
             return Ok(());
         };
-        let seq = self.next_seq.max(out.info().seq) + self.queue.take_skipped();
+        let least = self.next_seq.max(out.info().seq);
+        let seq = self.queue.number_of(decoded.key).map_or(least, |n| n.max(least));
         self.next_seq = seq + 1;
         if decoded.damaged {
             self.damaged += 1;

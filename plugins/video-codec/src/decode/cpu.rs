@@ -145,7 +145,7 @@ impl Drop for CpuDecoder {
 pub fn ffmpeg_args(command: &mut Command, format: &str, live: bool) {
     command.args(["-hide_banner", "-loglevel", "error"]);
     if live {
-        command.args(["-probesize", "32", "-analyzeduration", "0", "-fflags", "nobuffer"]);
+        command.args(["-probesize", "32", "-analyzeduration", "0"]);
     }
     command
         .args(["-f", format, "-i", "pipe:0"])
