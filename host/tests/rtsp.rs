@@ -302,3 +302,24 @@ fn a_bad_url_is_refused_at_validate() {
     assert!(said.contains("cam") && said.contains("http://***@cam/x") && said.contains("rtsp://"), "{said}");
     assert!(!said.contains(PASSWORD), "{said}");
 }
+
+#[test]
+fn the_camera_pipeline_runs_against_the_test_server() {
+    let Some(python) = server_for_test("the_camera_pipeline_runs_against_the_test_server") else { return };
+    let dir = scratch("rtsp-pipeline");
+    let server = Server::start(&python, &dir, 0, &["--user", "viewer", "--password", PASSWORD]);
+    let text = std::fs::read_to_string(repo_root().join("pipelines/cameras/rtsp-camera.toml")).unwrap();
+    let text = text.replace("rtsp://camera.local:554/stream1", &server.url(""));
+    let p = pipeline(&dir, "rtsp-camera", &text);
+    let p = p.to_string_lossy();
+    let mut args = vec!["run", &p, "--frames", "20", "--device", "cpu"];
+    args.extend_from_slice(&SUMS_AND_REPORT);
+    let env = format!("CAM_PASSWORD={PASSWORD}");
+    let done = start_wrapped(&dir, &["env", &env], &args, Stdio::null()).finish(WAIT);
+    let said = done.output();
+    assert!(done.status.success(), "{said}");
+    assert_nothing_left(done.pid);
+    assert!(!said.contains(PASSWORD), "{said}");
+    let made = sum_lines(&dir.join("sums/show.sum"));
+    assert!(!made.is_empty() && made.windows(2).all(|w| w[0].0 < w[1].0), "{made:?}");
+}
