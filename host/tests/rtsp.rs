@@ -232,7 +232,7 @@ fn a_server_killed_and_started_again_is_ridden_out() {
     let p = p.to_string_lossy().to_string();
     let mut all = vec!["run", &p];
     all.extend_from_slice(&SUMS_AND_REPORT);
-    let mut run = start(&dir, &all);
+    let run = start(&dir, &all);
     // The probe's DESCRIBE is client 0, the stage's stream client 1.
     server.wait_for("client 1");
     wait_for_frames(&dir, 10);
