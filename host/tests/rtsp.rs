@@ -133,7 +133,6 @@ device = "cpu"
 [[stage]]
 name = "cam"
 plugin = "rtsp"
-stall_timeout = "off"
 params = {{ {params} }}
 
 [[stage]]
@@ -221,6 +220,8 @@ fn rising_across_a_gap(dir: &Path, frames: u64) -> Vec<u64> {
     seqs
 }
 
+/// The stage's stall watchdog is on (1 s) and the server stays away for longer: the source's
+/// `process` returning with no frame while it connects again keeps the watchdog off it.
 #[test]
 fn a_server_killed_and_started_again_is_ridden_out() {
     let Some(python) = server_for_test("a_server_killed_and_started_again_is_ridden_out") else { return };
@@ -229,23 +230,36 @@ fn a_server_killed_and_started_again_is_ridden_out() {
     let port = server.port;
     let url = server.url(&format!("viewer:{PASSWORD}@"));
     let p = camera_pipeline(&dir, "restart", 90, &format!("url = \"{url}\", reconnect = 0.2, reconnect_max = 0.5"));
+    let text = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace("plugin = \"rtsp\"\n", "plugin = \"rtsp\"\nstall_timeout = \"1s\"\n");
+    std::fs::write(&p, text).unwrap();
     let p = p.to_string_lossy().to_string();
     let mut all = vec!["run", &p];
     all.extend_from_slice(&SUMS_AND_REPORT);
-    let run = start(&dir, &all);
+    let mut run = start(&dir, &all);
     // The probe's DESCRIBE is client 0, the stage's stream client 1.
     server.wait_for("client 1");
     wait_for_frames(&dir, 10);
     drop(server);
+    // Five tries to connect: the waits between them (0.2, 0.4, 0.5, 0.5 s) make the outage
+    // longer than the stall timeout.
+    for _ in 0..5 {
+        run.wait_for_stderr("connecting again", WAIT);
+    }
     let mut again = Server::start(&python, &dir, port, &[]);
     again.wait_for("client");
     let done = run.finish(WAIT);
     assert!(done.status.success(), "{}", done.output());
     assert_nothing_left(done.pid);
-    assert!(done.stderr.contains("connecting again"), "{}", done.output());
     assert!(done.stderr.contains("connected again"), "{}", done.output());
+    assert!(!done.output().contains("watchdog"), "{}", done.output());
     no_credentials(&done, &dir);
     rising_across_a_gap(&dir, 90);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let cam = report["stages"].as_array().unwrap().iter().find(|s| s["name"] == "cam").unwrap().clone();
+    assert_eq!(cam["restarts"].as_u64(), Some(0), "{cam}");
 }
 
 #[test]

@@ -20,7 +20,7 @@ pub const ABI_MAJOR: u32 = 1;
 ///   (it relays frames made elsewhere: `OutputFrame::relay`); the host reads them back from
 ///   plugins built for 1.3 or later only, so an older plugin's frames stay numbered by the host.
 /// - 1.4: pixel format `p010` (code 6); [`STATUS_DAMAGED`], a frame made from damaged data.
-/// - 1.5: [`FLAG_LIVE`], a live source.
+/// - 1.5: [`FLAG_LIVE`], a live source; [`STATUS_NO_FRAME`], a live source with no frame yet.
 pub const ABI_MINOR: u32 = 5;
 
 /// The one symbol a plugin exports: `extern "C" fn() -> *const PluginDescriptor`.
@@ -45,6 +45,15 @@ pub const STATUS_END_OF_STREAM: i32 = 3;
 /// than 1.4 never sees it: it comes only from plugins that call `OutputFrame::mark_damaged`,
 /// which a host checks is built for 1.4 or later. Since ABI 1.4.
 pub const STATUS_DAMAGED: i32 = 4;
+
+/// `process` of a live source ([`FLAG_LIVE`]) made no frame this call: none came in the short
+/// while it waited (its camera is away, or slower than that while). The host publishes
+/// nothing, leaves the number unused, pulses the stage's heartbeat (the stage is alive, waiting
+/// on its network, so its stall watchdog does not kill it), looks for a stop, and calls
+/// `process` again. A plugin that waits longer than the stage's `stall_timeout` inside one call
+/// is still killed as stuck. From any other plugin, or one built for an ABI before 1.5, it is
+/// an unknown status. Since ABI 1.5.
+pub const STATUS_NO_FRAME: i32 = 5;
 
 /// Domain bits, used in [`PluginDescriptor::domains`] and [`RawFrame::domain`].
 pub const DOMAIN_CPU: u32 = 1;

@@ -384,6 +384,9 @@ pub enum Processed {
     /// The output frame is written from damaged data ([`abi::STATUS_DAMAGED`]): publish it
     /// and count it damaged.
     Damaged,
+    /// A live source had no frame yet ([`abi::STATUS_NO_FRAME`]): nothing was written; it is
+    /// alive and waiting on its network.
+    NoFrame,
 }
 
 /// One instance of a plugin; destroyed on drop.
@@ -430,6 +433,10 @@ impl Instance<'_> {
         // nothing and is an unknown status.
         if status == abi::STATUS_DAMAGED && self.plugin.meta().abi >= (1, 4) {
             return Ok(Processed::Damaged);
+        }
+        // Only a live source (1.5 or later) may say it has no frame yet.
+        if status == abi::STATUS_NO_FRAME && self.is_live() {
+            return Ok(Processed::NoFrame);
         }
         self.plugin.check(status).map(|()| Processed::Frame)
     }

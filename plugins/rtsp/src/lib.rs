@@ -25,10 +25,12 @@
 //!
 //! A server that goes away, a TCP reset, or a stream that stalls (no packet for `timeout`) ends
 //! the connection; the source connects again after `reconnect` seconds, doubling the wait after
-//! each failed try up to `reconnect_max`, and goes on; the rest of the pipeline keeps running
-//! (a decoder meanwhile waits in `process`: give the stage a `stall_timeout` longer than the
-//! outages it should ride out, or `"off"`). With `reconnect = false` a broken stream ends the
-//! source's stream and the run drains.
+//! each failed try up to `reconnect_max`, and goes on; the rest of the pipeline keeps running.
+//! Meanwhile `process` returns every 0.1 s with no frame (`OutputFrame::no_frame_yet`), which
+//! the host takes as a sign of life: the stage's `stall_timeout` watchdog does not kill a camera
+//! that is away for longer than it (and still kills a stage whose `process` hangs), and a stop
+//! signal drains the run. With `reconnect = false` a broken stream ends the source's stream and
+//! the run drains.
 //!
 //! Credentials (`rtsp://user:password@host/...`, or `user`, `password`, `password_env`) go to
 //! the camera only: every address the stage shows in a log line, an error or a report is
@@ -60,7 +62,6 @@
 //! [[stage]]
 //! name = "cam0"
 //! plugin = "rtsp"
-//! stall_timeout = "off"
 //! params = { url = "rtsp://192.168.1.64:554/Streaming/Channels/101", user = "viewer", password_env = "CAM_PASSWORD" }
 //!
 //! [[stage]]

@@ -8,8 +8,9 @@
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
-use gpuipc_video_codec::decode::live::AccessUnit;
+use gpuipc_video_codec::decode::live::{AccessUnit, Next};
 
 /// Why access units are not decodable until the next key frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,17 +109,22 @@ impl Queue {
         q.next_number += lost;
     }
 
-    /// The next access unit, waiting for one; `None` once the queue is closed.
-    pub fn pop(&self) -> Option<AccessUnit> {
+    /// The next access unit, waiting for one at most `wait`; `Over` once the queue is closed.
+    pub fn pop(&self, wait: Duration) -> Next<AccessUnit> {
+        let deadline = Instant::now() + wait;
         let mut q = self.lock();
         loop {
             if q.closed {
-                return None;
+                return Next::Over;
             }
             if let Some(unit) = q.units.pop_front() {
-                return Some(unit);
+                return Next::Got(unit);
             }
-            q = self.ready.wait(q).expect("no holder of the queue's lock panics");
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Next::NotYet;
+            }
+            q = self.ready.wait_timeout(q, left).expect("no holder of the queue's lock panics").0;
         }
     }
 
@@ -149,6 +155,13 @@ impl Queue {
 mod tests {
     use super::*;
 
+    fn key(next: Next<AccessUnit>) -> Option<u64> {
+        match next {
+            Next::Got(unit) => Some(unit.key),
+            _ => None,
+        }
+    }
+
     fn unit(key: u64) -> AccessUnit {
         AccessUnit { data: vec![key as u8], key, arrival_ns: key }
     }
@@ -162,11 +175,11 @@ mod tests {
         q.push(unit(2), false);
         // Full: 3 and 4 dropped (4 may refer to 3), 5 a key frame clears the queue.
         q.push(unit(3), false);
-        assert_eq!(q.pop().map(|u| u.key), Some(1));
+        assert_eq!(key(q.pop(Duration::ZERO)), Some(1));
         q.push(unit(4), false);
         q.push(unit(5), true);
-        assert_eq!(q.pop().map(|u| u.key), Some(2));
-        assert_eq!(q.pop().map(|u| u.key), Some(5));
+        assert_eq!(key(q.pop(Duration::ZERO)), Some(2));
+        assert_eq!(key(q.pop(Duration::ZERO)), Some(5));
         assert_eq!(q.counts(), Counts { dropped: 2, lost: 1 });
         // 0 was lost, 3 and 4 dropped: each took a number.
         assert_eq!([1, 2, 5].map(|k| q.number_of(k)), [Some(1), Some(2), Some(5)]);
@@ -175,14 +188,17 @@ mod tests {
         q.push(unit(7), false);
         q.push(unit(8), true);
         assert_eq!(q.counts().dropped, 4);
-        assert_eq!(q.pop().map(|u| u.key), Some(8));
+        assert_eq!(key(q.pop(Duration::ZERO)), Some(8));
         q.reconnected(30);
         q.push(unit(9), false);
         assert_eq!(q.counts(), Counts { dropped: 4, lost: 32 });
         q.push(unit(10), true);
         assert_eq!(q.number_of(8), Some(8));
         assert_eq!(q.number_of(10), Some(8 + 1 + 30 + 1));
+        assert_eq!(key(q.pop(Duration::ZERO)), Some(10));
+        // Empty: a bounded wait comes back with nothing.
+        assert_eq!(q.pop(Duration::from_millis(1)), Next::NotYet);
         q.close();
-        assert_eq!(q.pop(), None);
+        assert_eq!(q.pop(Duration::from_secs(1)), Next::Over);
     }
 }

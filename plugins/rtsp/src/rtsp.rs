@@ -11,7 +11,7 @@ use gpuipc_plugin_api::{
     ProcessContext, Result, bail,
 };
 use gpuipc_video_codec::container::{Chroma, StreamInfo};
-use gpuipc_video_codec::decode::live::{LiveDecoder, Units};
+use gpuipc_video_codec::decode::live::{LiveDecoder, Next, Units};
 use serde::Deserialize;
 
 use crate::clock::ClockKind;
@@ -48,6 +48,11 @@ pub enum ClockParam {
     Arrival,
     Sender,
 }
+
+/// The longest `process` waits for a picture before it says it has none yet: each return is a
+/// sign of life to the stall watchdog, which so never kills a camera that is away (while one
+/// whose `process` hangs still is); short enough for any `stall_timeout` worth having.
+const NO_FRAME_WAIT: Duration = Duration::from_millis(100);
 
 /// The first wait before connecting again when `reconnect = true`.
 const FIRST_BACKOFF_S: f64 = 0.5;
@@ -387,7 +392,7 @@ impl Plugin for Rtsp {
             bail!("{what} now sends {format} video, but the pipeline was planned for {planned}");
         }
         let feed = Arc::clone(&queue);
-        let units: Units = Box::new(move || feed.pop());
+        let units: Units = Box::new(move |wait| feed.pop(wait));
         let decoder = match program {
             Some(program) => LiveDecoder::cpu(info, program, &what, units)?,
             None => LiveDecoder::cuda(info, &what, ctx, units)?,
@@ -403,10 +408,18 @@ impl Plugin for Rtsp {
         _ctx: &ProcessContext,
     ) -> Result<()> {
         let out = output.ok_or_else(|| Error::new("an rtsp source needs an output frame"))?;
-        let Some(decoded) = self.decoder.next_frame(out)? else {
+        let decoded = match self.decoder.next_frame(out, NO_FRAME_WAIT)? {
+            Next::Got(decoded) => decoded,
+            // The camera is away (connecting again) or slow: the host calls again.
+            Next::NotYet => {
+                out.no_frame_yet();
+                return Ok(());
+            }
             // The receiving thread ended (reconnect = false): so does the stream.
-            out.end_stream();
-            return Ok(());
+            Next::Over => {
+                out.end_stream();
+                return Ok(());
+            }
         };
         let least = self.next_seq.max(out.info().seq);
         let seq = self.queue.number_of(decoded.key).map_or(least, |n| n.max(least));

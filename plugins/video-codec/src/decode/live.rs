@@ -4,13 +4,17 @@
 //! two decoders as for files: ffmpeg in the cpu domain (fed on a thread of its own, straight
 //! from the source's queue, so a decoder that holds pictures back for its threads never waits
 //! for the stage), NVDEC in the cuda domain (fed on the stage's thread, where its context is).
+//! A wait for the next frame is bounded: a source whose camera is away returns from `process`
+//! now and then (`OutputFrame::no_frame_yet`), so its stall watchdog sees it alive.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use gpuipc_nvdec as nvdec;
 use gpuipc_plugin_api::child::ChildProcess;
@@ -39,9 +43,21 @@ pub struct Decoded {
     pub damaged: bool,
 }
 
-/// Where a decoder gets its next access unit: waits for one; `None` when the stream is over
-/// (the stage ends).
-pub type Units = Box<dyn FnMut() -> Option<AccessUnit> + Send>;
+/// What a bounded wait for the next access unit, or frame, found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next<T> {
+    Got(T),
+    /// None came in the wait.
+    NotYet,
+    /// The stream is over (the stage ends).
+    Over,
+}
+
+/// Where a decoder gets its next access unit: waits for one at most the given time.
+pub type Units = Box<dyn FnMut(Duration) -> Next<AccessUnit> + Send>;
+
+/// How long the feeder of ffmpeg waits for an access unit at a time (it has nothing else to do).
+const FEED_WAIT: Duration = Duration::from_secs(1);
 
 /// Access units given to a decoder whose frames have not come out yet, by key.
 type Pending = Arc<Mutex<BTreeMap<u64, u64>>>;
@@ -74,11 +90,12 @@ impl LiveDecoder {
         }))
     }
 
-    /// The next frame into `out`; `None` when the stream is over.
-    pub fn next_frame(&mut self, out: &mut OutputFrame<'_>) -> Result<Option<Decoded>> {
+    /// The next frame into `out`, waiting for it at most about `wait` (a picture that began to
+    /// come is read whole).
+    pub fn next_frame(&mut self, out: &mut OutputFrame<'_>, wait: Duration) -> Result<Next<Decoded>> {
         match self {
-            LiveDecoder::Cpu(d) => d.next_frame(out),
-            LiveDecoder::Cuda(d) => d.next_frame(out),
+            LiveDecoder::Cpu(d) => d.next_frame(out, wait),
+            LiveDecoder::Cuda(d) => d.next_frame(out, wait),
         }
     }
 }
@@ -92,13 +109,19 @@ impl std::fmt::Debug for LiveDecoder {
     }
 }
 
-/// ffmpeg as a child process; a thread writes each access unit to it as it comes.
+/// A picture read from ffmpeg: how many bytes came (0: its output ended) into which buffer.
+type Read = std::io::Result<(usize, Vec<u8>)>;
+
+/// ffmpeg as a child process; a thread writes each access unit to it as it comes, another
+/// reads its pictures (so the stage's wait for one can be bounded), two buffers going round.
 pub struct LiveCpu {
     info: StreamInfo,
     child: ChildProcess,
     feeder: Option<JoinHandle<Result<()>>>,
     pending: Pending,
-    planar: Vec<u8>,
+    pictures: Receiver<Read>,
+    /// Buffers back to the reader.
+    spare: SyncSender<Vec<u8>>,
     errors_seen: u64,
     what: String,
 }
@@ -115,7 +138,12 @@ impl LiveCpu {
             .name("live-feed".into())
             .spawn(move || {
                 let mut stdin = stdin;
-                while let Some(unit) = units() {
+                loop {
+                    let unit = match units(FEED_WAIT) {
+                        Next::Got(unit) => unit,
+                        Next::NotYet => continue,
+                        Next::Over => break,
+                    };
                     fed.lock().expect("no holder panics").insert(unit.key, unit.arrival_ns);
                     match stdin.write_all(&unit.data) {
                         Ok(()) => {}
@@ -127,22 +155,54 @@ impl LiveCpu {
                 Ok(())
             })
             .map_err(|e| Error::new(format!("cannot start the thread feeding ffmpeg: {e}")))?;
-        let planar = vec![0; cpu::planar_bytes(&info)];
-        Ok(LiveCpu { info, child, feeder: Some(feeder), pending, planar, errors_seen: 0, what: what.to_owned() })
+        let mut stdout = child.take_stdout().expect("the command pipes standard output");
+        let (picture_tx, pictures) = std::sync::mpsc::sync_channel::<Read>(0);
+        let (spare, spare_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(2);
+        for _ in 0..2 {
+            spare.send(vec![0; cpu::planar_bytes(&info)]).expect("room for both buffers");
+        }
+        // Ends when ffmpeg's output does (the child dies with the decoder) or the decoder is
+        // dropped (its channels close).
+        std::thread::Builder::new()
+            .name("live-read".into())
+            .spawn(move || {
+                while let Ok(mut buffer) = spare_rx.recv() {
+                    let read = gpuipc_plugin_api::read_full(&mut stdout, &mut buffer).map(|got| (got, buffer));
+                    let over = !matches!(read, Ok((got, _)) if got > 0);
+                    if picture_tx.send(read).is_err() || over {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| Error::new(format!("cannot start the thread reading ffmpeg: {e}")))?;
+        Ok(LiveCpu {
+            info,
+            child,
+            feeder: Some(feeder),
+            pending,
+            pictures,
+            spare,
+            errors_seen: 0,
+            what: what.to_owned(),
+        })
     }
 
-    fn next_frame(&mut self, out: &mut OutputFrame<'_>) -> Result<Option<Decoded>> {
-        let stdout = self.child.stdout().expect("the command pipes standard output");
-        let got = gpuipc_plugin_api::read_full(stdout, &mut self.planar)
-            .map_err(|e| self.child.error(format!("cannot read frames from ffmpeg: {e}")))?;
+    fn next_frame(&mut self, out: &mut OutputFrame<'_>, wait: Duration) -> Result<Next<Decoded>> {
+        let read = match self.pictures.recv_timeout(wait) {
+            Ok(read) => read,
+            Err(RecvTimeoutError::Timeout) => return Ok(Next::NotYet),
+            // The reader ended after the end of ffmpeg's output, or an error, both handed on.
+            Err(RecvTimeoutError::Disconnected) => Ok((0, Vec::new())),
+        };
+        let (got, planar) = read.map_err(|e| self.child.error(format!("cannot read frames from ffmpeg: {e}")))?;
         if got == 0 {
             if let Some(Ok(Err(e))) = self.feeder.take().map(JoinHandle::join) {
                 return Err(e);
             }
-            return Ok(None);
+            return Ok(Next::Over);
         }
-        if got < self.planar.len() {
-            let size = self.planar.len();
+        if got < planar.len() {
+            let size = planar.len();
             return Err(self
                 .child
                 .error(format!("{}: a frame from ffmpeg is cut short: {got} of its {size} bytes came", self.what)));
@@ -154,8 +214,10 @@ impl LiveCpu {
         let errors = self.child.stderr_lines();
         let damaged = errors > self.errors_seen;
         self.errors_seen = errors;
-        cpu::interleave(&self.info, &self.planar, out)?;
-        Ok(Some(Decoded { key, arrival_ns, damaged }))
+        cpu::interleave(&self.info, &planar, out)?;
+        // The reader may have ended (ffmpeg's output did): then the buffer is not needed.
+        let _ = self.spare.send(planar);
+        Ok(Next::Got(Decoded { key, arrival_ns, damaged }))
     }
 }
 
@@ -179,12 +241,17 @@ pub struct LiveCuda {
 }
 
 impl LiveCuda {
-    fn next_frame(&mut self, out: &mut OutputFrame<'_>) -> Result<Option<Decoded>> {
+    fn next_frame(&mut self, out: &mut OutputFrame<'_>, wait: Duration) -> Result<Next<Decoded>> {
+        let deadline = Instant::now() + wait;
         loop {
             if let Some(decoded) = self.take(out)? {
-                return Ok(Some(decoded));
+                return Ok(Next::Got(decoded));
             }
-            let Some(unit) = (self.units)() else { return Ok(None) };
+            let unit = match (self.units)(deadline.saturating_duration_since(Instant::now())) {
+                Next::Got(unit) => unit,
+                Next::NotYet => return Ok(Next::NotYet),
+                Next::Over => return Ok(Next::Over),
+            };
             let pts = i64::try_from(unit.key).unwrap_or(i64::MAX);
             let packet = nvdec::Packet { data: &unit.data, pts, end_of_stream: false };
             self.decoder.push(packet).map_err(|e| Error::new(format!("{}: {e}", self.what)))?;
