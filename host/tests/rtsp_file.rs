@@ -196,3 +196,41 @@ fn sender_reports_stamp_the_frames_with_clock_sender() {
     assert_eq!(p50("sender"), 10_000.0, "the latency's highest bucket bound: stamped an hour back");
     assert!(p50("arrival") < 10_000.0);
 }
+
+/// With `width` and `height` the pipeline is planned without the camera (nothing listens at
+/// `validate`); when the stream comes, another size, or another codec than `codec`, is refused
+/// naming both.
+#[test]
+fn width_and_height_plan_without_the_camera_and_are_checked_when_it_comes() {
+    if !ffmpeg_tools_for_test("width_and_height_plan_without_the_camera_and_are_checked_when_it_comes") {
+        return;
+    }
+    let dir = scratch("rtsp-file-planned");
+    let nobody = free_ports(1);
+    let p = camera_pipeline(
+        &dir,
+        "planned",
+        10,
+        &format!("url = \"rtsp://127.0.0.1:{nobody}/cam0\", width = 320, height = 240"),
+    );
+    let done = run(&dir, &["validate", &p.to_string_lossy()]);
+    assert_eq!(done.status.code(), Some(0), "{}", done.output());
+    assert!(done.output().contains("planned as H.264 or HEVC, 320x240"), "{}", done.output());
+    let file = make_file(&dir, "h264");
+    let server = Server::start(&file, &[]);
+    let url = server.url("");
+    let p = camera_pipeline(&dir, "size", 10, &format!("url = \"{url}\", width = 640, height = 480"));
+    let done = run_file(&dir, &p, &[]);
+    assert_ne!(done.status.code(), Some(0), "{}", done.output());
+    let said = "sends H.264 320x240 video (nv12 320x240), but the pipeline was planned for nv12 640x480 (params `width` and `height`)";
+    assert!(done.output().contains(said), "{}", done.output());
+    assert_nothing_left(done.pid);
+    let p =
+        camera_pipeline(&dir, "codec", 10, &format!("url = \"{url}\", width = 320, height = 240, codec = \"hevc\""));
+    let done = run_file(&dir, &p, &[]);
+    assert_ne!(done.status.code(), Some(0), "{}", done.output());
+    assert!(done.output().contains("sends H.264 video, but param `codec` says HEVC"), "{}", done.output());
+    let p =
+        camera_pipeline(&dir, "right", 10, &format!("url = \"{url}\", width = 320, height = 240, codec = \"h264\""));
+    run_ok(&dir, &p, &[]);
+}

@@ -40,7 +40,9 @@
 //! and its first frame when its answer has no parameter sets) and a line is logged. A URL that
 //! is not `rtsp://`, a refused connection, a wrong password (401), a camera without video or
 //! with another codec than H.264 or HEVC, 4:2:2 or 12-bit video are errors there, naming the
-//! stage and the redacted address.
+//! stage and the redacted address. With `width` and `height` (and `codec`) the camera is not
+//! asked: the pipeline is planned with them, and the stream is checked against them when it
+//! comes (a clear error naming both if it differs).
 //!
 //! # Params
 //!
@@ -56,6 +58,9 @@
 //! | `timeout`       | float, > 0 (seconds)   | `5.0`       | no packet for this long: the stream stalled, connect again; also the bound of each RTSP request |
 //! | `queue`         | integer, >= 1          | `30`        | access units received and not yet decoded, at most; beyond, whole access units are dropped up to the next key frame (counted dropped) |
 //! | `clock`         | `"arrival"` \| `"sender"` | `"arrival"` | frame stamps: the camera's clock put on the host's at the least delayed arrival, or the camera's wall clock from its RTCP sender reports |
+//! | `width`         | integer, > 0, even     | `none`      | with `height`: the stream's size, so the pipeline is planned (`validate`, `run`) without asking the camera; 8-bit 4:2:0 (nv12) is assumed, and a stream of another size or depth is refused when it comes |
+//! | `height`        | integer, > 0, even     | `none`      | with `width`: the stream's height |
+//! | `codec`         | `"h264"` \| `"hevc"`   | `none`      | the codec the camera must send; another is refused when the stream comes |
 //! | `ffmpeg`        | string                 | `none`      | cpu domain: the ffmpeg program that decodes; $GPUIPC_FFMPEG when not given, else `ffmpeg` on PATH |
 //!
 //! ```toml

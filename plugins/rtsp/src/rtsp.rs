@@ -10,7 +10,7 @@ use gpuipc_plugin_api::{
     CreateContext, Domain, Error, FrameFormat, InputFrame, OutputFrame, ParamInfo, PixelFormat, Plugin, PluginInfo,
     ProcessContext, Result, bail,
 };
-use gpuipc_video_codec::container::{Chroma, StreamInfo};
+use gpuipc_video_codec::container::{Chroma, Codec, StreamInfo};
 use gpuipc_video_codec::decode::live::{LiveDecoder, Next, Units};
 use serde::Deserialize;
 
@@ -49,6 +49,22 @@ pub enum ClockParam {
     Sender,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CodecParam {
+    H264,
+    Hevc,
+}
+
+impl CodecParam {
+    fn codec(self) -> Codec {
+        match self {
+            CodecParam::H264 => Codec::H264,
+            CodecParam::Hevc => Codec::Hevc,
+        }
+    }
+}
+
 /// The longest `process` waits for a picture before it says it has none yet: each return is a
 /// sign of life to the stall watchdog, which so never kills a camera that is away (while one
 /// whose `process` hangs still is); short enough for any `stall_timeout` worth having.
@@ -80,6 +96,10 @@ pub struct Params {
     #[serde(default)]
     pub clock: ClockParam,
     pub ffmpeg: Option<String>,
+    /// The stream's size and codec as the pipeline is planned, without asking the camera.
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+    pub codec: Option<CodecParam>,
 }
 
 fn default_reconnect_max() -> f64 {
@@ -135,6 +155,15 @@ impl Params {
         }
         if self.password.is_some() && self.password_env.is_some() {
             problems.push("params `password` and `password_env` are both given; give one".to_owned());
+        }
+        match (self.width, self.height) {
+            (Some(w), Some(h)) if w == 0 || h == 0 || !w.is_multiple_of(2) || !h.is_multiple_of(2) => {
+                problems.push(format!("params `width` and `height` are {w}x{h}; give an even width and height (> 0)"))
+            }
+            (Some(_), None) | (None, Some(_)) => {
+                problems.push("params `width` and `height`: give both or neither".to_owned())
+            }
+            _ => {}
         }
         if self.ffmpeg.as_deref() == Some("") {
             problems.push("param `ffmpeg` is empty; leave it out for `ffmpeg` on PATH".to_owned());
@@ -329,6 +358,27 @@ impl Plugin for Rtsp {
             description: "frame stamps: the camera's clock put on the host's at the least delayed arrival, or the camera's wall clock from its RTCP sender reports",
         },
         ParamInfo {
+            name: "width",
+            kind: "integer",
+            default: ParamInfo::NONE,
+            range: "> 0, even",
+            description: "with `height`: the stream's size, so the pipeline is planned (`validate`, `run`) without asking the camera; 8-bit 4:2:0 (nv12) is assumed, and a stream of another size or depth is refused when it comes",
+        },
+        ParamInfo {
+            name: "height",
+            kind: "integer",
+            default: ParamInfo::NONE,
+            range: "> 0, even",
+            description: "with `width`: the stream's height",
+        },
+        ParamInfo {
+            name: "codec",
+            kind: r#""h264" | "hevc""#,
+            default: ParamInfo::NONE,
+            range: "",
+            description: "the codec the camera must send; another is refused when the stream comes",
+        },
+        ParamInfo {
             name: "ffmpeg",
             kind: "string",
             default: ParamInfo::NONE,
@@ -342,8 +392,18 @@ impl Plugin for Rtsp {
     }
 
     /// Asks the camera what it sends (DESCRIBE); says it in the log (`validate` shows it).
+    /// With `width` and `height` the camera is not asked: the stream is checked when it comes.
     fn negotiate(params: &Params, _inputs: &[FrameFormat]) -> Result<Option<FrameFormat>> {
         let cfg = params.config()?;
+        if let (Some(w), Some(h)) = (params.width, params.height) {
+            let format = FrameFormat::new(PixelFormat::Nv12, w, h);
+            let codec = params.codec.map_or("H.264 or HEVC".to_owned(), |c| c.codec().name().to_owned());
+            gpuipc_plugin_api::info!(
+                "{}: planned as {codec}, {w}x{h}, 8-bit 4:2:0 (params; checked when the stream comes) -> {format}",
+                cfg.what()
+            );
+            return Ok(Some(format));
+        }
         let info = session::probe(&cfg).map_err(Error::new)?;
         let format = output_format(&info, &cfg.what())?;
         gpuipc_plugin_api::info!("{}: {} -> {format}", cfg.what(), describe_stream(&info));
@@ -384,12 +444,30 @@ impl Plugin for Rtsp {
                 bail!("{what}: no frame in {:.1} s after connecting", wait.as_secs_f64())
             }
         };
-        let format = output_format(&info, &what)?;
-        if output != Some(format) {
-            let planned = output.map_or("no output".to_owned(), |f| f.to_string());
+        let refuse = |why: String| {
             stop.store(true, Ordering::Relaxed);
             queue.close();
-            bail!("{what} now sends {format} video, but the pipeline was planned for {planned}");
+            Error::new(why)
+        };
+        if let Some(want) = params.codec
+            && want.codec() != info.codec
+        {
+            return Err(refuse(format!(
+                "{what} sends {} video, but param `codec` says {}",
+                info.codec.name(),
+                want.codec().name()
+            )));
+        }
+        let format = output_format(&info, &what).map_err(|e| refuse(e.message().to_owned()))?;
+        if output != Some(format) {
+            let planned = output.map_or("no output".to_owned(), |f| f.to_string());
+            let by = if params.width.is_some() { " (params `width` and `height`)" } else { "" };
+            return Err(refuse(format!(
+                "{what} sends {} {}x{} video ({format}), but the pipeline was planned for {planned}{by}",
+                info.codec.name(),
+                info.width,
+                info.height
+            )));
         }
         let feed = Arc::clone(&queue);
         let units: Units = Box::new(move |wait| feed.pop(wait));
