@@ -34,6 +34,14 @@
 #     four sources at once; a damaged stream decoded to its end with the damage counted; a
 #     decode stage SIGKILLed mid-file and restarted, going on from
 #     the next frame; no GPU memory left after
+# 15. rtsp: NVDEC on live streams: rtsp-file-server.py (pure Python, no GStreamer) serving the
+#     bundle's video/rtsp clips looped at 30 frames/s; the rtsp source's frames decoded by NVDEC
+#     = the cpu decoder's (hashes made where the bundle was built), H.264 and HEVC over TCP,
+#     H.264 over UDP; the server killed mid-run and started again after an outage longer than
+#     the stage's stall timeout: the run finishes, no watchdog kill, numbers rise across the gap,
+#     frames after it = the reference too; then bench-rtsp.sh N = 1 4 16 32 at 1080p30
+#     (BENCH_RTSP=0 skips it; its table also in results/bench-rtsp.txt). RTSP_DEVICE=cpu runs
+#     it in the cpu domain (a check of this section without a GPU).
 set -uo pipefail
 cd "$(dirname "$0")"
 here=$PWD
@@ -869,6 +877,124 @@ PY
             echo "    GPUIPC_NVTX=$nvtx, no tool, round $round: yuv $(awk '$1 == "yuv" {print $5}' "$nw/off-on-$nvtx-$round.txt") frames/s"
         done
     done
+fi
+fi
+
+if want 15; then
+section "15. rtsp: NVDEC on live streams"
+rdev=${RTSP_DEVICE:-cuda}
+rw=$here/work/rtsp
+rclips=$here/video/rtsp
+if [ "$rdev" = cuda ] && [ "$gpus" = 0 ]; then
+    echo "skip   no GPU here (RTSP_DEVICE=cpu runs this section in the cpu domain)"
+elif [ ! -e "$rclips/h264.h264" ] || [ ! -e "$here/rtsp-file-server.py" ]; then
+    fail "the bundle has no video/rtsp clips or rtsp-file-server.py (scripts/gpu-check.sh makes them)"
+else
+rm -rf "$rw" && mkdir -p "$rw"
+# rtsp_server CLIP OUT [ARGS...]: start the server on CLIP (its lines in OUT); sets rtsp_pid
+# and rtsp_port (empty if it did not start in 10 s).
+rtsp_server() {
+    local clip=$1 out=$2
+    shift 2
+    python3 "$here/rtsp-file-server.py" "$clip" "$@" > "$out" 2> "$out.err" &
+    rtsp_pid=$!
+    rtsp_port=""
+    for _ in $(seq 1 100); do
+        rtsp_port=$(awk '/^port /{print $2}' "$out" 2>/dev/null)
+        [ -n "$rtsp_port" ] && break
+        sleep 0.1
+    done
+    [ -n "$rtsp_port" ] || fail "the RTSP server did not start on $(basename "$clip"): $(cat "$out.err")"
+}
+rtsp_stop() { kill "$rtsp_pid" 2>/dev/null; wait "$rtsp_pid" 2>/dev/null; }
+# frames_in SUM: the frames a checksum file holds so far (0 before it exists).
+frames_in() { local n; n=$(grep -vc "^#" "$1" 2>/dev/null); echo "${n:-0}"; }
+# camera_toml URL FRAMES PARAMS STAGE-KEY: an rtsp camera into a null sink.
+camera_toml() {
+    printf '%s\n' '[pipeline]' 'name = "rtsp-check"' "frames = $2" "device = \"$rdev\"" '' \
+        '[[stage]]' 'name = "cam"' 'plugin = "rtsp"' "$4" "params = { url = \"$1\"$3 }" '' \
+        '[[stage]]' 'name = "sink"' 'plugin = "null"' 'inputs = ["cam"]'
+}
+# rtsp_compare SUM REFERENCE REPORT MODE: the camera's frames against the cpu decoder's frames of
+# the clip, which the server loops from its first frame for each connection. MODE `loop`: frame
+# `seq` is the clip's frame seq % n (none may be missing). MODE `gap`: a connection broke once;
+# before the gap as for `loop`, after it the j-th frame is the clip's j % n (the new connection
+# starts the clip again); numbers rise, skip the frames lost, and the report counts them dropped.
+rtsp_compare() {
+    python3 - "$@" <<'PY'
+import json, sys
+sums, ref, report, mode = sys.argv[1:5]
+got = [(int(s), h) for s, h in (l.split() for l in open(sums) if not l.startswith("#"))]
+want = [h for _, h in sorted((int(s), h) for s, h in (l.split() for l in open(ref)))]
+n = len(want)
+cam = {s["name"]: s for s in json.load(open(report))["stages"]}["cam"]
+seqs = [s for s, _ in got]
+rising = all(a < b for a, b in zip(seqs, seqs[1:]))
+gaps = [i + 1 for i, (a, b) in enumerate(zip(seqs, seqs[1:])) if b > a + 1]
+bad = 0
+for i, (seq, h) in enumerate(got):
+    j = seq if mode == "loop" or not gaps or i < gaps[0] else i - gaps[0]
+    if h != want[j % n]:
+        bad += 1
+        if bad <= 3: print(f"    frame {seq}: {h}, the cpu decoder's {want[j % n]}")
+ok = rising and bad == 0 and got
+if mode == "loop":
+    ok = ok and seqs == list(range(len(seqs)))
+    print(f"    {len(got)} frames ({n} in the clip, looped), numbered 0..{len(got) - 1} without a gap: {seqs == list(range(len(seqs)))}; {bad} differ from the cpu decoder's")
+else:
+    after = len(got) - gaps[0] if gaps else 0
+    lost = seqs[-1] + 1 - len(got) if got else 0
+    ok = ok and len(gaps) == 1 and after > 0 and cam["dropped"] == lost and cam["restarts"] == 0
+    print(f"    {len(got)} frames, rising: {rising}; gaps: {len(gaps)} ({lost} numbers skipped, the report's dropped {cam['dropped']}); {after} frames after it; restarts {cam['restarts']}; {bad} differ from the cpu decoder's")
+sys.exit(0 if ok else 1)
+PY
+}
+for case in "h264.h264 tcp" "hevc.hevc tcp" "h264.h264 udp"; do
+    read -r clip transport <<< "$case"
+    name=${clip%%.*}-$transport
+    rtsp_server "$rclips/$clip" "$rw/$name.server"
+    [ -n "$rtsp_port" ] || continue
+    camera_toml "rtsp://127.0.0.1:$rtsp_port/cam0" 90 ", transport = \"$transport\"" "" > "$rw/$name.toml"
+    run_into "$rw/$name" "$rw/$name.toml"
+    rtsp_stop
+    echo "$name: $(grep -h "rtsp://" "$rw/$name/err.txt" | head -1 | sed 's/^.*rtsp:/rtsp:/')"
+    rtsp_compare "$rw/$name/sums/cam.sum" "$rclips/reference/$clip.sum" "$rw/$name/report.json" loop ||
+        fail "rtsp $name: the frames from the stream differ from the cpu decoder's"
+done
+# The server killed after 30 frames and started again on its port once the source has tried to
+# connect 7 times (waits of 0.2, 0.4, 0.5, 0.5, 0.5, 0.5 s: an outage of over 2.6 s), longer than
+# the stage's stall timeout of 2 s.
+rtsp_server "$rclips/h264.h264" "$rw/restart.server"
+if [ -n "$rtsp_port" ]; then
+    port=$rtsp_port
+    camera_toml "rtsp://127.0.0.1:$port/cam0" 240 ", reconnect = 0.2, reconnect_max = 0.5" 'stall_timeout = "2s"' > "$rw/restart.toml"
+    rm -rf "$rw/restart" && mkdir -p "$rw/restart"
+    (cd "$rw/restart" && exec timeout -k 5 120 "$host" run "$rw/restart.toml" --quiet --checksums sums --report report.json > run.txt 2> err.txt) &
+    hostpid=$!
+    for _ in $(seq 1 300); do [ "$(frames_in "$rw/restart/sums/cam.sum")" -ge 30 ] && break; sleep 0.1; done
+    echo "killing the RTSP server (pid $rtsp_pid) after $(frames_in "$rw/restart/sums/cam.sum") frames"
+    rtsp_stop
+    for _ in $(seq 1 300); do [ "$(grep -c "connecting again" "$rw/restart/err.txt" 2>/dev/null)" -ge 7 ] && break; sleep 0.1; done
+    echo "    $(grep -c "connecting again" "$rw/restart/err.txt") tries to connect; starting the server again on port $port"
+    rtsp_server "$rclips/h264.h264" "$rw/restart.server2" --port "$port"
+    wait "$hostpid" || { fail "the run through the server's restart failed"; tail -5 "$rw/restart/run.txt" "$rw/restart/err.txt"; }
+    rtsp_stop
+    grep -q "connected again" "$rw/restart/err.txt" || fail "the source did not say it connected again"
+    if grep -q "watchdog" "$rw/restart/err.txt" "$rw/restart/run.txt"; then
+        fail "the watchdog killed the camera stage during the outage"
+        grep -h "watchdog" "$rw/restart/err.txt" "$rw/restart/run.txt" | head -3
+    fi
+    grep -h "lost (connection)" "$rw/restart/err.txt" | head -1 | sed 's/^.*rtsp:/    rtsp:/'
+    rtsp_compare "$rw/restart/sums/cam.sum" "$rclips/reference/h264.h264.sum" "$rw/restart/report.json" gap ||
+        fail "rtsp: the run across the server's restart"
+fi
+left=$(pgrep -f "gpuipc-host __stage" || true)
+[ -z "$left" ] || fail "stage processes left: $left"
+if [ "${BENCH_RTSP:-1}" != 0 ]; then
+    echo "bench-rtsp.sh (N rtsp cameras at 1080p30 on this GPU's NVDEC):"
+    DEVICE=$rdev SECONDS_EACH=${RTSP_BENCH_SECONDS:-10} bash "$here/bench-rtsp.sh" | tee "$results/bench-rtsp.txt" | sed 's/^/    /' ||
+        fail "bench-rtsp.sh"
+fi
 fi
 fi
 

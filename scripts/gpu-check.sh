@@ -110,5 +110,27 @@ for file in pipelines/video-*.toml; do
     (cd "$video_work/run" && "$hostbin" run "$repo/$file" --device cpu --frames 60 --quiet --checksums sums > /dev/null)
     cp -r "$video_work/run/sums" "$d/reference"
 done
+# RTSP (check.sh section 15, bench-rtsp.sh): the pure-Python RTSP server, elementary streams
+# without B-frames for it to serve (made here: the GPU machine may have no ffmpeg), and the cpu
+# decoder's frames of each (their hashes) for NVDEC's frames from the stream to be compared with.
+cp scripts/rtsp-file-server.py "$bundle/rtsp-file-server.py"
+cp scripts/bench-rtsp.sh "$bundle/bench-rtsp.sh"
+chmod +x "$bundle/bench-rtsp.sh"
+r=$bundle/video/rtsp
+mkdir -p "$r/reference"
+rtsp_clip() {  # OUT SIZE FRAMES ENCODER-ARGS...
+    local out=$1 size=$2 frames=$3
+    shift 3
+    ffmpeg -hide_banner -loglevel error -nostdin -y -f lavfi -i "testsrc2=size=$size:rate=30" -frames:v "$frames" \
+        -pix_fmt yuv420p "$@" "$out"
+}
+rtsp_clip "$r/h264.h264" 640x360 60 -c:v libx264 -bf 0 -g 30 -f h264
+rtsp_clip "$r/hevc.hevc" 640x360 60 -c:v libx265 -preset ultrafast -x265-params log-level=error:bframes=0:keyint=30 -f hevc
+rtsp_clip "$r/h264-1080p.h264" 1920x1080 300 -c:v libx264 -preset veryfast -bf 0 -g 30 -b:v 8M -f h264
+for clip in h264.h264 hevc.hevc; do
+    bash scripts/video-pipeline.sh "$(cd "$r" && pwd)/$clip" > "$video_work/p.toml"
+    (cd "$video_work" && rm -rf sums && "$hostbin" run p.toml --device cpu --quiet --checksums sums > /dev/null)
+    cp "$video_work/sums/decode0.sum" "$r/reference/$clip.sum"
+done
 rm -rf "$video_work"
 du -sh "$bundle"

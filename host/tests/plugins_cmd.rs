@@ -161,7 +161,7 @@ fn inspect_shows_a_plugins_formats_and_every_param_with_its_default() {
     for expected in [
         "generator 0.1.0\n",
         &format!("file        {} (built-in)\n", bin_dir().join(library("generator")).display()),
-        "plugin ABI  1.4\n",
+        "plugin ABI  1.5\n",
         "domains     cpu, cuda\n",
         "inputs      none (a source)\n",
         "replicas    one instance only (a source)\n",

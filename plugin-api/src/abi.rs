@@ -20,7 +20,8 @@ pub const ABI_MAJOR: u32 = 1;
 ///   (it relays frames made elsewhere: `OutputFrame::relay`); the host reads them back from
 ///   plugins built for 1.3 or later only, so an older plugin's frames stay numbered by the host.
 /// - 1.4: pixel format `p010` (code 6); [`STATUS_DAMAGED`], a frame made from damaged data.
-pub const ABI_MINOR: u32 = 4;
+/// - 1.5: [`FLAG_LIVE`], a live source; [`STATUS_NO_FRAME`], a live source with no frame yet.
+pub const ABI_MINOR: u32 = 5;
 
 /// The one symbol a plugin exports: `extern "C" fn() -> *const PluginDescriptor`.
 pub const ENTRY_SYMBOL: &str = "gpuipc_plugin_entry_v1";
@@ -45,6 +46,15 @@ pub const STATUS_END_OF_STREAM: i32 = 3;
 /// which a host checks is built for 1.4 or later. Since ABI 1.4.
 pub const STATUS_DAMAGED: i32 = 4;
 
+/// `process` of a live source ([`FLAG_LIVE`]) made no frame this call: none came in the short
+/// while it waited (its camera is away, or slower than that while). The host publishes
+/// nothing, leaves the number unused, pulses the stage's heartbeat (the stage is alive, waiting
+/// on its network, so its stall watchdog does not kill it), looks for a stop, and calls
+/// `process` again. A plugin that waits longer than the stage's `stall_timeout` inside one call
+/// is still killed as stuck. From any other plugin, or one built for an ABI before 1.5, it is
+/// an unknown status. Since ABI 1.5.
+pub const STATUS_NO_FRAME: i32 = 5;
+
 /// Domain bits, used in [`PluginDescriptor::domains`] and [`RawFrame::domain`].
 pub const DOMAIN_CPU: u32 = 1;
 pub const DOMAIN_CUDA: u32 = 2;
@@ -52,6 +62,13 @@ pub const DOMAIN_CUDA: u32 = 2;
 /// [`PluginDescriptor::flags`]: its instances keep no state from one frame to the next, so a
 /// stage may run several of them as replicas (`replicas = N`), each given some of the frames.
 pub const FLAG_REPLICABLE: u32 = 1;
+/// [`PluginDescriptor::flags`]: a live source (a camera), which relays its frames
+/// (`OutputFrame::relay`) with stamps on the host's wall clock that say when each frame came
+/// into being. The host takes a frame's stamp as its birth, so latency counts from it (not
+/// from when `process` began, which for a live source includes waiting for the camera); counts
+/// the numbers its relayed frames skip as frames the source dropped (it could not hand them
+/// on). An older host ignores the flag. Since ABI 1.5.
+pub const FLAG_LIVE: u32 = 2;
 
 /// Log levels of the host's log callback.
 pub const LOG_ERROR: u32 = 1;

@@ -91,6 +91,11 @@ impl ChildProcess {
         self.child.as_mut()?.stdout.as_mut()
     }
 
+    /// Take the child's standard output (to read it on another thread).
+    pub fn take_stdout(&mut self) -> Option<ChildStdout> {
+        self.child.as_mut()?.stdout.take()
+    }
+
     /// The last lines the child wrote to standard error, joined by "; " (empty if none).
     pub fn stderr_tail(&self) -> String {
         let lines = self.stderr.lock().unwrap_or_else(|e| e.into_inner());

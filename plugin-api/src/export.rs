@@ -146,7 +146,7 @@ pub const fn descriptor<P: Plugin>() -> PluginDescriptor {
         destroy: destroy::<P>,
         last_error,
         param_info: param_info::<P>,
-        flags: if P::REPLICABLE { abi::FLAG_REPLICABLE } else { 0 },
+        flags: if P::REPLICABLE { abi::FLAG_REPLICABLE } else { 0 } | if P::LIVE { abi::FLAG_LIVE } else { 0 },
     }
 }
 
@@ -266,7 +266,7 @@ unsafe extern "C" fn process<P: Plugin>(
     output: *mut RawFrame,
     ctx: *const RawProcessContext,
 ) -> i32 {
-    let (mut ended, mut damaged) = (false, false);
+    let (mut ended, mut damaged, mut no_frame) = (false, false, false);
     let status = guarded(|| {
         // SAFETY: host contract: `instance` came from `create` and is used by one thread at a
         // time; `inputs` holds `n_inputs` frames whose memory the host keeps valid and
@@ -300,6 +300,12 @@ unsafe extern "C" fn process<P: Plugin>(
         plugin.process(frames, out.as_mut(), &context)?;
         ended = out.as_ref().is_some_and(OutputFrame::ends_stream);
         damaged = out.as_ref().is_some_and(OutputFrame::is_damaged);
+        no_frame = out.as_ref().is_some_and(OutputFrame::has_no_frame);
+        if no_frame && !P::LIVE {
+            return Err(Error::new(
+                "had no frame yet (OutputFrame::no_frame_yet), which only a live source (Plugin::LIVE) may say",
+            ));
+        }
         // A relayed frame's number and timestamp go back in the host's frame (ABI 1.3); a
         // frame not relayed leaves them as the host wrote them.
         if let (Some(raw), Some(out)) = (raw_output, out.as_ref())
@@ -312,6 +318,7 @@ unsafe extern "C" fn process<P: Plugin>(
     });
     match status {
         abi::STATUS_OK if ended => abi::STATUS_END_OF_STREAM,
+        abi::STATUS_OK if no_frame => abi::STATUS_NO_FRAME,
         abi::STATUS_OK if damaged => abi::STATUS_DAMAGED,
         status => status,
     }
@@ -514,6 +521,8 @@ mod tests {
             let out = out.expect("a source has an output");
             match out.info().seq {
                 2 => out.end_stream(),
+                // Not a live source: it may not say it has no frame yet.
+                7 => out.no_frame_yet(),
                 5 => {
                     out.end_stream();
                     return Err(Error::new("failed"));
@@ -541,9 +550,12 @@ mod tests {
         let ctx = RawProcessContext { frame_index: 0, cuda_stream: std::ptr::null_mut() };
         let mut instance = Ends;
         let ptr = &mut instance as *mut Ends as *mut c_void;
-        for (seq, status, byte) in
-            [(0, abi::STATUS_OK, 9), (2, abi::STATUS_END_OF_STREAM, 0), (5, abi::STATUS_ERROR, 0)]
-        {
+        for (seq, status, byte) in [
+            (0, abi::STATUS_OK, 9),
+            (2, abi::STATUS_END_OF_STREAM, 0),
+            (5, abi::STATUS_ERROR, 0),
+            (7, abi::STATUS_ERROR, 0),
+        ] {
             bytes[0] = 0;
             let mut out = RawFrame {
                 format,
@@ -559,7 +571,10 @@ mod tests {
             let got = unsafe { (d.process)(ptr, std::ptr::null(), 0, &mut out, &ctx) };
             assert_eq!((got, bytes[0]), (status, byte), "seq {seq}");
         }
-        assert_eq!(last_error_text(&d), "failed");
+        assert_eq!(
+            last_error_text(&d),
+            "had no frame yet (OutputFrame::no_frame_yet), which only a live source (Plugin::LIVE) may say"
+        );
     }
 
     /// A source of 1x1 gray frames that relays `seq + 10` with timestamp 77 on odd `seq`s.

@@ -147,6 +147,8 @@ pub struct OutputFrame<'a> {
     relayed: bool,
     /// Set by [`OutputFrame::mark_damaged`].
     damaged: bool,
+    /// Set by [`OutputFrame::no_frame_yet`].
+    no_frame: bool,
 }
 
 impl<'a> OutputFrame<'a> {
@@ -158,11 +160,19 @@ impl<'a> OutputFrame<'a> {
             end_of_stream: false,
             relayed: false,
             damaged: false,
+            no_frame: false,
         })
     }
 
     pub fn device(info: FrameInfo, buffer: DeviceBuffer) -> OutputFrame<'a> {
-        OutputFrame { info, data: FrameDataMut::Device(buffer), end_of_stream: false, relayed: false, damaged: false }
+        OutputFrame {
+            info,
+            data: FrameDataMut::Device(buffer),
+            end_of_stream: false,
+            relayed: false,
+            damaged: false,
+            no_frame: false,
+        }
     }
 
     /// A source has no frame to give any more (its file ran out): call this instead of
@@ -199,6 +209,22 @@ impl<'a> OutputFrame<'a> {
     /// [`crate::abi::STATUS_DAMAGED`], since 1.4.)
     pub fn mark_damaged(&mut self) {
         self.damaged = true;
+    }
+
+    /// A live source (`Plugin::LIVE`) had no frame to give in the short while it waited (its
+    /// camera is away, reconnecting): call this instead of writing the frame, and return
+    /// `Ok(())` from `process`. Nothing is published, the number stays unused, and `process` is
+    /// called again; the host takes the call as a sign of life, so the stage's stall watchdog
+    /// does not kill a camera that is away for longer than `stall_timeout`, while a `process`
+    /// that never returns still is. Wait well under a second in each call (the `rtsp` source
+    /// waits 0.1 s). (Crosses the ABI as [`crate::abi::STATUS_NO_FRAME`], since 1.5.)
+    pub fn no_frame_yet(&mut self) {
+        self.no_frame = true;
+    }
+
+    /// Whether [`OutputFrame::no_frame_yet`] was called.
+    pub fn has_no_frame(&self) -> bool {
+        self.no_frame
     }
 
     /// Whether [`OutputFrame::mark_damaged`] was called.

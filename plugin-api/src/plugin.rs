@@ -160,6 +160,12 @@ pub trait Plugin: Sized + Send + 'static {
     /// not a field of [`PluginInfo`], so plugins written before it need no change.)
     const REPLICABLE: bool = false;
 
+    /// Whether this is a live source (a camera) whose frames' relayed stamps say, on the host's
+    /// wall clock, when each came into being ([`crate::abi::FLAG_LIVE`]): latency then counts
+    /// from the stamp, and the numbers its frames skip are counted as dropped by it. `false` by
+    /// default.
+    const LIVE: bool = false;
+
     /// Check the params' values that their types cannot (ranges, combinations, a path that
     /// can never be written), reporting every problem at once and naming each param.
     ///

@@ -45,7 +45,8 @@ impl SourceFile {
     /// An error pointing at `span` of this file.
     pub fn error_at(&self, span: Range<usize>, message: impl Into<String>) -> Diagnostic {
         let (line, column) = self.line_col(span.start);
-        let whole_line = self.text.lines().nth(line - 1).unwrap_or("");
+        let whole_line = mask_credentials(self.text.lines().nth(line - 1).unwrap_or(""));
+        let whole_line = whole_line.as_str();
         let start = span.start.min(self.text.len());
         let end = span.end.clamp(start, self.text.len());
         let span_len = self.text.get(start..end).and_then(|s| s.lines().next()).map_or(1, |s| s.chars().count().max(1));
@@ -56,6 +57,31 @@ impl SourceFile {
             location: Some(Location { path: self.path.clone(), line, column, line_text, caret_column, span_len }),
         }
     }
+}
+
+/// `line` with the credentials of every URL in it (`rtsp://user:password@host`) masked by as
+/// many `*`: a quoted line shows no password, and its columns stay where they were.
+pub fn mask_credentials(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| matches!(c, '/' | '?' | '#' | '"' | '\'' | '`') || c.is_whitespace())
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match authority.rfind('@') {
+            Some(i) => {
+                out.extend(std::iter::repeat_n('*', authority[..i].chars().count()));
+                out.push_str(&authority[i..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Characters quoted on each side of the column.
@@ -228,6 +254,15 @@ mod tests {
         // The caret sits under the X.
         let x = quoted.chars().position(|c| c == 'X').unwrap();
         assert_eq!(caret.chars().position(|c| c == '^'), Some(x), "{quoted}\n{caret}");
+    }
+
+    #[test]
+    fn credentials_in_a_quoted_line_are_masked_in_place() {
+        assert_eq!(
+            mask_credentials(r#"params = { url = "rtsp://admin:s3cret@cam:554/x" }"#),
+            r#"params = { url = "rtsp://************@cam:554/x" }"#
+        );
+        assert_eq!(mask_credentials("url = \"rtsp://cam/x\""), "url = \"rtsp://cam/x\"");
     }
 
     #[test]

@@ -58,6 +58,8 @@ pub struct PluginMeta {
     pub params: Option<Vec<ParamMeta>>,
     /// Whether its instances may run as replicas ([`abi::FLAG_REPLICABLE`]; false before 1.2).
     pub replicable: bool,
+    /// Whether it is a live source ([`abi::FLAG_LIVE`]; false before 1.5).
+    pub live: bool,
 }
 
 /// One declared param, copied out of the plugin (see `gpuipc_plugin_api::ParamInfo`).
@@ -337,6 +339,7 @@ fn read_meta(d: &PluginDescriptor, abi: (u32, u32), size: usize) -> Result<Plugi
         produces: formats(d.produces, "produces")?,
         params,
         replicable: d.flags & abi::FLAG_REPLICABLE != 0,
+        live: abi >= (1, 5) && d.flags & abi::FLAG_LIVE != 0,
     })
 }
 
@@ -381,6 +384,9 @@ pub enum Processed {
     /// The output frame is written from damaged data ([`abi::STATUS_DAMAGED`]): publish it
     /// and count it damaged.
     Damaged,
+    /// A live source had no frame yet ([`abi::STATUS_NO_FRAME`]): nothing was written; it is
+    /// alive and waiting on its network.
+    NoFrame,
 }
 
 /// One instance of a plugin; destroyed on drop.
@@ -396,6 +402,13 @@ impl Instance<'_> {
     /// that promise out of the old plugin's hands.
     pub fn may_relay(&self) -> bool {
         self.plugin.meta().abi >= (1, 3)
+    }
+
+    /// Whether the plugin is a live source ([`abi::FLAG_LIVE`], plugin ABI 1.5): its relayed
+    /// stamps are its frames' births on the host's clock, and the numbers it skips frames it
+    /// dropped.
+    pub fn is_live(&self) -> bool {
+        self.plugin.meta().live
     }
 
     /// Process one set of input frames into `output`.
@@ -420,6 +433,10 @@ impl Instance<'_> {
         // nothing and is an unknown status.
         if status == abi::STATUS_DAMAGED && self.plugin.meta().abi >= (1, 4) {
             return Ok(Processed::Damaged);
+        }
+        // Only a live source (1.5 or later) may say it has no frame yet.
+        if status == abi::STATUS_NO_FRAME && self.is_live() {
+            return Ok(Processed::NoFrame);
         }
         self.plugin.check(status).map(|()| Processed::Frame)
     }

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 /// Plugins shipped with gpuipc, found next to the `gpuipc-host` binary.
-pub const BUILTINS: [&str; 15] = [
+pub const BUILTINS: [&str; 16] = [
     "generator",
     "rgb-process",
     "yuv420",
@@ -12,6 +12,7 @@ pub const BUILTINS: [&str; 15] = [
     "checksum",
     "y4m",
     "video",
+    "rtsp",
     "png",
     "encode",
     "python",

@@ -83,6 +83,8 @@ enum Done {
     SourceEnded,
     /// A replica gave the frame back for a sibling's owed one to go first.
     Yielded,
+    /// A live source had no frame yet: nothing was made, the number stays unused.
+    NoFrame,
 }
 
 impl FrameLoop<'_, '_> {
@@ -200,6 +202,13 @@ impl FrameLoop<'_, '_> {
             let seq = match self.process_one(index, seq, source_timestamp, &held, &mut raw_inputs, ticket)? {
                 Done::Made { seq } => seq,
                 Done::SourceEnded => return Ok(LoopEnd::SourceEnded),
+                Done::NoFrame => {
+                    // Its camera is away: alive, not stuck (see `abi::STATUS_NO_FRAME`). The
+                    // stop is looked for before the next call.
+                    self.stats.pulse();
+                    next_source_seq = seq;
+                    continue;
+                }
                 Done::Yielded => {
                     let (replica, taken) =
                         (self.replica.as_ref().expect("only replicas yield"), ticket.expect("with a ticket"));
@@ -264,9 +273,20 @@ impl FrameLoop<'_, '_> {
         let ended_ns = now_ns();
         self.last_end_ns = ended_ns;
         self.phases.lap(Phase::Process);
-        self.stats.plugin_called(started_ns, ended_ns);
+        // Waiting for a camera is not work: a call that made no frame counts no busy time.
+        if !matches!(result, Ok(Processed::NoFrame)) {
+            self.stats.plugin_called(started_ns, ended_ns);
+        }
         match result {
             Ok(Processed::Frame) => {}
+            Ok(Processed::NoFrame) => {
+                // Nothing was made: the slot goes back unpublished and `seq` stays unused.
+                self.output.cancel(pending);
+                if !self.inputs.is_empty() {
+                    return Err(StageError::Plugin { during: "process", frame: Some(seq), error: only_sources_wait() });
+                }
+                return Ok(Done::NoFrame);
+            }
             Ok(Processed::Damaged) => {
                 self.stats.get().damaged.fetch_add(1, Ordering::Relaxed);
             }
@@ -289,6 +309,10 @@ impl FrameLoop<'_, '_> {
                 if raw.seq < seq {
                     self.output.cancel(pending);
                     return Err(StageError::RelayedBackwards { relayed: raw.seq, expected: seq });
+                }
+                if self.instance.is_live() {
+                    // A live source's skipped numbers are frames it could not hand on.
+                    self.stats.get().dropped.fetch_add(raw.seq - seq, Ordering::Relaxed);
                 }
                 (raw.seq, raw.timestamp_ns)
             }
@@ -319,7 +343,10 @@ impl FrameLoop<'_, '_> {
         self.phases.publishing();
         // The frame's birth: a source's is now (a relayed stamp may be a media time); a
         // join's, its oldest input's, whose wait the frame's latency includes.
-        let born_ns = held.iter().map(|slot| slot.meta().born_ns).min().unwrap_or(started_ns);
+        // A live source's stamp is its frame's birth on this host's clock (its arrival).
+        let own_birth =
+            if self.inputs.is_empty() && self.instance.is_live() { timestamp_ns.min(ended_ns) } else { started_ns };
+        let born_ns = held.iter().map(|slot| slot.meta().born_ns).min().unwrap_or(own_birth);
         self.output.publish(pending, seq, timestamp_ns, born_ns);
         // Counted done right after the publish, before a replica moves the turn on and before
         // the inputs are released: see `StageStats::last_seq_plus_one` and the host's
@@ -363,6 +390,10 @@ impl FrameLoop<'_, '_> {
     /// share their inputs' counts: the first one reports them, so a sum over the stage's
     /// processes counts each drop once.
     fn store_dropped(&self) {
+        // A source has no inputs; a live one counts its own drops (`process_one`).
+        if self.inputs.is_empty() {
+            return;
+        }
         if self.replica.as_ref().is_none_or(|r| r.index == 0) {
             let dropped = self.inputs.iter().map(|c| c.dropped()).max().unwrap_or(0);
             self.stats.get().dropped.store(dropped, Ordering::Relaxed);
@@ -383,5 +414,14 @@ impl FrameLoop<'_, '_> {
 pub fn only_sources_end() -> PluginCallError {
     PluginCallError::Error(
         "ended its stream (OutputFrame::end_stream), which only a source (a stage without inputs) may do".into(),
+    )
+}
+
+/// A stage with inputs said it had no frame yet: only a live source may (its inputs' frames
+/// are there to be made into one).
+pub fn only_sources_wait() -> PluginCallError {
+    PluginCallError::Error(
+        "had no frame yet (OutputFrame::no_frame_yet), which only a live source (a stage without inputs) may say"
+            .into(),
     )
 }

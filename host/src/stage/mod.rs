@@ -27,7 +27,7 @@ use crate::plugin::LoadedPlugin;
 
 use crate::link::backing::{ReadEnd, WriteEnd, host::Host, staged::Staged};
 pub use error::StageError;
-pub use frame_loop::{FrameLoop, LoopEnd, only_sources_end};
+pub use frame_loop::{FrameLoop, LoopEnd, only_sources_end, only_sources_wait};
 pub use measure::now_ns;
 
 /// The descriptor number the control socket has in a stage process.

@@ -26,7 +26,7 @@ use crate::plan::Plan;
 use crate::plugin::{Instance, LoadedPlugin, Processed};
 use crate::stage::output::{Output, Pending};
 use crate::stage::tap::Tap;
-use crate::stage::{StageError, create_plugin_instance, now_ns, only_sources_end};
+use crate::stage::{StageError, create_plugin_instance, now_ns, only_sources_end, only_sources_wait};
 
 /// What to measure besides the report (`gpuipc-host bench`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -253,8 +253,13 @@ impl Stage<'_> {
         if let (Some((start, _)), Some(gpu)) = (&self.events, &self.gpu) {
             start.record(gpu.stream())?;
         }
-        let started = now_ns();
-        let result = self.instance.process(&inputs, out.as_mut(), &ctx);
+        let mut started = now_ns();
+        let mut result = self.instance.process(&inputs, out.as_mut(), &ctx);
+        // A live source with no frame yet (its camera away) is asked again for the same one.
+        while matches!(result, Ok(Processed::NoFrame)) && self.inputs.is_empty() {
+            started = now_ns();
+            result = self.instance.process(&inputs, out.as_mut(), &ctx);
+        }
         let ended = now_ns();
         match result.map_err(|error| StageError::Plugin { during: "process", frame: Some(seq), error })? {
             Processed::Frame => {}
@@ -264,6 +269,9 @@ impl Stage<'_> {
             Processed::EndOfStream if self.inputs.is_empty() => return Ok(false),
             Processed::EndOfStream => {
                 return Err(StageError::Plugin { during: "process", frame: Some(seq), error: only_sources_end() });
+            }
+            Processed::NoFrame => {
+                return Err(StageError::Plugin { during: "process", frame: Some(seq), error: only_sources_wait() });
             }
         }
         if let (Some((_, end)), Some(gpu)) = (&self.events, &self.gpu) {

@@ -17,8 +17,9 @@
 //!
 //! What does not look stuck: legitimate slowness always has a stage outside a ring wait. A
 //! paced source (`fps`, `realtime` video) waits for its frame's time inside the plugin's
-//! `process`, as does a camera with no frame to give (the per-stage watchdog governs it
-//! there); `bench` pacing waits before the frame, in the phase of the last one ("in the
+//! `process`; a live camera with no frame to give waits there too, returning now and then
+//! with none (`STATUS_NO_FRAME`: its heartbeat pulses, so the per-stage watchdog, which
+//! governs it there, sees it alive); `bench` pacing waits before the frame, in the phase of the last one ("in the
 //! plugin's process"); a slow plugin is in `process`; a `latest` join waits for a branch whose
 //! stage is in `process` or for a source that is; replicas wait for their turn after
 //! `process`, in that phase too. Phases are sampled, but a stage that left its wait between

@@ -77,8 +77,8 @@
 //! More: [video.md](video.md).
 #![deny(unsafe_code)]
 
-pub mod container;
-pub mod decode;
 pub mod video;
+
+pub use gpuipc_video_codec::{container, decode};
 
 gpuipc_plugin_api::export_plugin!(video::Video);

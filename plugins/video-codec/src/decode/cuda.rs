@@ -13,7 +13,7 @@ use gpuipc_nvdec as nvdec;
 use gpuipc_plugin_api::cuda::device_plane;
 use gpuipc_plugin_api::{CreateContext, Error, OutputFrame, Result, bail};
 
-use crate::container::{Entry, Index, Packets};
+use crate::container::{Entry, Index, Packets, StreamInfo};
 use crate::decode::cpu::Read1;
 
 /// Pictures NVDEC decodes ahead of the one handed on, so the engine has work while the stage
@@ -40,36 +40,66 @@ fn nvdec_error(what: &str, e: nvdec::NvdecError) -> Error {
     Error::new(format!("{what}: {e}"))
 }
 
+/// Whether this GPU's NVDEC can decode `info` (named `what` in errors): its library loads, and
+/// the codec, bit depth and size are within what it reports.
+pub fn check_caps(info: &StreamInfo, what: &str) -> Result<()> {
+    nvdec::available().map_err(|e| nvdec_error(what, e))?;
+    let caps = nvdec::caps(info.codec, info.bit_depth).map_err(|e| nvdec_error(what, e))?;
+    if !caps.supported {
+        bail!(
+            "{what}: this GPU's NVDEC cannot decode {}-bit {} {} ({}); use device = \"cpu\" for this stage",
+            info.bit_depth,
+            info.chroma.name(),
+            info.codec.name(),
+            info.profile
+        );
+    }
+    let fits = (caps.min_width..=caps.max_width).contains(&info.width)
+        && (caps.min_height..=caps.max_height).contains(&info.height);
+    if !fits {
+        bail!(
+            "{what}: {}x{} is outside what this GPU's NVDEC decodes for {} ({}x{} to {}x{})",
+            info.width,
+            info.height,
+            info.codec.name(),
+            caps.min_width,
+            caps.min_height,
+            caps.max_width,
+            caps.max_height
+        );
+    }
+    Ok(())
+}
+
+/// A decoded picture must have the size and depth the stream was planned for.
+pub fn check_picture(frame: &nvdec::DecodedFrame<'_>, info: &StreamInfo, what: &str, n: usize) -> Result<()> {
+    if (frame.width(), frame.height(), frame.bit_depth()) != (info.width, info.height, info.bit_depth) {
+        bail!(
+            "{what}: frame {n} is {}x{} {}-bit, but the stream was planned as {}x{} {}-bit; a change of size or depth mid-stream is not supported",
+            frame.width(),
+            frame.height(),
+            frame.bit_depth(),
+            info.width,
+            info.height,
+            info.bit_depth
+        );
+    }
+    Ok(())
+}
+
+/// Copy a decoded picture into the output slot, on the stage's stream.
+pub fn copy_picture(frame: &nvdec::DecodedFrame<'_>, out: &mut OutputFrame<'_>) -> Result<()> {
+    let Some(buffer) = out.device_buffer() else { bail!("the cuda decoder writes device frames only") };
+    let layout = out.info().layout;
+    let (luma, chroma) = (device_plane(buffer, &layout, 0)?, device_plane(buffer, &layout, 1)?);
+    frame.copy_to(luma.addr, luma.pitch, chroma.addr, chroma.pitch).map_err(|e| Error::new(e.to_string()))
+}
+
 impl GpuDecoder {
     /// A decoder for `index` on the stage's stream. Checks this GPU's NVDEC can decode it.
     pub fn new(index: Arc<Index>, path: &std::path::Path, ctx: &CreateContext<'_>) -> Result<GpuDecoder> {
         let what = path.display().to_string();
-        nvdec::available().map_err(|e| nvdec_error(&what, e))?;
-        let info = &index.info;
-        let caps = nvdec::caps(info.codec, info.bit_depth).map_err(|e| nvdec_error(&what, e))?;
-        if !caps.supported {
-            bail!(
-                "{what}: this GPU's NVDEC cannot decode {}-bit {} {} ({}); use device = \"cpu\" for this stage",
-                info.bit_depth,
-                info.chroma.name(),
-                info.codec.name(),
-                info.profile
-            );
-        }
-        let fits = (caps.min_width..=caps.max_width).contains(&info.width)
-            && (caps.min_height..=caps.max_height).contains(&info.height);
-        if !fits {
-            bail!(
-                "{what}: {}x{} is outside what this GPU's NVDEC decodes for {} ({}x{} to {}x{})",
-                info.width,
-                info.height,
-                info.codec.name(),
-                caps.min_width,
-                caps.min_height,
-                caps.max_width,
-                caps.max_height
-            );
-        }
+        check_caps(&index.info, &what)?;
         Ok(GpuDecoder {
             packets: Packets::open(path)?,
             index,
@@ -132,26 +162,9 @@ impl GpuDecoder {
         let popped = decoder.pop_frame().map_err(|e| Error::new(format!("{}: frame {}: {e}", self.what, self.read)))?;
         let Some(frame) = popped else { return Ok(None) };
         let info = &self.index.info;
-        if (frame.width(), frame.height(), frame.bit_depth()) != (info.width, info.height, info.bit_depth) {
-            bail!(
-                "{}: frame {} is {}x{} {}-bit, but the stream was planned as {}x{} {}-bit; a change of size or depth mid-stream is not supported",
-                self.what,
-                self.read,
-                frame.width(),
-                frame.height(),
-                frame.bit_depth(),
-                info.width,
-                info.height,
-                info.bit_depth
-            );
-        }
+        check_picture(&frame, info, &self.what, self.read)?;
         if let Some(out) = out {
-            let Some(buffer) = out.device_buffer() else { bail!("the cuda decoder writes device frames only") };
-            let layout = out.info().layout;
-            let (luma, chroma) = (device_plane(buffer, &layout, 0)?, device_plane(buffer, &layout, 1)?);
-            frame
-                .copy_to(luma.addr, luma.pitch, chroma.addr, chroma.pitch)
-                .map_err(|e| Error::new(format!("{}: frame {}: {e}", self.what, self.read)))?;
+            copy_picture(&frame, out).map_err(|e| Error::new(format!("{}: frame {}: {e}", self.what, self.read)))?;
         }
         let damaged = matches!(frame.status(), nvdec::DecodeStatus::Concealed | nvdec::DecodeStatus::Error);
         // Unmapped here: the copy is on the stage's stream, before any later map's work.

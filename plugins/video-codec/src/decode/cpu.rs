@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use gpuipc_plugin_api::child::ChildProcess;
 use gpuipc_plugin_api::{Error, OutputFrame, Result, bail};
 
-use crate::container::{Codec, Entry, Index, Packets};
+use crate::container::{Codec, Entry, Index, Packets, StreamInfo};
 
 /// A pass of ffmpeg over the file.
 #[derive(Debug)]
@@ -53,7 +53,7 @@ pub enum Read1 {
 
 impl CpuDecoder {
     pub fn new(index: Arc<Index>, path: &Path, program: PathBuf) -> CpuDecoder {
-        let bytes = planar_bytes(&index);
+        let bytes = planar_bytes(&index.info);
         CpuDecoder { index, path: path.to_owned(), program, pass: None, planar: vec![0; bytes] }
     }
 
@@ -67,11 +67,7 @@ impl CpuDecoder {
         self.pass = None;
         let what = format!("ffmpeg (decoding {})", self.path.display());
         let mut command = Command::new(&self.program);
-        command
-            .args(["-hide_banner", "-loglevel", "error", "-f", input_format(self.index.info.codec), "-i", "pipe:0"])
-            .args(["-map", "0:v:0", "-fps_mode", "passthrough", "-f", "rawvideo", "pipe:1"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
+        ffmpeg_args(&mut command, input_format(self.index.info.codec), false);
         let mut child = ChildProcess::spawn(what, command)?;
         let stdin = child.take_stdin().expect("the command pipes standard input");
         let (index, path) = (Arc::clone(&self.index), self.path.clone());
@@ -103,7 +99,7 @@ impl CpuDecoder {
         let damaged = errors > pass.errors_seen;
         pass.errors_seen = errors;
         if let Some(out) = out {
-            interleave(&self.index, &self.planar, out)?;
+            interleave(&self.index.info, &self.planar, out)?;
         }
         Ok(Read1::Frame { damaged })
     }
@@ -143,8 +139,23 @@ impl Drop for CpuDecoder {
     }
 }
 
+/// ffmpeg reading `format` on its standard input and writing raw planar frames, as its decoder
+/// made them, on its standard output. `live`: it starts decoding after the first packets
+/// instead of probing megabytes of the stream first (a camera's stream comes at its own pace).
+pub fn ffmpeg_args(command: &mut Command, format: &str, live: bool) {
+    command.args(["-hide_banner", "-loglevel", "error"]);
+    if live {
+        command.args(["-probesize", "32", "-analyzeduration", "0"]);
+    }
+    command
+        .args(["-f", format, "-i", "pipe:0"])
+        .args(["-map", "0:v:0", "-fps_mode", "passthrough", "-f", "rawvideo", "pipe:1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+}
+
 /// ffmpeg's `-f` for what [`feed`] writes.
-fn input_format(codec: Codec) -> &'static str {
+pub fn input_format(codec: Codec) -> &'static str {
     match codec {
         Codec::H264 => "h264",
         Codec::Hevc => "hevc",
@@ -203,18 +214,18 @@ fn ivf_header(index: &Index) -> [u8; 32] {
 }
 
 /// Bytes of one planar 4:2:0 frame as ffmpeg writes it.
-fn planar_bytes(index: &Index) -> usize {
-    let (w, h) = (index.info.width as usize, index.info.height as usize);
-    let sample = if index.info.bit_depth > 8 { 2 } else { 1 };
+pub fn planar_bytes(info: &StreamInfo) -> usize {
+    let (w, h) = (info.width as usize, info.height as usize);
+    let sample = if info.bit_depth > 8 { 2 } else { 1 };
     (w * h + 2 * w.div_ceil(2) * h.div_ceil(2)) * sample
 }
 
 /// Planar Y, U, V (8-bit, or 10-bit in little-endian u16s) into `nv12` or `p010` (10-bit
 /// values in the high bits of little-endian u16s).
-pub fn interleave(index: &Index, planar: &[u8], out: &mut OutputFrame<'_>) -> Result<()> {
-    let (w, h) = (index.info.width as usize, index.info.height as usize);
+pub fn interleave(info: &StreamInfo, planar: &[u8], out: &mut OutputFrame<'_>) -> Result<()> {
+    let (w, h) = (info.width as usize, info.height as usize);
     let (cw, ch) = (w.div_ceil(2), h.div_ceil(2));
-    let wide = index.info.bit_depth > 8;
+    let wide = info.bit_depth > 8;
     let sample = if wide { 2 } else { 1 };
     let (y, chroma) = planar.split_at(w * h * sample);
     let (u, v) = chroma.split_at(cw * ch * sample);

@@ -3,6 +3,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod live;
 
 use gpuipc_plugin_api::{OutputFrame, Result};
 
