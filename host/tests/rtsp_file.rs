@@ -3,7 +3,7 @@
 //! with ffmpeg, served looped at 30 frames/s, over TCP and UDP. The frames the cpu domain
 //! decodes from the stream equal ffmpeg's decode of the file, frame for frame across the loop;
 //! a wrong password is refused (401); the sender reports' clock reaches the frames' stamps with
-//! `clock = "sender"`.
+//! `clock = "sender"`; the camera is asked to PLAY only once the whole pipeline has started.
 //!
 //! Needs `python3` (its standard library only) and ffmpeg: without ffmpeg each test says it is
 //! skipped and returns, unless `GPUIPC_REQUIRE_FFMPEG=1`.
@@ -27,8 +27,8 @@ const FILE_FRAMES: usize = 20;
 struct Server {
     child: Child,
     port: u16,
-    /// Its standard output's lines, read on: kept so the reading thread keeps reading.
-    _lines: mpsc::Receiver<String>,
+    /// Its standard output's lines (`client K` at each PLAY, `paused`, ...), read on.
+    lines: mpsc::Receiver<String>,
 }
 
 impl Server {
@@ -51,7 +51,23 @@ impl Server {
         });
         let line = rx.recv_timeout(WAIT).expect("the file server says its port");
         let port = line.strip_prefix("port ").unwrap_or_else(|| panic!("not a port: {line}")).parse().unwrap();
-        Server { child, port, _lines: rx }
+        Server { child, port, lines: rx }
+    }
+
+    /// The lines it says up to and including the first that is `needle`.
+    fn lines_until(&self, needle: &str) -> Vec<String> {
+        let mut seen = Vec::new();
+        loop {
+            let line = self.lines.recv_timeout(WAIT).unwrap_or_else(|e| panic!("the server said no `{needle}`: {e}"));
+            seen.push(line);
+            if seen.last().unwrap() == needle {
+                return seen;
+            }
+        }
+    }
+
+    fn signal(&self, signal: rustix::process::Signal) {
+        rustix::process::kill_process(rustix::process::Pid::from_child(&self.child), signal).unwrap();
     }
 
     fn url(&self, credentials: &str) -> String {
@@ -233,4 +249,58 @@ fn width_and_height_plan_without_the_camera_and_are_checked_when_it_comes() {
     let p =
         camera_pipeline(&dir, "right", 10, &format!("url = \"{url}\", width = 320, height = 240, codec = \"h264\""));
     run_ok(&dir, &p, &[]);
+}
+
+/// The camera sends nothing while the pipeline starts: the rtsp stage is set up (its create has
+/// returned: DESCRIBE, SETUP, its decoder started) while the stage after it is held in its
+/// create (`test-faulty`'s `gate`, a FIFO this test holds), and the server has had no PLAY; once
+/// the gate opens and the pipeline starts, it has one, and the frames are numbered from 0 with
+/// none dropped: none queued while the pipeline could not take them.
+///
+/// No sleep: the server says `client K` when a PLAY comes, before it sends a frame, and
+/// `paused` when it gets SIGUSR1; its lines are in order, so the lines before `paused`, asked
+/// for once the stage is set up, hold every PLAY that came before.
+#[test]
+fn the_camera_plays_only_once_the_pipeline_has_started() {
+    if !ffmpeg_tools_for_test("the_camera_plays_only_once_the_pipeline_has_started") {
+        return;
+    }
+    let dir = scratch("rtsp-file-start");
+    let file = make_file(&dir, "h264");
+    let server = Server::start(&file, &[]);
+    let gate = dir.join("gate");
+    let made = Command::new("mkfifo").arg(&gate).status().unwrap();
+    assert!(made.success());
+    let frames = 15;
+    let p = pipeline(
+        &dir,
+        "start",
+        &format!(
+            "[pipeline]\nname = \"start\"\nframes = {frames}\ndevice = \"cpu\"\n\n\
+             [[stage]]\nname = \"cam\"\nplugin = \"rtsp\"\nparams = {{ url = \"{}\", queue = 2 }}\n\n\
+             [[stage]]\nname = \"gate\"\nplugin = \"test-faulty\"\ninputs = [\"cam\"]\n\
+             params = {{ sink = true, gate = \"{}\" }}\n",
+            server.url(""),
+            gate.display()
+        ),
+    );
+    let p = p.to_string_lossy().to_string();
+    let mut all = vec!["run", &p];
+    all.extend_from_slice(&SUMS_AND_REPORT);
+    let mut run = start(&dir, &all);
+    run.wait_for_stderr("PLAY when the pipeline starts", WAIT);
+    server.signal(rustix::process::Signal::USR1);
+    let before = server.lines_until("paused");
+    assert!(!before.iter().any(|l| l.starts_with("client")), "a PLAY came before the pipeline started: {before:?}");
+    server.signal(rustix::process::Signal::USR2);
+    server.lines_until("resumed");
+    // Open the gate: the writer's end opened and closed.
+    drop(std::fs::OpenOptions::new().write(true).open(&gate).unwrap());
+    server.lines_until("client 0");
+    let done = run.finish(WAIT);
+    assert!(done.status.success(), "{}", done.output());
+    assert_nothing_left(done.pid);
+    let seqs: Vec<u64> = sum_lines(&dir.join("sums/cam.sum")).into_iter().map(|(s, _)| s).collect();
+    assert_eq!(seqs, (0..frames).collect::<Vec<_>>(), "{}", done.output());
+    assert_eq!(stage_row(&report(&dir), "cam")["dropped"].as_u64(), Some(0), "{}", done.output());
 }

@@ -5,7 +5,10 @@
 //!
 //! # Live
 //!
-//! The camera is never made to wait: a thread of the stage's own receives the stream and queues
+//! `create` connects (DESCRIBE, SETUP) and starts the decoder; PLAY waits for the first
+//! `process`, once the whole pipeline runs, so the camera sends nothing while N stages start
+//! (no frame queues up, is dropped or counts latency meanwhile). Once it plays, the camera is
+//! never made to wait: a thread of the stage's own receives the stream and queues
 //! each access unit; `process` decodes them in order and hands on each picture. When the
 //! pipeline falls behind and the queue is full (`queue`), whole access units are dropped up to
 //! the next key frame; when a connection breaks, the frames the camera sent meanwhile are lost.

@@ -36,6 +36,8 @@ struct Inner {
     /// frame, in all.
     lost: u64,
     closed: bool,
+    /// Why the stream cannot go on, if the receiving side found it so (the stage fails).
+    failure: Option<String>,
 }
 
 /// Access units waiting to be decoded, at most `capacity`.
@@ -144,7 +146,18 @@ impl Queue {
         Counts { dropped: q.dropped, lost: q.lost }
     }
 
-    /// No more units: every [`Queue::pop`] returns `None`.
+    /// The stream cannot go on, for `why`: no more units, and the stage fails saying why.
+    pub fn fail(&self, why: String) {
+        self.lock().failure.get_or_insert(why);
+        self.close();
+    }
+
+    /// Why the stream could not go on, if it could not.
+    pub fn failure(&self) -> Option<String> {
+        self.lock().failure.clone()
+    }
+
+    /// No more units: every [`Queue::pop`] returns `Over`.
     pub fn close(&self) {
         self.lock().closed = true;
         self.ready.notify_all();

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::SyncSender;
 use std::time::Duration;
 
 use gpuipc_plugin_api::ffmpeg::Program;
@@ -16,7 +17,7 @@ use serde::Deserialize;
 
 use crate::clock::ClockKind;
 use crate::queue::Queue;
-use crate::session::{self, Config};
+use crate::session::{self, Config, Go};
 use crate::url::{CameraUrl, redact};
 
 /// `reconnect`: on or off, or the first wait before connecting again in seconds.
@@ -234,6 +235,28 @@ pub fn output_format(info: &StreamInfo, what: &str) -> Result<FrameFormat> {
     Ok(FrameFormat::new(pixel, info.width, info.height))
 }
 
+/// The stream a pipeline was planned for (`output`), as the decoders need it, when the camera's
+/// description does not tell it: 4:2:0 (nv12 8-bit, p010 10-bit) of the planned size.
+fn planned_info(codec: Codec, output: Option<FrameFormat>) -> Result<StreamInfo> {
+    let Some(format) = output else { bail!("no output format was planned") };
+    let bit_depth = match format.pixel_format() {
+        Some(PixelFormat::Nv12) => 8,
+        Some(PixelFormat::P010) => 10,
+        _ => bail!("the pipeline was planned for {format} frames; the rtsp source makes nv12 and p010"),
+    };
+    Ok(StreamInfo {
+        container: "RTSP",
+        codec,
+        profile: "(not described)".to_owned(),
+        width: format.width,
+        height: format.height,
+        bit_depth,
+        chroma: Chroma::C420,
+        frame_rate: None,
+        frames: 0,
+    })
+}
+
 /// The line `validate` logs about a camera's stream.
 fn describe_stream(info: &StreamInfo) -> String {
     let rate = match info.frame_rate {
@@ -257,6 +280,9 @@ pub struct Rtsp {
     decoder: LiveDecoder,
     queue: Arc<Queue>,
     stop: Arc<AtomicBool>,
+    /// Until the first `process`: where to tell the receiving thread to PLAY, and the stream
+    /// the decoder was made for.
+    go: Option<(SyncSender<Go>, StreamInfo)>,
     /// The number the next frame gets, at the least.
     next_seq: u64,
     damaged: u64,
@@ -425,39 +451,39 @@ impl Plugin for Rtsp {
         let queue = Arc::new(Queue::new(params.queue as usize));
         let stop = Arc::new(AtomicBool::new(false));
         let (started_tx, started_rx) = std::sync::mpsc::sync_channel(1);
+        let (go_tx, go_rx) = std::sync::mpsc::sync_channel(1);
         let (q, s, c) = (Arc::clone(&queue), Arc::clone(&stop), cfg.clone());
         std::thread::Builder::new()
             .name("rtsp-receive".into())
-            .spawn(move || session::receive(c, q, s, started_tx))
+            .spawn(move || session::receive(c, q, s, started_tx, go_rx))
             .map_err(|e| Error::new(format!("cannot start the thread receiving {what}: {e}")))?;
-        // DESCRIBE, SETUP, PLAY and a first frame, each bounded by the timeout.
-        let wait = cfg.timeout * 4;
-        let info = match started_rx.recv_timeout(wait) {
-            Ok(Ok(info)) => info,
-            Ok(Err(e)) => {
-                stop.store(true, Ordering::Relaxed);
-                bail!("{e}")
-            }
-            Err(_) => {
-                stop.store(true, Ordering::Relaxed);
-                queue.close();
-                bail!("{what}: no frame in {:.1} s after connecting", wait.as_secs_f64())
-            }
-        };
+        // DESCRIBE and SETUP, each bounded by the timeout; no PLAY before the first `process`.
+        let wait = cfg.timeout * 3;
         let refuse = |why: String| {
             stop.store(true, Ordering::Relaxed);
             queue.close();
             Error::new(why)
         };
+        let set_up = match started_rx.recv_timeout(wait) {
+            Ok(Ok(set_up)) => set_up,
+            Ok(Err(e)) => return Err(refuse(e)),
+            Err(_) => return Err(refuse(format!("{what}: not set up in {:.1} s", wait.as_secs_f64()))),
+        };
         if let Some(want) = params.codec
-            && want.codec() != info.codec
+            && want.codec() != set_up.codec
         {
             return Err(refuse(format!(
                 "{what} sends {} video, but param `codec` says {}",
-                info.codec.name(),
+                set_up.codec.name(),
                 want.codec().name()
             )));
         }
+        let info = match set_up.info {
+            Some(info) => info,
+            // No parameter sets in its description: the stream as planned, checked at its
+            // first frame (the receiving thread fails the stage if it is another).
+            None => planned_info(set_up.codec, output).map_err(|e| refuse(format!("{what}: {}", e.message())))?,
+        };
         let format = output_format(&info, &what).map_err(|e| refuse(e.message().to_owned()))?;
         if output != Some(format) {
             let planned = output.map_or("no output".to_owned(), |f| f.to_string());
@@ -472,10 +498,13 @@ impl Plugin for Rtsp {
         let feed = Arc::clone(&queue);
         let units: Units = Box::new(move |wait| feed.pop(wait));
         let decoder = match program {
-            Some(program) => LiveDecoder::cpu(info, program, &what, units)?,
-            None => LiveDecoder::cuda(info, &what, ctx, units)?,
-        };
-        Ok(Rtsp { decoder, queue, stop, next_seq: 0, damaged: 0, what })
+            Some(program) => LiveDecoder::cpu(info.clone(), program, &what, units),
+            None => LiveDecoder::cuda(info.clone(), &what, ctx, units),
+        }
+        .map_err(|e| refuse(e.message().to_owned()))?;
+        gpuipc_plugin_api::info!("{what}: set up ({}); PLAY when the pipeline starts", describe_stream(&info));
+        let go = Some((go_tx, info));
+        Ok(Rtsp { decoder, queue, stop, go, next_seq: 0, damaged: 0, what })
     }
 
     /// Each call hands on the next decoded picture, numbered after the frames skipped before it.
@@ -486,6 +515,11 @@ impl Plugin for Rtsp {
         _ctx: &ProcessContext,
     ) -> Result<()> {
         let out = output.ok_or_else(|| Error::new("an rtsp source needs an output frame"))?;
+        // The pipeline is started and takes frames: the camera may send now.
+        if let Some((go, info)) = self.go.take() {
+            // The thread is gone only if it failed to set up again, which the queue says.
+            let _ = go.send(info);
+        }
         let decoded = match self.decoder.next_frame(out, NO_FRAME_WAIT)? {
             Next::Got(decoded) => decoded,
             // The camera is away (connecting again) or slow: the host calls again.
@@ -493,8 +527,12 @@ impl Plugin for Rtsp {
                 out.no_frame_yet();
                 return Ok(());
             }
-            // The receiving thread ended (reconnect = false): so does the stream.
+            // The receiving thread ended (reconnect = false): so does the stream, unless it
+            // found the stream cannot go on.
             Next::Over => {
+                if let Some(why) = self.queue.failure() {
+                    bail!("{why}");
+                }
                 out.end_stream();
                 return Ok(());
             }

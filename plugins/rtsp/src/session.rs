@@ -1,12 +1,15 @@
 //! The thread receiving a camera's stream: a current-thread tokio runtime of its own running
-//! the `retina` RTSP client. It connects (DESCRIBE, SETUP, PLAY), stamps each access unit and
-//! hands it to the [`Queue`] without ever waiting for the pipeline, and when the connection
-//! breaks or the stream stalls (no packet for `timeout`) connects again after a backoff that
-//! doubles from `reconnect` up to `reconnect_max`, counting the frames missed meanwhile.
+//! the `retina` RTSP client. It connects (DESCRIBE, SETUP), and on the first connection waits
+//! for the stage to say go (its first `process`, once the whole pipeline is started) before it
+//! sends PLAY, so nothing arrives while the pipeline is still starting. It stamps each access
+//! unit and hands it to the [`Queue`] without ever waiting for the pipeline, and when the
+//! connection breaks or the stream stalls (no packet for `timeout`) connects again after a
+//! backoff that doubles from `reconnect` up to `reconnect_max`, counting the frames missed
+//! meanwhile.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::SyncSender;
+use std::sync::mpsc::{Receiver as GoReceiver, RecvTimeoutError, SyncSender};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
@@ -235,8 +238,24 @@ fn transport(cfg: &Config) -> Transport {
     if cfg.tcp { Transport::Tcp(Default::default()) } else { Transport::Udp(Default::default()) }
 }
 
-/// What the receiving thread tells `create` once: the stream it found, or why it could not.
-pub type Started = Result<StreamInfo, String>;
+/// What the first connection's DESCRIBE and SETUP found: the codec, and the stream as its
+/// description's parameter sets tell it (`None` when it carries none: the stream is known at
+/// its first frame only).
+#[derive(Debug, Clone)]
+pub struct SetUp {
+    pub codec: Codec,
+    pub info: Option<StreamInfo>,
+}
+
+/// What the receiving thread tells `create` once: the session set up, or why it could not be.
+pub type Started = Result<SetUp, String>;
+
+/// What the stage sends once it takes frames (its first `process`): PLAY now; every connection
+/// must give this stream (the one its decoder was made for).
+pub type Go = StreamInfo;
+
+/// How often the thread waiting for go looks whether the stage stopped.
+const GO_LOOK: Duration = Duration::from_millis(100);
 
 /// The receiving thread's state across connections.
 struct Receiver {
@@ -247,6 +266,8 @@ struct Receiver {
     /// The stream planned: every connection must give it.
     planned: Option<StreamInfo>,
     started: Option<SyncSender<Started>>,
+    /// Until the stage takes frames: where it says so.
+    go: Option<GoReceiver<Go>>,
     /// When the last access unit arrived, and the spacing of frames (ns) last seen.
     last_arrival: Option<Instant>,
     frame_ns: Option<u64>,
@@ -254,9 +275,15 @@ struct Receiver {
     delivered: bool,
 }
 
-/// Receive `cfg`'s stream into `queue` until `stop`; tell `started` the first connection's
-/// stream (or why there was none) once.
-pub fn receive(cfg: Config, queue: Arc<Queue>, stop: Arc<AtomicBool>, started: SyncSender<Started>) {
+/// Receive `cfg`'s stream into `queue` until `stop`; tell `started` once what the first
+/// connection set up (or why it could not), and PLAY only once `go` says the stage takes frames.
+pub fn receive(
+    cfg: Config,
+    queue: Arc<Queue>,
+    stop: Arc<AtomicBool>,
+    started: SyncSender<Started>,
+    go: GoReceiver<Go>,
+) {
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(e) => {
@@ -272,6 +299,7 @@ pub fn receive(cfg: Config, queue: Arc<Queue>, stop: Arc<AtomicBool>, started: S
         clock,
         planned: None,
         started: Some(started),
+        go: Some(go),
         last_arrival: None,
         frame_ns: None,
         delivered: false,
@@ -292,6 +320,9 @@ impl Receiver {
                 Ok(()) => return,
                 Err(why) => why,
             };
+            if self.queue.failure().is_some() {
+                return;
+            }
             if let Some(started) = self.started.take() {
                 // Never connected: the stage fails, naming why.
                 let _ = started.send(Err(why));
@@ -326,6 +357,16 @@ impl Receiver {
         let mut d = describe(&self.cfg).await?;
         let setup = SetupOptions::default().transport(transport(&self.cfg)).frame_format(FrameFormat::SIMPLE);
         within(&self.cfg, "cannot SETUP", d.session.setup(d.stream, setup)).await?;
+        if let Some(started) = self.started.take() {
+            let info = match d.session.streams()[d.stream].parameters() {
+                Some(ParametersRef::Video(p)) => Some(stream_info(&self.cfg, d.codec, p)?),
+                _ => None,
+            };
+            let _ = started.send(Ok(SetUp { codec: d.codec, info }));
+        }
+        if !self.wait_for_go() {
+            return Ok(());
+        }
         let playing = within(&self.cfg, "cannot PLAY", d.session.play(PlayOptions::default())).await?;
         let mut demuxed = playing.demuxed().map_err(|e| format!("{what}: {}", self.cfg.clean(e)))?;
         self.clock.restart();
@@ -412,35 +453,51 @@ impl Receiver {
         }
     }
 
-    /// Every connection must give the stream the pipeline was planned for; the first one says
-    /// what it is.
-    fn check_planned(&mut self, info: StreamInfo) -> Result<(), String> {
-        match &self.planned {
-            None => {
-                if let Some(started) = self.started.take() {
-                    let _ = started.send(Ok(info.clone()));
+    /// Wait, before the first PLAY, until the stage takes frames; the stream it started for is
+    /// then the one every connection must give. `false`: the stage stopped meanwhile.
+    ///
+    /// The wait blocks this thread's runtime, which has nothing else to run: the session is
+    /// set up and idle (retina keeps a session alive while it plays only; a server that dropped
+    /// it meanwhile fails the PLAY, and the source connects again).
+    fn wait_for_go(&mut self) -> bool {
+        let Some(go) = &self.go else { return true };
+        loop {
+            match go.recv_timeout(GO_LOOK) {
+                Ok(planned) => {
+                    self.planned = Some(planned);
+                    self.go = None;
+                    return true;
                 }
-                self.planned = Some(info);
-                Ok(())
-            }
-            Some(planned) => {
-                let key = |i: &StreamInfo| (i.codec, i.width, i.height, i.bit_depth, i.chroma);
-                if key(planned) == key(&info) {
-                    return Ok(());
-                }
-                Err(format!(
-                    "{}: the camera now sends {} {}x{} {}-bit, but the stage was started for {} {}x{} {}-bit",
-                    self.cfg.what(),
-                    info.codec.name(),
-                    info.width,
-                    info.height,
-                    info.bit_depth,
-                    planned.codec.name(),
-                    planned.width,
-                    planned.height,
-                    planned.bit_depth
-                ))
+                Err(RecvTimeoutError::Timeout) if !self.stop.load(Ordering::Relaxed) => {}
+                // Stopped, or the stage is gone.
+                Err(_) => return false,
             }
         }
+    }
+
+    /// Every connection must give the stream the stage was started for. The first connection's
+    /// stream not being it (its description had no parameter sets, or told another stream than
+    /// its frames) fails the stage; a later connection's is refused, and the source tries again.
+    fn check_planned(&mut self, info: StreamInfo) -> Result<(), String> {
+        let Some(planned) = &self.planned else {
+            // Not playing before go, which sets it.
+            self.planned = Some(info);
+            return Ok(());
+        };
+        let key = |i: &StreamInfo| (i.codec, i.width, i.height, i.bit_depth, i.chroma);
+        if key(planned) == key(&info) {
+            return Ok(());
+        }
+        let (now, was) = (
+            format!("{} {}x{} {}-bit", info.codec.name(), info.width, info.height, info.bit_depth),
+            format!("{} {}x{} {}-bit", planned.codec.name(), planned.width, planned.height, planned.bit_depth),
+        );
+        if self.last_arrival.is_none() {
+            let why =
+                format!("{} sends {now} video, but the stage was started for {was} (as planned)", self.cfg.what());
+            self.queue.fail(why.clone());
+            return Err(why);
+        }
+        Err(format!("{}: the camera now sends {now}, but the stage was started for {was}", self.cfg.what()))
     }
 }

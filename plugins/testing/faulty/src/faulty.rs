@@ -66,6 +66,9 @@ pub struct Params {
     /// Microseconds of pretend work per frame: a slow consumer for the policy tests.
     #[serde(default)]
     pub delay_us: u64,
+    /// A named pipe (FIFO): `create` opens it and reads it to its end, so it returns only once a
+    /// test opened it for writing and closed it. Holds the pipeline's start without a sleep.
+    pub gate: Option<std::path::PathBuf>,
 }
 
 pub struct Faulty {
@@ -104,6 +107,13 @@ impl Plugin for Faulty {
     }
 
     fn create(params: Params, _: &[FrameFormat], _: Option<FrameFormat>, _: &CreateContext<'_>) -> Result<Self> {
+        if let Some(gate) = &params.gate {
+            // Opening a FIFO for reading waits for a writer; reading ends when it closes.
+            let read = std::fs::File::open(gate).and_then(|mut f| std::io::copy(&mut f, &mut std::io::sink()));
+            if let Err(e) = read {
+                bail!("param `gate`: cannot read {}: {e}", gate.display());
+            }
+        }
         match params.mode {
             Mode::ErrorOnCreate => bail!("refusing to start, as asked"),
             Mode::PanicOnCreate => panic!("panicking in create, as asked"),
