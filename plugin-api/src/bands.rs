@@ -133,12 +133,32 @@ impl<'a> RowsMut<'a> {
 /// error if the layout's planes overlap or do not fit in the frame (the host never makes such
 /// a layout).
 pub fn planes_mut<'a>(output: &'a mut OutputFrame<'_>) -> Option<Result<Vec<RowsMut<'a>>>> {
+    planes_each(output, usize::MAX, Vec::new(), |planes, plane| planes.push(plane))
+}
+
+/// The first plane of a host output frame (all of a packed format's), writable, as
+/// [`planes_mut`] has it, or `None` in the cuda domain; the other planes are not looked at.
+/// No list: a tiny frame's whole drawing costs about what allocating one does.
+pub fn first_plane_mut<'a>(output: &'a mut OutputFrame<'_>) -> Option<Result<RowsMut<'a>>> {
+    match planes_each(output, 1, None, |first, plane| *first = Some(plane))? {
+        Ok(Some(plane)) => Some(Ok(plane)),
+        Ok(None) => Some(Err(Error::new("the output frame has no plane"))),
+        Err(e) => Some(Err(e)),
+    }
+}
+
+/// The first `most` planes of a host output frame, cut in order and each given to `put`.
+fn planes_each<'a, T>(
+    output: &'a mut OutputFrame<'_>,
+    most: usize,
+    mut into: T,
+    mut put: impl FnMut(&mut T, RowsMut<'a>),
+) -> Option<Result<T>> {
     let layout = output.info().layout;
     let FrameDataMut::Host(bytes) = output.data() else { return None };
     let mut rest: &'a mut [u8] = bytes;
     let mut consumed = 0usize;
-    let mut planes = Vec::new();
-    for (i, plane) in layout.planes().iter().enumerate() {
+    for (i, plane) in layout.planes().iter().enumerate().take(most) {
         let (offset, pitch, row_bytes, rows) =
             (plane.offset as usize, plane.pitch as usize, plane.row_bytes as usize, plane.rows as usize);
         let span = if rows == 0 { 0 } else { pitch * (rows - 1) + row_bytes };
@@ -150,10 +170,10 @@ pub fn planes_mut<'a>(output: &'a mut OutputFrame<'_>) -> Option<Result<Vec<Rows
             ))));
         }
         let (bytes, after) = std::mem::take(&mut rest)[offset - consumed..].split_at_mut(span);
-        planes.push(RowsMut { bytes, pitch, row_bytes, rows });
+        put(&mut into, RowsMut { bytes, pitch, row_bytes, rows });
         (rest, consumed) = (after, offset + span);
     }
-    Some(Ok(planes))
+    Some(Ok(into))
 }
 
 /// Bands a thread gets when there are several: more bands than threads, so that a thread
@@ -290,6 +310,25 @@ mod tests {
         let y_layout = info.layout.planes[0];
         let pad = y_layout.row_bytes as usize..y_layout.pitch as usize;
         assert!(bytes[pad].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn the_first_plane_alone_is_the_first_of_every_plane() {
+        let mut info = FrameInfo::new(FrameFormat::new(PixelFormat::I420, 5, 7), 0, 0).unwrap();
+        info.layout = padded(info.layout, 3);
+        let mut bytes = vec![0u8; info.layout.total_bytes as usize];
+        let mut out = OutputFrame::host(info, &mut bytes).unwrap();
+        let mut first = first_plane_mut(&mut out).unwrap().unwrap();
+        assert_eq!((first.rows(), first.row_bytes()), (7, 5));
+        for row in first.iter_mut() {
+            row.fill(9);
+        }
+        let mut again = vec![0u8; info.layout.total_bytes as usize];
+        let mut out = OutputFrame::host(info, &mut again).unwrap();
+        for row in planes_mut(&mut out).unwrap().unwrap().swap_remove(0).iter_mut() {
+            row.fill(9);
+        }
+        assert!(bytes == again);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The generator's cpu path: a frame's rows drawn in bands by threads, each row from what the
-//! whole frame shares, made once a frame (the one row all bars rows copy, the two rows of the
-//! box pattern, the gradient's red of each column, the noise hash state after each column),
-//! with loops the compiler can vectorise.
+//! whole frame shares (the one row all bars rows copy, the two rows of the box pattern, the
+//! gradient's red of each column and green of each row, the noise hash state after each
+//! column), with loops the compiler can vectorise. What does not depend on the frame's
+//! sequence number (the bars row, the gradient's red and green) is made at the first frame
+//! and kept ([`Drawer`]); the rest once a frame.
 //!
 //! The per-pixel functions of [`crate::generator`] stay the reference: the shared rows are
 //! drawn by them, and the tests compare every row of every pattern and format with them.
@@ -29,9 +31,9 @@ enum Rows {
     Same(Vec<u8>),
     /// A row through the box is `inside`, any other `outside` (box).
     Box { inside: Vec<u8>, outside: Vec<u8> },
-    /// The red of each column, and for rgb8 a row of (red, 0, x mod 256) pixels that each
-    /// row's (0, green, blue at x = 0) is added to, byte by byte.
-    Gradient { red: Vec<u8>, rgb_template: Vec<u8> },
+    /// The red of each column, the green of each row, and for rgb8 a row of (red, 0, x mod
+    /// 256) pixels that each row's (0, green, blue at x = 0) is added to, byte by byte.
+    Gradient { red: Vec<u8>, green: Vec<u8>, rgb_template: Vec<u8> },
     /// The noise hash state after the words of seed, seq and x, for each column x.
     Noise { after_x: Vec<u32> },
 }
@@ -53,13 +55,14 @@ impl Rows {
                 Rows::Box { inside: reference_row(place.y0)?, outside: reference_row(outside)? }
             }
             Pattern::Gradient => {
-                let rgb = |x| gradient_rgb(x, 0, frame.width, frame.height, frame.seq);
-                let red: Vec<u8> = columns.map(|x| rgb(x)[0]).collect();
+                let rgb = |x, y| gradient_rgb(x, y, frame.width, frame.height, frame.seq);
+                let red: Vec<u8> = columns.map(|x| rgb(x, 0)[0]).collect();
+                let green: Vec<u8> = (0..frame.height).map(|y| rgb(0, y)[1]).collect();
                 let rgb_template = match pixel {
                     PixelFormat::Rgb8 => (red.iter().zip(0..)).flat_map(|(&r, x)| [r, 0, x as u8]).collect(),
                     _ => Vec::new(),
                 };
-                Rows::Gradient { red, rgb_template }
+                Rows::Gradient { red, green, rgb_template }
             }
             Pattern::Noise => Rows::Noise { after_x: columns.map(|x| murmur3_block(frame.noise_state, x)).collect() },
         })
@@ -75,9 +78,11 @@ impl Rows {
                 let corner = box_rgb(place, place.x0, y, frame.width, frame.height);
                 row.copy_from_slice(if corner == BOX_FOREGROUND { inside } else { outside });
             }
-            Rows::Gradient { red, rgb_template } => {
-                // Green is the row's; blue at x is (x + blue at 0) mod 256.
-                let [_, green, blue] = gradient_rgb(0, y, frame.width, frame.height, frame.seq);
+            Rows::Gradient { red, green, rgb_template } => {
+                // Green is the row's; blue at x is (x + blue at 0) mod 256, blue at 0 as
+                // `gradient_rgb` has it.
+                let green = green[y as usize];
+                let blue = y.wrapping_add((frame.seq as u32).wrapping_mul(4)) as u8;
                 match pixel {
                     PixelFormat::Rgb8 => add_pixel(rgb_template, [0, green, blue], row),
                     PixelFormat::Rgba8 => {
@@ -146,17 +151,79 @@ fn noise_row(after_x: &[u32], pixel: PixelFormat, y: u32, row: &mut [u8]) {
     }
 }
 
-/// Draw `frame` into `output` (host memory) with `threads` as the stage's param says.
-pub fn render(frame: &PatternFrame, threads: u32, output: &mut OutputFrame<'_>) -> Result<()> {
-    let pixel = output.info().pixel();
-    if !matches!(pixel, PixelFormat::Rgb8 | PixelFormat::Rgba8 | PixelFormat::Gray8) {
-        bail!("the generator does not make {pixel} frames");
-    }
-    let host_only = || Error::new("the generator writes host memory only (cpu domain)");
-    let planes = bands::planes_mut(output).ok_or_else(host_only)??;
-    let Some(plane) = planes.into_iter().next() else { bail!("the output frame has no plane") };
-    let rows = Rows::new(frame, pixel, plane.row_bytes())?;
+/// What the cpu path keeps from one frame to the next: the rows that do not depend on the
+/// frame's sequence number (bars, gradient), made at the first frame of a size, pattern and
+/// format. A frame of 64 pixels cost more in making them (an allocation, a division a column)
+/// than in drawing.
+#[derive(Debug, Default)]
+pub struct Drawer {
+    kept: Option<(Key, Rows)>,
+}
 
+/// What kept rows were made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Key {
+    pattern: Pattern,
+    pixel: PixelFormat,
+    width: u32,
+    height: u32,
+    row_bytes: usize,
+}
+
+impl Rows {
+    /// Whether the rows are the same for every frame of their size, pattern and format.
+    fn same_every_frame(&self) -> bool {
+        matches!(self, Rows::Same(_) | Rows::Gradient { .. })
+    }
+}
+
+/// Draw `frame` into `output` (host memory) with `threads` as the stage's param says (a
+/// [`Drawer`] of its own: nothing kept).
+pub fn render(frame: &PatternFrame, threads: u32, output: &mut OutputFrame<'_>) -> Result<()> {
+    Drawer::default().render(frame, threads, output)
+}
+
+impl Drawer {
+    /// Draw `frame` into `output` (host memory) with `threads` as the stage's param says.
+    pub fn render(&mut self, frame: &PatternFrame, threads: u32, output: &mut OutputFrame<'_>) -> Result<()> {
+        let pixel = output.info().pixel();
+        if !matches!(pixel, PixelFormat::Rgb8 | PixelFormat::Rgba8 | PixelFormat::Gray8) {
+            bail!("the generator does not make {pixel} frames");
+        }
+        let host_only = || Error::new("the generator writes host memory only (cpu domain)");
+        // These formats have one plane.
+        let plane = bands::first_plane_mut(output).ok_or_else(host_only)??;
+        let key = Key {
+            pattern: frame.pattern,
+            pixel,
+            width: frame.width,
+            height: frame.height,
+            row_bytes: plane.row_bytes(),
+        };
+        let made;
+        let rows = match &mut self.kept {
+            Some((kept, rows)) if *kept == key => &*rows,
+            kept => {
+                let rows = Rows::new(frame, pixel, key.row_bytes)?;
+                if rows.same_every_frame() {
+                    &kept.insert((key, rows)).1
+                } else {
+                    made = rows;
+                    &made
+                }
+            }
+        };
+        draw_rows(frame, pixel, rows, threads, plane)
+    }
+}
+
+fn draw_rows(
+    frame: &PatternFrame,
+    pixel: PixelFormat,
+    rows: &Rows,
+    threads: u32,
+    plane: bands::RowsMut<'_>,
+) -> Result<()> {
     let height = plane.rows();
     let pixels = frame.width as usize * frame.height as usize;
     let worth = match rows {
@@ -245,6 +312,29 @@ mod tests {
                 for threads in [1, 2, 3, 0] {
                     let got = draw(&frame, pixel, Some(threads));
                     assert!(got == want, "{pattern:?} {pixel}, {threads} threads");
+                }
+            }
+        }
+    }
+
+    /// One drawer through frames of every pattern, format, size and sequence number in turn
+    /// (what it keeps is for one of them at a time): the reference's bytes every frame.
+    #[test]
+    fn a_drawer_kept_from_frame_to_frame_draws_the_reference_bytes() {
+        let mut drawer = Drawer::default();
+        for (width, height) in [(8, 8), (3, 5), (8, 8), (257, 11)] {
+            for pattern in PATTERNS {
+                for pixel in PIXELS {
+                    for seq in [0, 1, 63, 64, 65, (1 << 33) + 5, u64::MAX] {
+                        let frame = PatternFrame::new(pattern, width, height, seq, 99);
+                        let format = FrameFormat::new(pixel, width, height);
+                        let mut info = FrameInfo::new(format, seq, 0).unwrap();
+                        info.layout = padded(info.layout, 7);
+                        let mut bytes = vec![SENTINEL; info.layout.total_bytes as usize];
+                        drawer.render(&frame, 1, &mut OutputFrame::host(info, &mut bytes).unwrap()).unwrap();
+                        let want = draw(&frame, pixel, None);
+                        assert!(bytes == want, "{pattern:?} {pixel} {width}x{height} seq {seq}");
+                    }
                 }
             }
         }
