@@ -93,15 +93,34 @@ impl Rows {
                             px.copy_from_slice(&word.to_le_bytes());
                         }
                     }
-                    _ => {
-                        for ((g, &r), x) in row.iter_mut().zip(red).zip(0u32..) {
-                            *g = luma([r, green, (x as u8).wrapping_add(blue)]);
-                        }
-                    }
+                    _ => gray_gradient_row(red, green, blue, row),
                 }
             }
             Rows::Noise { after_x } => noise_row(after_x, pixel, y, row),
         }
+    }
+}
+
+/// A gray8 row of the gradient: [`luma`] of (red of x, `green`, `blue` + x mod 256) for each
+/// column x, in 16-bit lanes (the largest sum, 255 * (77 + 150 + 29) + 128, fits) eight
+/// pixels at a time: a loop the compiler makes one vector a run of, where per pixel in 32 bits
+/// a row of 8 took longer than the rest of the frame's making.
+fn gray_gradient_row(red: &[u8], green: u8, blue: u8, row: &mut [u8]) {
+    const RUN: usize = 8;
+    let base = 150 * u16::from(green) + 128;
+    let pixel = |r: u8, b: u8| ((77 * u16::from(r) + base + 29 * u16::from(b)) >> 8) as u8;
+    let (mut rows, mut reds) = (row.chunks_exact_mut(RUN), red.chunks_exact(RUN));
+    let mut x0 = blue;
+    for (o, r) in (&mut rows).zip(&mut reds) {
+        let (o, r): (&mut [u8; RUN], &[u8; RUN]) =
+            (o.try_into().expect("runs of RUN"), r.try_into().expect("runs of RUN"));
+        for i in 0..RUN {
+            o[i] = pixel(r[i], x0.wrapping_add(i as u8));
+        }
+        x0 = x0.wrapping_add(RUN as u8);
+    }
+    for ((o, &r), i) in rows.into_remainder().iter_mut().zip(reds.remainder()).zip(0u8..) {
+        *o = pixel(r, x0.wrapping_add(i));
     }
 }
 
@@ -153,11 +172,12 @@ fn noise_row(after_x: &[u32], pixel: PixelFormat, y: u32, row: &mut [u8]) {
 
 /// What the cpu path keeps from one frame to the next: the rows that do not depend on the
 /// frame's sequence number (bars, gradient), made at the first frame of a size, pattern and
-/// format. A frame of 64 pixels cost more in making them (an allocation, a division a column)
-/// than in drawing.
+/// format; and for a small frame of a pattern that repeats, each frame of the period as it was
+/// first drawn, copied after ([`Frames`]). A frame of 64 pixels cost more in making its rows
+/// (an allocation, a division a column) and in drawing them than the ring's whole handoff.
 #[derive(Debug, Default)]
 pub struct Drawer {
-    kept: Option<(Key, Rows)>,
+    kept: Option<(Key, Kept)>,
 }
 
 /// What kept rows were made for.
@@ -167,7 +187,40 @@ struct Key {
     pixel: PixelFormat,
     width: u32,
     height: u32,
+    rows: usize,
     row_bytes: usize,
+}
+
+#[derive(Debug)]
+struct Kept {
+    rows: Rows,
+    frames: Option<Frames>,
+}
+
+/// The frames of a pattern whose frame `seq` is frame `seq mod period` (bars: every frame the
+/// same; gradient: blue moves 4 a frame, mod 256), each drawn at its first use, its rows one
+/// after another without padding: copies of 64 bytes where the frame is 8x8 gray.
+#[derive(Debug)]
+struct Frames {
+    period: u64,
+    pixels: Vec<u8>,
+    drawn: Vec<bool>,
+}
+
+/// Most bytes of [`Frames`]: a gradient frame of up to 4 KiB of pixels is kept.
+const MOST_KEPT_FRAME_BYTES: usize = 1 << 18;
+
+impl Frames {
+    fn for_pattern(pattern: Pattern, frame_bytes: usize) -> Option<Frames> {
+        let period = match pattern {
+            Pattern::Bars => 1,
+            // `gradient_rgb`: B = (x + y + 4 seq) mod 256; R and G do not depend on seq.
+            Pattern::Gradient => 64,
+            Pattern::Noise | Pattern::Box => return None,
+        };
+        let bytes = frame_bytes.checked_mul(period as usize).filter(|&b| b <= MOST_KEPT_FRAME_BYTES)?;
+        Some(Frames { period, pixels: vec![0; bytes], drawn: vec![false; period as usize] })
+    }
 }
 
 impl Rows {
@@ -192,28 +245,42 @@ impl Drawer {
         }
         let host_only = || Error::new("the generator writes host memory only (cpu domain)");
         // These formats have one plane.
-        let plane = bands::first_plane_mut(output).ok_or_else(host_only)??;
+        let mut plane = bands::first_plane_mut(output).ok_or_else(host_only)??;
         let key = Key {
             pattern: frame.pattern,
             pixel,
             width: frame.width,
             height: frame.height,
+            rows: plane.rows(),
             row_bytes: plane.row_bytes(),
         };
         let made;
-        let rows = match &mut self.kept {
-            Some((kept, rows)) if *kept == key => &*rows,
+        let kept = match &mut self.kept {
+            Some((kept_for, kept)) if *kept_for == key => kept,
             kept => {
                 let rows = Rows::new(frame, pixel, key.row_bytes)?;
-                if rows.same_every_frame() {
-                    &kept.insert((key, rows)).1
-                } else {
+                if !rows.same_every_frame() {
                     made = rows;
-                    &made
+                    return draw_rows(frame, pixel, &made, threads, plane);
                 }
+                let frames = Frames::for_pattern(frame.pattern, key.rows * key.row_bytes);
+                &mut kept.insert((key, Kept { rows, frames })).1
             }
         };
-        draw_rows(frame, pixel, rows, threads, plane)
+        let Some(frames) = &mut kept.frames else { return draw_rows(frame, pixel, &kept.rows, threads, plane) };
+        let at = (frame.seq % frames.period) as usize;
+        let size = key.rows * key.row_bytes;
+        let pixels = &mut frames.pixels[at * size..(at + 1) * size];
+        if !frames.drawn[at] {
+            for (y, row) in (0u32..).zip(pixels.chunks_exact_mut(key.row_bytes)) {
+                kept.rows.draw(frame, pixel, y, row);
+            }
+            frames.drawn[at] = true;
+        }
+        for (row, drawn) in plane.iter_mut().zip(pixels.chunks_exact(key.row_bytes)) {
+            row.copy_from_slice(drawn);
+        }
+        Ok(())
     }
 }
 
@@ -318,14 +385,16 @@ mod tests {
     }
 
     /// One drawer through frames of every pattern, format, size and sequence number in turn
-    /// (what it keeps is for one of them at a time): the reference's bytes every frame.
+    /// (what it keeps is for one of them at a time; whole frames kept for the small ones,
+    /// 40x40 rgba8 past the bound): the reference's bytes every frame.
     #[test]
     fn a_drawer_kept_from_frame_to_frame_draws_the_reference_bytes() {
         let mut drawer = Drawer::default();
-        for (width, height) in [(8, 8), (3, 5), (8, 8), (257, 11)] {
+        let seqs: Vec<u64> = (0..140).chain([(1 << 33) + 5, u64::MAX, 3]).collect();
+        for (width, height) in [(8, 8), (3, 5), (8, 8), (257, 11), (40, 40)] {
             for pattern in PATTERNS {
                 for pixel in PIXELS {
-                    for seq in [0, 1, 63, 64, 65, (1 << 33) + 5, u64::MAX] {
+                    for &seq in &seqs {
                         let frame = PatternFrame::new(pattern, width, height, seq, 99);
                         let format = FrameFormat::new(pixel, width, height);
                         let mut info = FrameInfo::new(format, seq, 0).unwrap();
