@@ -247,8 +247,10 @@ impl StatsMap {
         if s.first_ns.load(Ordering::Relaxed) == 0 {
             s.first_ns.store(started_ns, Ordering::Relaxed);
         }
-        // A wall clock stepped backwards counts as no time, not as a huge one.
-        s.busy_ns.fetch_add(ended_ns.saturating_sub(started_ns), Ordering::Relaxed);
+        // A wall clock stepped backwards counts as no time, not as a huge one. One writer (the
+        // stage's process; the host reads): a load and a store, no locked add.
+        let busy = s.busy_ns.load(Ordering::Relaxed);
+        s.busy_ns.store(busy.wrapping_add(ended_ns.saturating_sub(started_ns)), Ordering::Relaxed);
     }
 
     /// A frame's times: its plugin call took `process_ns`, and its work here ended
