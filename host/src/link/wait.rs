@@ -357,6 +357,33 @@ mod tests {
     /// A waiter that holds nothing back.
     type Waiter = super::Waiter<()>;
 
+    /// The first poll is thorough, a spin has a thorough poll in every `POLLS_PER_CLOCK_READ`,
+    /// and a waiter that sleeps polls thoroughly around each sleep: a value only a thorough
+    /// look finds is found within that many polls, and never slept through.
+    #[test]
+    fn quick_polls_come_only_between_thorough_ones_of_a_spin() {
+        let (word, sleepers) = (AtomicU32::new(0), AtomicU32::new(0));
+        let mut seen = Vec::new();
+        let got = Waiter::new(10_000).wait_quick(&word, &sleepers, None, |thorough| {
+            seen.push(thorough);
+            (seen.len() > 40 && thorough).then_some(seen.len())
+        });
+        assert!(seen[0], "the first poll is thorough");
+        let most_quick_in_a_row = seen.split(|&t| t).map(<[bool]>::len).max().unwrap();
+        assert!(most_quick_in_a_row < POLLS_PER_CLOCK_READ as usize, "{seen:?}");
+        assert!(got.unwrap() <= 41 + POLLS_PER_CLOCK_READ as usize);
+        // No spin: every poll is thorough (each sleep slice ends with one; woken by the
+        // deadline here).
+        let mut polls = 0;
+        let got = Waiter::new(0).wait_quick(&word, &sleepers, Some(Instant::now() + Duration::from_millis(5)), |t| {
+            assert!(t, "a poll around a sleep is thorough");
+            polls += 1;
+            None::<()>
+        });
+        assert_eq!(got, Err(TimedOut));
+        assert!(polls >= 2);
+    }
+
     /// Values at a steady pace of 1 ms: the waiter sleeps until 150 µs before the next is due;
     /// at a pace under the idle mark, or before two values have come, until woken.
     #[test]
