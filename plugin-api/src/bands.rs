@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::thread;
 
-use crate::{Error, FrameDataMut, OutputFrame, Result};
+use crate::{Error, FrameDataMut, OutputFrame, PlaneLayout, Result};
 
 /// Most threads the default (`threads = 0`) gives a stage.
 pub const DEFAULT_MAX_THREADS: usize = 8;
@@ -133,47 +133,54 @@ impl<'a> RowsMut<'a> {
 /// error if the layout's planes overlap or do not fit in the frame (the host never makes such
 /// a layout).
 pub fn planes_mut<'a>(output: &'a mut OutputFrame<'_>) -> Option<Result<Vec<RowsMut<'a>>>> {
-    planes_each(output, usize::MAX, Vec::new(), |planes, plane| planes.push(plane))
-}
-
-/// The first plane of a host output frame (all of a packed format's), writable, as
-/// [`planes_mut`] has it, or `None` in the cuda domain; the other planes are not looked at.
-/// No list: a tiny frame's whole drawing costs about what allocating one does.
-pub fn first_plane_mut<'a>(output: &'a mut OutputFrame<'_>) -> Option<Result<RowsMut<'a>>> {
-    match planes_each(output, 1, None, |first, plane| *first = Some(plane))? {
-        Ok(Some(plane)) => Some(Ok(plane)),
-        Ok(None) => Some(Err(Error::new("the output frame has no plane"))),
-        Err(e) => Some(Err(e)),
-    }
-}
-
-/// The first `most` planes of a host output frame, cut in order and each given to `put`.
-fn planes_each<'a, T>(
-    output: &'a mut OutputFrame<'_>,
-    most: usize,
-    mut into: T,
-    mut put: impl FnMut(&mut T, RowsMut<'a>),
-) -> Option<Result<T>> {
     let layout = output.info().layout;
     let FrameDataMut::Host(bytes) = output.data() else { return None };
     let mut rest: &'a mut [u8] = bytes;
     let mut consumed = 0usize;
-    for (i, plane) in layout.planes().iter().enumerate().take(most) {
-        let (offset, pitch, row_bytes, rows) =
-            (plane.offset as usize, plane.pitch as usize, plane.row_bytes as usize, plane.rows as usize);
-        let span = if rows == 0 { 0 } else { pitch * (rows - 1) + row_bytes };
-        let fits = offset >= consumed && pitch >= row_bytes.max(1) && offset - consumed + span <= rest.len();
-        if !fits {
-            return Some(Err(Error::new(format!(
-                "plane {i} of the output frame's layout (offset {offset}, pitch {pitch}, \
-                 {rows} rows of {row_bytes} bytes) overlaps another or ends past the frame"
-            ))));
-        }
-        let (bytes, after) = std::mem::take(&mut rest)[offset - consumed..].split_at_mut(span);
-        put(&mut into, RowsMut { bytes, pitch, row_bytes, rows });
-        (rest, consumed) = (after, offset + span);
+    let mut planes = Vec::new();
+    for (i, plane) in layout.planes().iter().enumerate() {
+        let (rows, after, end) = match cut_plane(rest, consumed, i, plane) {
+            Ok(cut) => cut,
+            Err(e) => return Some(Err(e)),
+        };
+        planes.push(rows);
+        (rest, consumed) = (after, end);
     }
-    Some(Ok(into))
+    Some(Ok(planes))
+}
+
+/// The first plane of a host output frame (all of a packed format's), writable, as
+/// [`planes_mut`] has it, or `None` in the cuda domain; the other planes are not looked at.
+/// No list, and no copy of the whole layout: a tiny frame's whole drawing costs about what
+/// those do.
+pub fn first_plane_mut<'a>(output: &'a mut OutputFrame<'_>) -> Option<Result<RowsMut<'a>>> {
+    let first = output.info().layout.planes().first().copied();
+    let FrameDataMut::Host(bytes) = output.data() else { return None };
+    let Some(plane) = first else { return Some(Err(Error::new("the output frame has no plane"))) };
+    Some(cut_plane(bytes, 0, 0, &plane).map(|(rows, _, _)| rows))
+}
+
+/// Plane `i` cut from `rest`, the frame's bytes from offset `consumed` on: its rows, the
+/// bytes after it, and the offset where those begin. An error if it overlaps the planes
+/// before it or ends past the frame.
+fn cut_plane<'a>(
+    rest: &'a mut [u8],
+    consumed: usize,
+    i: usize,
+    plane: &PlaneLayout,
+) -> Result<(RowsMut<'a>, &'a mut [u8], usize)> {
+    let (offset, pitch, row_bytes, rows) =
+        (plane.offset as usize, plane.pitch as usize, plane.row_bytes as usize, plane.rows as usize);
+    let span = if rows == 0 { 0 } else { pitch * (rows - 1) + row_bytes };
+    let fits = offset >= consumed && pitch >= row_bytes.max(1) && offset - consumed + span <= rest.len();
+    if !fits {
+        return Err(Error::new(format!(
+            "plane {i} of the output frame's layout (offset {offset}, pitch {pitch}, \
+             {rows} rows of {row_bytes} bytes) overlaps another or ends past the frame"
+        )));
+    }
+    let (bytes, after) = rest[offset - consumed..].split_at_mut(span);
+    Ok((RowsMut { bytes, pitch, row_bytes, rows }, after, offset + span))
 }
 
 /// Bands a thread gets when there are several: more bands than threads, so that a thread
