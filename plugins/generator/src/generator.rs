@@ -315,7 +315,7 @@ impl PatternFrame {
 }
 
 /// Draw `frame` into `output` (host memory), row by row through the layout's pitch: the
-/// reference, pixel by pixel on one thread. The stage runs [`crate::cpu::render`], which
+/// reference, pixel by pixel on one thread. The stage runs a [`crate::cpu::Drawer`], which
 /// draws the same bytes faster (its tests compare the two).
 pub fn render(frame: &PatternFrame, output: &mut OutputFrame<'_>) -> Result<()> {
     let pixel = output.info().pixel();
