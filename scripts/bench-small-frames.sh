@@ -28,6 +28,10 @@
 #                               machine, "nice -n -15" keeps other work from preempting a spin)
 #   IDLE=PCT                    before each mode of each round, wait (up to a minute) until the
 #                               cores are under PCT % busy: a machine shared with builds
+#   BEFORE=DIR                  also run the gpuipc-host in DIR (its plugins beside it: the
+#                               binaries of target/release copied from another commit's build),
+#                               in the same rounds, as rows "before": a change and what it
+#                               changed, against the same iceoryx2 runs
 set -euo pipefail
 cd "$(dirname "$0")"
 here=$PWD
@@ -55,6 +59,11 @@ else
     fi
 fi
 [ -n "$peer" ] || echo "iceoryx2 peer: not built: only gpuipc's rows, no ratio"
+before=${BEFORE:-}
+if [ -n "$before" ]; then
+    before=$(cd "$before" && pwd)/gpuipc-host
+    [ -x "$before" ] || { echo "BEFORE: no gpuipc-host in ${BEFORE}"; exit 1; }
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 rows=$work/rows.tsv
@@ -71,26 +80,26 @@ spin_of() {
     esac
 }
 
-ours() {  # MODE ROUND
-    local spin
+ours() {  # MODE ROUND [SIDE HOST]: SIDE "gpuipc" (this build) or "before" (BEFORE's)
+    local spin side=${3:-gpuipc} host=${4:-$host}
     spin=$(spin_of "$1")
     ${TASKSET:-} "$host" run "$pipeline" --device cpu --quiet --frames "$frames" --spin-us "$spin" --report "$work/run.json" > /dev/null 2> "$work/run.err" ||
         { echo "FAILED: gpuipc run, $1"; tail -5 "$work/run.err"; return 0; }
-    python3 - "$work/run.json" "$1" "$2" "$frames" >> "$rows" <<'PY'
+    python3 - "$work/run.json" "$1" "$2" "$frames" "$side" >> "$rows" <<'PY'
 import json, sys
 sink = next(s for s in json.load(open(sys.argv[1]))["stages"] if s["name"] == "sink")
 lost = int(sys.argv[4]) - sink["frames"] + sink["dropped"]
-print(f"gpuipc\t{sys.argv[2]}\t{sys.argv[3]}\tfps\t{sink['fps']:.1f}\t{lost}")
+print(f"{sys.argv[5]}\t{sys.argv[2]}\t{sys.argv[3]}\tfps\t{sink['fps']:.1f}\t{lost}")
 PY
     if [ "$latency_frames" -gt 0 ]; then
         (cd "$work" && ${TASKSET:-} "$host" bench "$pipeline" --device cpu --frames 2000 --warmup 100 --rounds 1 --check-frames 10 \
             --latency-frames "$latency_frames" --fps "$fps" --spin-us "$spin" --json "$work/bench.json" > "$work/bench.out" 2>&1) ||
             { echo "FAILED: gpuipc bench, $1"; tail -5 "$work/bench.out"; return 0; }
-        python3 - "$work/bench.json" "$1" "$2" >> "$rows" <<'PY'
+        python3 - "$work/bench.json" "$1" "$2" "$side" >> "$rows" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 p50, p99, _ = r["separate"]["latency_us"]
-print(f"gpuipc\t{sys.argv[2]}\t{sys.argv[3]}\tlatency\t{p50:.2f}\t{p99:.2f}")
+print(f"{sys.argv[4]}\t{sys.argv[2]}\t{sys.argv[3]}\tlatency\t{p50:.2f}\t{p99:.2f}")
 PY
     fi
 }
@@ -130,8 +139,15 @@ for round in $(seq "$rounds"); do
         if [ -n "${IDLE:-}" ]; then
             for _ in $(seq 60); do [ "$(busy)" -lt "$IDLE" ] && break; done
         fi
-        # Who goes first alternates, so a drift of the machine reaches both.
-        if [ $((round % 2)) -eq 1 ]; then ours "$mode" "$round"; theirs "$mode" "$round"
+        # Who goes first alternates, so a drift of the machine reaches both (with BEFORE: all
+        # three, in rotation).
+        if [ -n "$before" ]; then
+            case $((round % 3)) in
+                1) ours "$mode" "$round"; ours "$mode" "$round" before "$before"; theirs "$mode" "$round" ;;
+                2) ours "$mode" "$round" before "$before"; theirs "$mode" "$round"; ours "$mode" "$round" ;;
+                0) theirs "$mode" "$round"; ours "$mode" "$round"; ours "$mode" "$round" before "$before" ;;
+            esac
+        elif [ $((round % 2)) -eq 1 ]; then ours "$mode" "$round"; theirs "$mode" "$round"
         else theirs "$mode" "$round"; ours "$mode" "$round"; fi
     done
 done
@@ -143,21 +159,32 @@ modes = sys.argv[2].split()
 def get(side, mode, kind):
     return {int(r[2]): (float(r[4]), float(r[5])) for r in rows if r[0] == side and r[1] == mode and r[3] == kind}
 lost = [r for r in rows if r[3] == "fps" and float(r[5]) != 0]
-print(f"\n{'mode':7} {'gpuipc frames/s (rounds)':>40} {'iceoryx2 frames/s (rounds)':>40} {'ratio (rounds)':>24}")
-for mode in modes:
-    ours, theirs = get("gpuipc", mode, "fps"), get("iceoryx2", mode, "fps")
-    fmt = lambda d: f"{statistics.median(v[0] for v in d.values()):>11,.0f} ({', '.join(f'{d[k][0]:,.0f}' for k in sorted(d))})" if d else "-"
+sides = ["gpuipc"] + (["before"] if any(r[0] == "before" for r in rows) else [])
+def fmt(d):
+    if not d:
+        return "-"
+    return f"{statistics.median(v[0] for v in d.values()):>11,.0f} ({', '.join(f'{d[k][0]:,.0f}' for k in sorted(d))})"
+def ratio(ours, theirs):
     ratios = [ours[k][0] / theirs[k][0] for k in sorted(ours) if k in theirs and theirs[k][0] > 0]
-    ratio = f"{statistics.median(ratios) * 100:.0f} % ({', '.join(f'{x * 100:.0f}' for x in ratios)})" if ratios else "-"
-    print(f"{mode:7} {fmt(ours):>40} {fmt(theirs):>40} {ratio:>24}")
-lat_o = {m: get("gpuipc", m, "latency") for m in modes}
-if any(lat_o.values()):
+    return f"{statistics.median(ratios) * 100:.0f} % ({', '.join(f'{x * 100:.0f}' for x in ratios)})" if ratios else "-"
+for side in sides:
+    label = "gpuipc" if side == "gpuipc" else "gpuipc before (BEFORE)"
+    print(f"\n{'mode':7} {label + ' frames/s (rounds)':>40} {'iceoryx2 frames/s (rounds)':>40} {'ratio (rounds)':>24}")
+    for mode in modes:
+        ours, theirs = get(side, mode, "fps"), get("iceoryx2", mode, "fps")
+        print(f"{mode:7} {fmt(ours):>40} {fmt(theirs):>40} {ratio(ours, theirs):>24}")
+if len(sides) > 1:
+    print(f"\n{'mode':7} {'gpuipc / before, frames/s (rounds)':>40}")
+    for mode in modes:
+        print(f"{mode:7} {ratio(get('gpuipc', mode, 'fps'), get('before', mode, 'fps')):>40}")
+lat = {(side, m): get(side, m, "latency") for side in sides + ["iceoryx2"] for m in modes}
+if any(lat[("gpuipc", m)] for m in modes):
     print(f"\nlatency, µs, median of the rounds' p50 / p99 (source paced)")
-    print(f"{'mode':7} {'gpuipc':>16} {'iceoryx2':>16}")
+    print(f"{'mode':7} " + " ".join(f"{s:>16}" for s in sides + ["iceoryx2"]))
     for mode in modes:
         def cell(d):
             return f"{statistics.median(v[0] for v in d.values()):.1f} / {statistics.median(v[1] for v in d.values()):.1f}" if d else "-"
-        print(f"{mode:7} {cell(lat_o[mode]):>16} {cell(get('iceoryx2', mode, 'latency')):>16}")
+        print(f"{mode:7} " + " ".join(f"{cell(lat[(s, mode)]):>16}" for s in sides + ["iceoryx2"]))
 if lost:
     print("\nLOST FRAMES:", lost)
     sys.exit(1)

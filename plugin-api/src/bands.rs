@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::thread;
 
-use crate::{Error, FrameDataMut, OutputFrame, Result};
+use crate::{Error, FrameDataMut, OutputFrame, PlaneLayout, Result};
 
 /// Most threads the default (`threads = 0`) gives a stage.
 pub const DEFAULT_MAX_THREADS: usize = 8;
@@ -139,21 +139,48 @@ pub fn planes_mut<'a>(output: &'a mut OutputFrame<'_>) -> Option<Result<Vec<Rows
     let mut consumed = 0usize;
     let mut planes = Vec::new();
     for (i, plane) in layout.planes().iter().enumerate() {
-        let (offset, pitch, row_bytes, rows) =
-            (plane.offset as usize, plane.pitch as usize, plane.row_bytes as usize, plane.rows as usize);
-        let span = if rows == 0 { 0 } else { pitch * (rows - 1) + row_bytes };
-        let fits = offset >= consumed && pitch >= row_bytes.max(1) && offset - consumed + span <= rest.len();
-        if !fits {
-            return Some(Err(Error::new(format!(
-                "plane {i} of the output frame's layout (offset {offset}, pitch {pitch}, \
-                 {rows} rows of {row_bytes} bytes) overlaps another or ends past the frame"
-            ))));
-        }
-        let (bytes, after) = std::mem::take(&mut rest)[offset - consumed..].split_at_mut(span);
-        planes.push(RowsMut { bytes, pitch, row_bytes, rows });
-        (rest, consumed) = (after, offset + span);
+        let (rows, after, end) = match cut_plane(rest, consumed, i, plane) {
+            Ok(cut) => cut,
+            Err(e) => return Some(Err(e)),
+        };
+        planes.push(rows);
+        (rest, consumed) = (after, end);
     }
     Some(Ok(planes))
+}
+
+/// The first plane of a host output frame (all of a packed format's), writable, as
+/// [`planes_mut`] has it, or `None` in the cuda domain; the other planes are not looked at.
+/// No list, and no copy of the whole layout: a tiny frame's whole drawing costs about what
+/// those do.
+pub fn first_plane_mut<'a>(output: &'a mut OutputFrame<'_>) -> Option<Result<RowsMut<'a>>> {
+    let first = output.info().layout.planes().first().copied();
+    let FrameDataMut::Host(bytes) = output.data() else { return None };
+    let Some(plane) = first else { return Some(Err(Error::new("the output frame has no plane"))) };
+    Some(cut_plane(bytes, 0, 0, &plane).map(|(rows, _, _)| rows))
+}
+
+/// Plane `i` cut from `rest`, the frame's bytes from offset `consumed` on: its rows, the
+/// bytes after it, and the offset where those begin. An error if it overlaps the planes
+/// before it or ends past the frame.
+fn cut_plane<'a>(
+    rest: &'a mut [u8],
+    consumed: usize,
+    i: usize,
+    plane: &PlaneLayout,
+) -> Result<(RowsMut<'a>, &'a mut [u8], usize)> {
+    let (offset, pitch, row_bytes, rows) =
+        (plane.offset as usize, plane.pitch as usize, plane.row_bytes as usize, plane.rows as usize);
+    let span = if rows == 0 { 0 } else { pitch * (rows - 1) + row_bytes };
+    let fits = offset >= consumed && pitch >= row_bytes.max(1) && offset - consumed + span <= rest.len();
+    if !fits {
+        return Err(Error::new(format!(
+            "plane {i} of the output frame's layout (offset {offset}, pitch {pitch}, \
+             {rows} rows of {row_bytes} bytes) overlaps another or ends past the frame"
+        )));
+    }
+    let (bytes, after) = rest[offset - consumed..].split_at_mut(span);
+    Ok((RowsMut { bytes, pitch, row_bytes, rows }, after, offset + span))
 }
 
 /// Bands a thread gets when there are several: more bands than threads, so that a thread
@@ -290,6 +317,25 @@ mod tests {
         let y_layout = info.layout.planes[0];
         let pad = y_layout.row_bytes as usize..y_layout.pitch as usize;
         assert!(bytes[pad].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn the_first_plane_alone_is_the_first_of_every_plane() {
+        let mut info = FrameInfo::new(FrameFormat::new(PixelFormat::I420, 5, 7), 0, 0).unwrap();
+        info.layout = padded(info.layout, 3);
+        let mut bytes = vec![0u8; info.layout.total_bytes as usize];
+        let mut out = OutputFrame::host(info, &mut bytes).unwrap();
+        let mut first = first_plane_mut(&mut out).unwrap().unwrap();
+        assert_eq!((first.rows(), first.row_bytes()), (7, 5));
+        for row in first.iter_mut() {
+            row.fill(9);
+        }
+        let mut again = vec![0u8; info.layout.total_bytes as usize];
+        let mut out = OutputFrame::host(info, &mut again).unwrap();
+        for row in planes_mut(&mut out).unwrap().unwrap().swap_remove(0).iter_mut() {
+            row.fill(9);
+        }
+        assert!(bytes == again);
     }
 
     #[test]

@@ -229,6 +229,7 @@ unsafe extern "C" fn create<P: Plugin>(
     })
 }
 
+#[inline]
 fn frame_info(raw: &RawFrame) -> FrameInfo {
     FrameInfo { format: raw.format, layout: raw.layout, seq: raw.seq, timestamp_ns: raw.timestamp_ns }
 }
@@ -236,6 +237,7 @@ fn frame_info(raw: &RawFrame) -> FrameInfo {
 /// # Safety
 /// A host-domain `raw` must point to `raw.len` bytes readable for `'a` and not written by
 /// anyone during that time.
+#[inline]
 unsafe fn input_frame<'a>(raw: &RawFrame) -> Result<InputFrame<'a>> {
     let info = frame_info(raw);
     if raw.domain == abi::DOMAIN_CUDA {
@@ -249,6 +251,7 @@ unsafe fn input_frame<'a>(raw: &RawFrame) -> Result<InputFrame<'a>> {
 /// # Safety
 /// A host-domain `raw` must point to `raw.len` bytes writable for `'a` that nothing else reads
 /// or writes during that time.
+#[inline]
 unsafe fn output_frame<'a>(raw: &RawFrame) -> Result<OutputFrame<'a>> {
     let info = frame_info(raw);
     if raw.domain == abi::DOMAIN_CUDA {

@@ -92,6 +92,7 @@ pub struct InputFrame<'a> {
 
 impl<'a> InputFrame<'a> {
     /// A frame in host memory. `None` if `bytes` is too short for `info.layout`.
+    #[inline]
     pub fn host(info: FrameInfo, bytes: &'a [u8]) -> Option<InputFrame<'a>> {
         (bytes.len() as u64 >= bytes_needed(&info.layout)).then_some(InputFrame { info, data: FrameData::Host(bytes) })
     }
@@ -153,6 +154,7 @@ pub struct OutputFrame<'a> {
 
 impl<'a> OutputFrame<'a> {
     /// A frame in host memory. `None` if `bytes` is too short for `info.layout`.
+    #[inline]
     pub fn host(info: FrameInfo, bytes: &'a mut [u8]) -> Option<OutputFrame<'a>> {
         (bytes.len() as u64 >= bytes_needed(&info.layout)).then_some(OutputFrame {
             info,

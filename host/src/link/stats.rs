@@ -113,7 +113,9 @@ pub struct HistogramWords {
 
 impl HistogramWords {
     fn record(&self, ns: u64) {
-        let b = &self.buckets[BUCKET_BOUNDS_NS.partition_point(|&bound| bound < ns)];
+        // Most times of a tiny frame are in the first bucket: no search for those.
+        let bucket = if ns <= BUCKET_BOUNDS_NS[0] { 0 } else { BUCKET_BOUNDS_NS.partition_point(|&bound| bound < ns) };
+        let b = &self.buckets[bucket];
         // One writer: see the type's comment.
         b.store(b.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         self.sum_ns.store(self.sum_ns.load(Ordering::Relaxed).wrapping_add(ns), Ordering::Relaxed);
@@ -247,8 +249,10 @@ impl StatsMap {
         if s.first_ns.load(Ordering::Relaxed) == 0 {
             s.first_ns.store(started_ns, Ordering::Relaxed);
         }
-        // A wall clock stepped backwards counts as no time, not as a huge one.
-        s.busy_ns.fetch_add(ended_ns.saturating_sub(started_ns), Ordering::Relaxed);
+        // A wall clock stepped backwards counts as no time, not as a huge one. One writer (the
+        // stage's process; the host reads): a load and a store, no locked add.
+        let busy = s.busy_ns.load(Ordering::Relaxed);
+        s.busy_ns.store(busy.wrapping_add(ended_ns.saturating_sub(started_ns)), Ordering::Relaxed);
     }
 
     /// A frame's times: its plugin call took `process_ns`, and its work here ended

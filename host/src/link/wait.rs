@@ -17,6 +17,11 @@ use rustix::thread::futex;
 /// How long a sleeping waiter sleeps before it looks again (at the abort flag, the deadline).
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
 
+/// Polls a spinning waiter makes between two looks at the clock: a spin overshoots by at most
+/// this many polls (a poll that misses its cache takes about 0.1 µs). One of them is thorough
+/// ([`Waiter::wait_quick`]).
+const POLLS_PER_CLOCK_READ: u32 = 8;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("timed out")]
 pub struct TimedOut;
@@ -130,7 +135,22 @@ impl<H: HeldBack> Waiter<H> {
         word: &AtomicU32,
         sleepers: &AtomicU32,
         deadline: Option<Instant>,
-        poll: impl FnMut() -> Option<T>,
+        mut poll: impl FnMut() -> Option<T>,
+    ) -> Result<T, TimedOut> {
+        self.wait_quick(word, sleepers, deadline, |_| poll())
+    }
+
+    /// As [`Waiter::wait`], telling `poll` whether to look thoroughly: `false` for the polls
+    /// of a spin between two looks at the clock ([`POLLS_PER_CLOCK_READ`]), where a poll may
+    /// look only where the value comes when all goes in order; `true` for the first poll,
+    /// one in every few of a spin and every poll around a sleep, so a value only a thorough
+    /// look finds waits at most a few polls, and the waiter never sleeps without one.
+    pub fn wait_quick<T>(
+        &self,
+        word: &AtomicU32,
+        sleepers: &AtomicU32,
+        deadline: Option<Instant>,
+        poll: impl FnMut(bool) -> Option<T>,
     ) -> Result<T, TimedOut> {
         let got = self.wait_for(word, sleepers, deadline, poll);
         if got.is_ok()
@@ -160,9 +180,9 @@ impl<H: HeldBack> Waiter<H> {
         word: &AtomicU32,
         sleepers: &AtomicU32,
         deadline: Option<Instant>,
-        mut poll: impl FnMut() -> Option<T>,
+        mut poll: impl FnMut(bool) -> Option<T>,
     ) -> Result<T, TimedOut> {
-        if let Some(v) = poll() {
+        if let Some(v) = poll(true) {
             return Ok(v);
         }
         // About to spin or sleep: neighbours this stage has not woken yet must not wait on it.
@@ -170,11 +190,20 @@ impl<H: HeldBack> Waiter<H> {
             held.flush();
         }
         if !self.spin.is_zero() {
-            let spin_until = Instant::now() + self.spin;
-            while Instant::now() < spin_until {
-                std::hint::spin_loop();
-                if let Some(v) = poll() {
-                    return Ok(v);
+            // The clock is read once every few polls, the first time after them (the spin ends
+            // that much later): a read costs as much as a poll of a ring (20 to 30 ns), and at
+            // full speed most waits end within a few polls.
+            let mut spin_until = None;
+            loop {
+                for i in 0..POLLS_PER_CLOCK_READ {
+                    std::hint::spin_loop();
+                    if let Some(v) = poll(i == 0) {
+                        return Ok(v);
+                    }
+                }
+                let now = Instant::now();
+                if now >= *spin_until.get_or_insert(now + self.spin) {
+                    break;
                 }
             }
         }
@@ -185,7 +214,7 @@ impl<H: HeldBack> Waiter<H> {
         loop {
             sleepers.fetch_add(1, Ordering::SeqCst);
             let seen = word.load(Ordering::SeqCst);
-            if let Some(v) = poll() {
+            if let Some(v) = poll(true) {
                 sleepers.fetch_sub(1, Ordering::SeqCst);
                 return Ok(v);
             }
@@ -207,7 +236,7 @@ impl<H: HeldBack> Waiter<H> {
                 forward();
                 forwarded = true;
             }
-            if let Some(v) = poll() {
+            if let Some(v) = poll(true) {
                 return Ok(v);
             }
             // (However the sleep ended: a timeout, a signal, the word moving for something else.)
@@ -224,7 +253,7 @@ impl<H: HeldBack> Waiter<H> {
                 let spin_until = deadline.map_or(Instant::now() + spin_after, |d| d.min(Instant::now() + spin_after));
                 while Instant::now() < spin_until {
                     std::hint::spin_loop();
-                    if let Some(v) = poll() {
+                    if let Some(v) = poll(true) {
                         return Ok(v);
                     }
                 }
@@ -327,6 +356,33 @@ mod tests {
 
     /// A waiter that holds nothing back.
     type Waiter = super::Waiter<()>;
+
+    /// The first poll is thorough, a spin has a thorough poll in every `POLLS_PER_CLOCK_READ`,
+    /// and a waiter that sleeps polls thoroughly around each sleep: a value only a thorough
+    /// look finds is found within that many polls, and never slept through.
+    #[test]
+    fn quick_polls_come_only_between_thorough_ones_of_a_spin() {
+        let (word, sleepers) = (AtomicU32::new(0), AtomicU32::new(0));
+        let mut seen = Vec::new();
+        let got = Waiter::new(10_000).wait_quick(&word, &sleepers, None, |thorough| {
+            seen.push(thorough);
+            (seen.len() > 40 && thorough).then_some(seen.len())
+        });
+        assert!(seen[0], "the first poll is thorough");
+        let most_quick_in_a_row = seen.split(|&t| t).map(<[bool]>::len).max().unwrap();
+        assert!(most_quick_in_a_row < POLLS_PER_CLOCK_READ as usize, "{seen:?}");
+        assert!(got.unwrap() <= 41 + POLLS_PER_CLOCK_READ as usize);
+        // No spin: every poll is thorough (each sleep slice ends with one; woken by the
+        // deadline here).
+        let mut polls = 0;
+        let got = Waiter::new(0).wait_quick(&word, &sleepers, Some(Instant::now() + Duration::from_millis(5)), |t| {
+            assert!(t, "a poll around a sleep is thorough");
+            polls += 1;
+            None::<()>
+        });
+        assert_eq!(got, Err(TimedOut));
+        assert!(polls >= 2);
+    }
 
     /// Values at a steady pace of 1 ms: the waiter sleeps until 150 µs before the next is due;
     /// at a pace under the idle mark, or before two values have come, until woken.

@@ -1,7 +1,9 @@
 //! The generator's cpu path: a frame's rows drawn in bands by threads, each row from what the
-//! whole frame shares, made once a frame (the one row all bars rows copy, the two rows of the
-//! box pattern, the gradient's red of each column, the noise hash state after each column),
-//! with loops the compiler can vectorise.
+//! whole frame shares (the one row all bars rows copy, the two rows of the box pattern, the
+//! gradient's red of each column and green of each row, the noise hash state after each
+//! column), with loops the compiler can vectorise. What does not depend on the frame's
+//! sequence number (the bars row, the gradient's red and green) is made at the first frame
+//! and kept ([`Drawer`]); the rest once a frame.
 //!
 //! The per-pixel functions of [`crate::generator`] stay the reference: the shared rows are
 //! drawn by them, and the tests compare every row of every pattern and format with them.
@@ -29,9 +31,9 @@ enum Rows {
     Same(Vec<u8>),
     /// A row through the box is `inside`, any other `outside` (box).
     Box { inside: Vec<u8>, outside: Vec<u8> },
-    /// The red of each column, and for rgb8 a row of (red, 0, x mod 256) pixels that each
-    /// row's (0, green, blue at x = 0) is added to, byte by byte.
-    Gradient { red: Vec<u8>, rgb_template: Vec<u8> },
+    /// The red of each column, the green of each row, and for rgb8 a row of (red, 0, x mod
+    /// 256) pixels that each row's (0, green, blue at x = 0) is added to, byte by byte.
+    Gradient { red: Vec<u8>, green: Vec<u8>, rgb_template: Vec<u8> },
     /// The noise hash state after the words of seed, seq and x, for each column x.
     Noise { after_x: Vec<u32> },
 }
@@ -53,13 +55,14 @@ impl Rows {
                 Rows::Box { inside: reference_row(place.y0)?, outside: reference_row(outside)? }
             }
             Pattern::Gradient => {
-                let rgb = |x| gradient_rgb(x, 0, frame.width, frame.height, frame.seq);
-                let red: Vec<u8> = columns.map(|x| rgb(x)[0]).collect();
+                let rgb = |x, y| gradient_rgb(x, y, frame.width, frame.height, frame.seq);
+                let red: Vec<u8> = columns.map(|x| rgb(x, 0)[0]).collect();
+                let green: Vec<u8> = (0..frame.height).map(|y| rgb(0, y)[1]).collect();
                 let rgb_template = match pixel {
                     PixelFormat::Rgb8 => (red.iter().zip(0..)).flat_map(|(&r, x)| [r, 0, x as u8]).collect(),
                     _ => Vec::new(),
                 };
-                Rows::Gradient { red, rgb_template }
+                Rows::Gradient { red, green, rgb_template }
             }
             Pattern::Noise => Rows::Noise { after_x: columns.map(|x| murmur3_block(frame.noise_state, x)).collect() },
         })
@@ -75,9 +78,11 @@ impl Rows {
                 let corner = box_rgb(place, place.x0, y, frame.width, frame.height);
                 row.copy_from_slice(if corner == BOX_FOREGROUND { inside } else { outside });
             }
-            Rows::Gradient { red, rgb_template } => {
-                // Green is the row's; blue at x is (x + blue at 0) mod 256.
-                let [_, green, blue] = gradient_rgb(0, y, frame.width, frame.height, frame.seq);
+            Rows::Gradient { red, green, rgb_template } => {
+                // Green is the row's; blue at x is (x + blue at 0) mod 256, blue at 0 as
+                // `gradient_rgb` has it.
+                let green = green[y as usize];
+                let blue = y.wrapping_add((frame.seq as u32).wrapping_mul(4)) as u8;
                 match pixel {
                     PixelFormat::Rgb8 => add_pixel(rgb_template, [0, green, blue], row),
                     PixelFormat::Rgba8 => {
@@ -88,15 +93,34 @@ impl Rows {
                             px.copy_from_slice(&word.to_le_bytes());
                         }
                     }
-                    _ => {
-                        for ((g, &r), x) in row.iter_mut().zip(red).zip(0u32..) {
-                            *g = luma([r, green, (x as u8).wrapping_add(blue)]);
-                        }
-                    }
+                    _ => gray_gradient_row(red, green, blue, row),
                 }
             }
             Rows::Noise { after_x } => noise_row(after_x, pixel, y, row),
         }
+    }
+}
+
+/// A gray8 row of the gradient: [`luma`] of (red of x, `green`, `blue` + x mod 256) for each
+/// column x, in 16-bit lanes (the largest sum, 255 * (77 + 150 + 29) + 128, fits) eight
+/// pixels at a time: a loop the compiler makes one vector a run of, where per pixel in 32 bits
+/// a row of 8 took longer than the rest of the frame's making.
+fn gray_gradient_row(red: &[u8], green: u8, blue: u8, row: &mut [u8]) {
+    const RUN: usize = 8;
+    let base = 150 * u16::from(green) + 128;
+    let pixel = |r: u8, b: u8| ((77 * u16::from(r) + base + 29 * u16::from(b)) >> 8) as u8;
+    let (mut rows, mut reds) = (row.chunks_exact_mut(RUN), red.chunks_exact(RUN));
+    let mut x0 = blue;
+    for (o, r) in (&mut rows).zip(&mut reds) {
+        let (o, r): (&mut [u8; RUN], &[u8; RUN]) =
+            (o.try_into().expect("runs of RUN"), r.try_into().expect("runs of RUN"));
+        for i in 0..RUN {
+            o[i] = pixel(r[i], x0.wrapping_add(i as u8));
+        }
+        x0 = x0.wrapping_add(RUN as u8);
+    }
+    for ((o, &r), i) in rows.into_remainder().iter_mut().zip(reds.remainder()).zip(0u8..) {
+        *o = pixel(r, x0.wrapping_add(i));
     }
 }
 
@@ -146,17 +170,127 @@ fn noise_row(after_x: &[u32], pixel: PixelFormat, y: u32, row: &mut [u8]) {
     }
 }
 
-/// Draw `frame` into `output` (host memory) with `threads` as the stage's param says.
-pub fn render(frame: &PatternFrame, threads: u32, output: &mut OutputFrame<'_>) -> Result<()> {
-    let pixel = output.info().pixel();
-    if !matches!(pixel, PixelFormat::Rgb8 | PixelFormat::Rgba8 | PixelFormat::Gray8) {
-        bail!("the generator does not make {pixel} frames");
-    }
-    let host_only = || Error::new("the generator writes host memory only (cpu domain)");
-    let planes = bands::planes_mut(output).ok_or_else(host_only)??;
-    let Some(plane) = planes.into_iter().next() else { bail!("the output frame has no plane") };
-    let rows = Rows::new(frame, pixel, plane.row_bytes())?;
+/// What the cpu path keeps from one frame to the next: the rows that do not depend on the
+/// frame's sequence number (bars, gradient), made at the first frame of a size, pattern and
+/// format; and for a small frame of a pattern that repeats, each frame of the period as it was
+/// first drawn, copied after ([`Frames`]). A frame of 64 pixels cost more in making its rows
+/// (an allocation, a division a column) and in drawing them than the ring's whole handoff.
+#[derive(Debug, Default)]
+pub struct Drawer {
+    kept: Option<(Key, Kept)>,
+}
 
+/// What kept rows were made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Key {
+    pattern: Pattern,
+    pixel: PixelFormat,
+    width: u32,
+    height: u32,
+    rows: usize,
+    row_bytes: usize,
+}
+
+#[derive(Debug)]
+struct Kept {
+    rows: Rows,
+    frames: Option<Frames>,
+}
+
+/// The frames of a pattern whose frame `seq` is frame `seq mod period` (bars: every frame the
+/// same; gradient: blue moves 4 a frame, mod 256), each drawn at its first use, its rows one
+/// after another without padding: copies of 64 bytes where the frame is 8x8 gray.
+#[derive(Debug)]
+struct Frames {
+    period: u64,
+    pixels: Vec<u8>,
+    drawn: Vec<bool>,
+}
+
+/// Most bytes of [`Frames`]: a gradient frame of up to 4 KiB of pixels is kept.
+const MOST_KEPT_FRAME_BYTES: usize = 1 << 18;
+
+impl Frames {
+    fn for_pattern(pattern: Pattern, frame_bytes: usize) -> Option<Frames> {
+        let period = match pattern {
+            Pattern::Bars => 1,
+            // `gradient_rgb`: B = (x + y + 4 seq) mod 256; R and G do not depend on seq.
+            Pattern::Gradient => 64,
+            Pattern::Noise | Pattern::Box => return None,
+        };
+        let bytes = frame_bytes.checked_mul(period as usize).filter(|&b| b <= MOST_KEPT_FRAME_BYTES)?;
+        Some(Frames { period, pixels: vec![0; bytes], drawn: vec![false; period as usize] })
+    }
+}
+
+impl Rows {
+    /// Whether the rows are the same for every frame of their size, pattern and format.
+    fn same_every_frame(&self) -> bool {
+        matches!(self, Rows::Same(_) | Rows::Gradient { .. })
+    }
+}
+
+/// Draw `frame` into `output` (host memory) with `threads` as the stage's param says (a
+/// [`Drawer`] of its own: nothing kept).
+pub fn render(frame: &PatternFrame, threads: u32, output: &mut OutputFrame<'_>) -> Result<()> {
+    Drawer::default().render(frame, threads, output)
+}
+
+impl Drawer {
+    /// Draw `frame` into `output` (host memory) with `threads` as the stage's param says.
+    pub fn render(&mut self, frame: &PatternFrame, threads: u32, output: &mut OutputFrame<'_>) -> Result<()> {
+        let pixel = output.info().pixel();
+        if !matches!(pixel, PixelFormat::Rgb8 | PixelFormat::Rgba8 | PixelFormat::Gray8) {
+            bail!("the generator does not make {pixel} frames");
+        }
+        let host_only = || Error::new("the generator writes host memory only (cpu domain)");
+        // These formats have one plane.
+        let mut plane = bands::first_plane_mut(output).ok_or_else(host_only)??;
+        let key = Key {
+            pattern: frame.pattern,
+            pixel,
+            width: frame.width,
+            height: frame.height,
+            rows: plane.rows(),
+            row_bytes: plane.row_bytes(),
+        };
+        let made;
+        let kept = match &mut self.kept {
+            Some((kept_for, kept)) if *kept_for == key => kept,
+            kept => {
+                let rows = Rows::new(frame, pixel, key.row_bytes)?;
+                if !rows.same_every_frame() {
+                    made = rows;
+                    return draw_rows(frame, pixel, &made, threads, plane);
+                }
+                let frames = Frames::for_pattern(frame.pattern, key.rows * key.row_bytes);
+                &mut kept.insert((key, Kept { rows, frames })).1
+            }
+        };
+        let Some(frames) = &mut kept.frames else { return draw_rows(frame, pixel, &kept.rows, threads, plane) };
+        let at = (frame.seq % frames.period) as usize;
+        let size = key.rows * key.row_bytes;
+        let pixels = &mut frames.pixels[at * size..(at + 1) * size];
+        if !frames.drawn[at] {
+            for (y, row) in (0u32..).zip(pixels.chunks_exact_mut(key.row_bytes)) {
+                kept.rows.draw(frame, pixel, y, row);
+            }
+            frames.drawn[at] = true;
+        }
+        for (row, drawn) in plane.iter_mut().zip(pixels.chunks_exact(key.row_bytes)) {
+            row.copy_from_slice(drawn);
+        }
+        Ok(())
+    }
+}
+
+fn draw_rows(
+    frame: &PatternFrame,
+    pixel: PixelFormat,
+    rows: &Rows,
+    threads: u32,
+    plane: bands::RowsMut<'_>,
+) -> Result<()> {
     let height = plane.rows();
     let pixels = frame.width as usize * frame.height as usize;
     let worth = match rows {
@@ -245,6 +379,31 @@ mod tests {
                 for threads in [1, 2, 3, 0] {
                     let got = draw(&frame, pixel, Some(threads));
                     assert!(got == want, "{pattern:?} {pixel}, {threads} threads");
+                }
+            }
+        }
+    }
+
+    /// One drawer through frames of every pattern, format, size and sequence number in turn
+    /// (what it keeps is for one of them at a time; whole frames kept for the small ones,
+    /// 40x40 rgba8 past the bound): the reference's bytes every frame.
+    #[test]
+    fn a_drawer_kept_from_frame_to_frame_draws_the_reference_bytes() {
+        let mut drawer = Drawer::default();
+        let seqs: Vec<u64> = (0..140).chain([(1 << 33) + 5, u64::MAX, 3]).collect();
+        for (width, height) in [(8, 8), (3, 5), (8, 8), (257, 11), (40, 40)] {
+            for pattern in PATTERNS {
+                for pixel in PIXELS {
+                    for &seq in &seqs {
+                        let frame = PatternFrame::new(pattern, width, height, seq, 99);
+                        let format = FrameFormat::new(pixel, width, height);
+                        let mut info = FrameInfo::new(format, seq, 0).unwrap();
+                        info.layout = padded(info.layout, 7);
+                        let mut bytes = vec![SENTINEL; info.layout.total_bytes as usize];
+                        drawer.render(&frame, 1, &mut OutputFrame::host(info, &mut bytes).unwrap()).unwrap();
+                        let want = draw(&frame, pixel, None);
+                        assert!(bytes == want, "{pattern:?} {pixel} {width}x{height} seq {seq}");
+                    }
                 }
             }
         }

@@ -315,7 +315,7 @@ impl PatternFrame {
 }
 
 /// Draw `frame` into `output` (host memory), row by row through the layout's pitch: the
-/// reference, pixel by pixel on one thread. The stage runs [`crate::cpu::render`], which
+/// reference, pixel by pixel on one thread. The stage runs a [`crate::cpu::Drawer`], which
 /// draws the same bytes faster (its tests compare the two).
 pub fn render(frame: &PatternFrame, output: &mut OutputFrame<'_>) -> Result<()> {
     let pixel = output.info().pixel();
@@ -352,6 +352,8 @@ pub struct Generator {
     start: Option<Instant>,
     /// The loaded kernel, in the cuda domain.
     gpu: Option<GpuGenerator>,
+    /// What the cpu domain keeps from frame to frame.
+    drawer: crate::cpu::Drawer,
 }
 
 impl Plugin for Generator {
@@ -440,7 +442,7 @@ impl Plugin for Generator {
             Domain::Cuda => Some(GpuGenerator::new(ctx, params.format.pixel())?),
             Domain::Cpu => None,
         };
-        Ok(Generator { params, format, start: None, gpu })
+        Ok(Generator { params, format, start: None, gpu, drawer: crate::cpu::Drawer::default() })
     }
 
     fn process(
@@ -461,7 +463,7 @@ impl Plugin for Generator {
             (Some(_), None) => {
                 bail!("the output frame is in device memory, but this stage runs in the cpu domain")
             }
-            (None, _) => crate::cpu::render(&frame, p.threads, output)?,
+            (None, _) => self.drawer.render(&frame, p.threads, output)?,
         }
         if let Some(fps) = p.fps {
             let start = *self.start.get_or_insert_with(Instant::now);

@@ -24,9 +24,13 @@
 //! | `threads` | integer, 0..=256                               | `0`      | cpu domain: threads drawing each frame, each a band of rows; 0: this stage's share of the cores (the cores over the cpu stage processes of the pipeline, as validate says), at most 8 and at most one per 2^16 pixels for `noise`, per 2^20 for the others (whose rows are copies or nearly); ignored in the cuda domain |
 //!
 //! In the cpu domain the frame is cut into bands of rows, drawn at once by `threads` threads,
-//! from what every row shares, made once a frame (the bars row, the box pattern's two rows,
-//! the gradient's red of each column, the noise hash state after each column): the bytes of
-//! the per-pixel formulas below, whatever the count.
+//! from what every row shares (the bars row, the box pattern's two rows, the gradient's red of
+//! each column and green of each row, the noise hash state after each column), made once a
+//! frame, or once a run where it does not depend on `seq` (the bars row, the gradient's red
+//! and green): the bytes of the per-pixel formulas below, whatever the count. A small frame
+//! of a pattern that repeats (`bars`: every frame the same; `gradient`: every 64 frames, its
+//! blue moving 4 a frame mod 256), up to 4 KiB of pixels for the gradient, is kept as first
+//! drawn and copied after.
 //!
 //! Pacing only delays: frame `i` of this instance (counted from its first `process` call, which
 //! takes the start instant) is handed on no earlier than `start + i / fps`. What a frame shows

@@ -176,7 +176,7 @@ impl Consumer {
         let h = self.ring.header();
         let p = &h.producer.0;
         let want = at_least.max(self.expected);
-        let found = self.waiter.wait(&p.publish_futex, &p.consumers_sleeping, deadline, || {
+        let found = self.waiter.wait_quick(&p.publish_futex, &p.consumers_sleeping, deadline, |thorough| {
             match h.stream.0.closed.load(Ordering::Acquire) {
                 ABORTED => return Some(Err(LinkError::Aborted)),
                 // Closed (Acquire above): every frame ever published is visible, so a scan
@@ -189,6 +189,14 @@ impl Consumer {
                     };
                 }
                 _ => {}
+            }
+            // The full scan reads every slot's line and the producer's, lines the producer is
+            // writing: each read costs it a miss at its next store. At full speed the frame
+            // wanted comes where the producer puts it, so a quick poll of a spin looks there
+            // only; what only the scan finds (a frame after a gap, given-up frames, the
+            // newest for `latest`) waits for the next thorough poll, a few polls on.
+            if !thorough && !self.latest {
+                return self.claim_in_place(want).map(|slot| Ok(Some(slot)));
             }
             match self.try_claim(want) {
                 Scan::Claimed(slot) => Some(Ok(Some(slot))),
@@ -416,7 +424,9 @@ impl Consumer {
         if missed > 0 {
             c.dropped.fetch_add(missed, Ordering::Relaxed);
         }
-        c.received.fetch_add(1, Ordering::Relaxed);
+        // One writer at a time (this process, or the replica holding the take lock; the host
+        // only reads it): a load and a store, no locked add.
+        c.received.store(c.received.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         self.next_ordinal = self.next_ordinal.max(slot.meta.ordinal + 1);
         // Never backwards: a replica may take a frame again that a sibling died holding.
         self.expected = self.expected.max(slot.meta.seq + 1);

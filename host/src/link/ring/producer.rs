@@ -138,11 +138,22 @@ impl Producer {
         let r = &h.release.0;
         let preferred = self.slots.start + (self.next_seq % self.slots.len() as u64) as usize;
         let block_mask = self.block_mask;
-        let index = self.waiter.wait(&r.release_futex, &r.producer_sleeping, deadline, || {
+        let index = self.waiter.wait_quick(&r.release_futex, &r.producer_sleeping, deadline, |thorough| {
             if self.ring.is_aborted() {
                 return Some(Err(LinkError::Aborted));
             }
-            let pick = pick_write_slot(h, self.slots.clone(), preferred, block_mask)?;
+            // The slots are taken in turn and read in order, so the preferred one, holding the
+            // oldest frame, is the one to be freed next; a scan of every slot reads lines the
+            // consumers are writing (each read costs them a miss), so a quick poll of a spin
+            // looks at the preferred slot only (a slot freed out of turn waits for the next
+            // thorough poll, a few polls on).
+            let pick = if thorough {
+                pick_write_slot(h, self.slots.clone(), preferred, block_mask)?
+            } else {
+                let st = h.slots[preferred].0.state.load(Ordering::Relaxed);
+                (st & WRITING == 0 && header::claims(st) == 0 && header::pendings(st) == 0)
+                    .then_some((preferred, st))?
+            };
             let slot = &h.slots[pick.0].0;
             // Acquire: pairs with consumers' release of their claim, so their reads of the
             // old frame happen before we overwrite it.
