@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Many cameras: N rtsp sources in one pipeline, each into a null sink, for N in $COUNTS. Measures
 # the steady state: once every stream has handed on its first frame (the run's metrics endpoint,
-# `run --metrics 127.0.0.1:0`, polled every 0.1 s) it scrapes the endpoint, waits SECONDS_EACH,
-# scrapes it again and stops the run (SIGINT: it drains). From the two scrapes' differences, per
+# `run --metrics 127.0.0.1:0`, polled every 0.1 s) it waits SETTLE seconds (5), scrapes the
+# endpoint, waits SECONDS_EACH, scrapes it again and stops the run (SIGINT: it drains). SETTLE
+# keeps start-up out of the window: every camera's first key frame comes within a few ms of the
+# others' (one PLAY each as the pipeline starts), and in the cuda domain each stage then makes its
+# NVDEC decoder at that key frame, N processes at once; a stream whose decoder came late (over
+# about a second: its queue holds QUEUE = 30 access units) drops the rest of its second GOP, and
+# the frames it queued meanwhile arrive seconds late. That tail (the drop shows when the third key
+# frame is handed on, about 2 s after the first frame) is start-up, not steady state; the table's
+# `start drop` column counts the frames dropped from launch to the window's start. From the two scrapes' differences, per
 # stream: frames a second (its camera stage's frames), dropped (the numbers it skipped: behind or
 # lost), and the latency p50/p99 from a frame's arrival to the end of its sink's work, estimated
 # from the histogram buckets' differences by interpolating linearly inside the bucket as
@@ -13,7 +20,14 @@
 # over the steady window only, the worst stream's p50 and p99, and start-up: seconds from the
 # run's launch until the slowest stream's first frame (planning with a DESCRIBE per camera,
 # every stage's process, CUDA context and decoder, PLAY, the first key frame; within 0.2 s, the
-# metrics' sampling). PER_STREAM=1 also prints each stream's line. Runs from a bundle made by
+# metrics' sampling). PER_STREAM=1 also prints each stream's line.
+#
+# PROBE=1 (the file server only) separates the server from the pipeline: while the pipeline
+# runs, scripts/rtsp-probe.py PLAYs N more streams from the same server (one plain client
+# thread, no decoding) over the same window and prints, under the row, the server's own worst
+# lateness (each frame's arrival against its RTP time, less the least of it) and the moments
+# several of its streams were late at once. A stall the pipeline shows and the probe does not is
+# the pipeline's. (The server then sends 2N streams: its CPU column counts both.) Runs from a bundle made by
 # scripts/gpu-check.sh (bin/gpuipc-host, its rtsp-file-server.py and
 # video/rtsp/h264-1080p.h264) or from a checkout:
 #
@@ -35,15 +49,19 @@ here=$PWD
 if [ -x "$here/bin/gpuipc-host" ]; then
     root=$here
     server_script=$here/rtsp-file-server.py
+    probe_script=$here/rtsp-probe.py
 else
     root=$(cd .. && pwd)
     server_script=$root/scripts/rtsp-file-server.py
+    probe_script=$root/scripts/rtsp-probe.py
 fi
 COUNTS=${COUNTS:-"1 4 16 32"}
 SIZE=${SIZE:-1920x1080}
 RATE=${RATE:-30}
 DEVICE=${DEVICE:-cuda}
 SECONDS_EACH=${SECONDS_EACH:-20}
+SETTLE=${SETTLE:-5}
+PROBE=${PROBE:-0}
 SERVER=${SERVER:-file}
 START_TIMEOUT=${START_TIMEOUT:-120}
 HOST=${GPUIPC_HOST:-}
@@ -79,7 +97,7 @@ if [ -n "$STREAM" ] && command -v ffprobe >/dev/null; then
     SIZE=$(ffprobe -v error -select_streams v:0 -show_entries stream=width,height -of csv=s=x:p=0 "$STREAM")
 fi
 
-printf '%4s %-10s %8s %9s %9s %9s %8s %9s %8s %8s %8s\n' N size "min fps" "all kept" dropped "dec %" "cpu %" "server %" "p50 ms" "p99 ms" "start s"
+printf '%4s %-10s %8s %9s %9s %9s %8s %9s %8s %8s %8s %10s\n' N size "min fps" "all kept" dropped "dec %" "cpu %" "server %" "p50 ms" "p99 ms" "start s" "start drop"
 for n in $COUNTS; do
     base=${RTSP_URL:-}
     if [ -z "$base" ]; then
@@ -108,10 +126,12 @@ for n in $COUNTS; do
     run=$!
     measured=0
     python3 - "$work/run.err" "$run" "${server:-0}" "$n" "$SIZE" "$RATE" "$SECONDS_EACH" "$DEVICE" "$launched" \
-        "$START_TIMEOUT" "${PER_STREAM:-0}" <<'PY' || measured=$?
+        "$START_TIMEOUT" "${PER_STREAM:-0}" "$SETTLE" "$PROBE" "$base" "${probe_script:-}" <<'PY' || measured=$?
 import os, re, subprocess, sys, time, urllib.request
 
-err, run, server, n, size, rate, seconds, device, launched, start_timeout, per_stream = sys.argv[1:12]
+err, run, server, n, size, rate, seconds, device, launched, start_timeout, per_stream, settle, probe, base, \
+    probe_script = sys.argv[1:17]
+settle = float(settle)
 run, server, n, rate, seconds = int(run), int(server), int(n), float(rate), float(seconds)
 launched, start_timeout = float(launched), float(start_timeout)
 hz = os.sysconf("SC_CLK_TCK")
@@ -179,6 +199,15 @@ while len(first) < n:
             first[c] = now - launched
     time.sleep(0.1)
 
+# The probe's window: SETTLE from now (its warm-up), then SECONDS_EACH, as the pipeline's.
+prober = None
+if probe == "1":
+    if not server or not probe_script:
+        give_up("PROBE=1 needs the file server (not RTSP_URL or SERVER=gst)")
+    prober = subprocess.Popen([sys.executable, probe_script, base, str(n), "--seconds", str(seconds),
+                               "--warmup", str(settle)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+time.sleep(settle)
+
 def cpu_ticks():
     f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
     return f[0] + f[1] + f[2] + f[5] + f[6], sum(f[:7])
@@ -232,6 +261,10 @@ def latency(stage):
     buckets = [(float(le), s1.get((name, stage, le), 0.0) - s0.get((name, stage, le), 0.0)) for le in les]
     return quantile(0.5, buckets) * 1000, quantile(0.99, buckets) * 1000
 
+def dropped_by(s, c):
+    return s.get(("gpuipc_stage_dropped_frames_total", c, None), 0.0)
+
+start_dropped = int(sum(dropped_by(s0, c) for c in cams))
 rows = []
 for k, c in enumerate(cams):
     fps = (frames(s1, c) - frames(s0, c)) / span
@@ -254,7 +287,15 @@ if os.path.exists(dec_file):
         dec = f"{sum(vals) / len(vals):.0f}"
 cpu = f"{100 * (busy1 - busy0) / (all1 - all0):.0f}" if all1 > all0 else "-"
 srv = f"{100 * (srv1 - srv0) / hz / span:.0f}" if server else "-"
-print(f"{n:4d} {size:<10s} {min_fps:8.1f} {kept:>9s} {dropped:9d} {dec:>9s} {cpu:>8s} {srv:>9s} {p50:8.1f} {p99:8.1f} {start:8.1f}")
+print(f"{n:4d} {size:<10s} {min_fps:8.1f} {kept:>9s} {dropped:9d} {dec:>9s} {cpu:>8s} {srv:>9s} {p50:8.1f} {p99:8.1f} {start:8.1f} {start_dropped:10d}")
+if prober is not None:
+    try:
+        out, _ = prober.communicate(timeout=settle + 60)
+    except subprocess.TimeoutExpired:
+        prober.kill()
+        out = "the probe did not finish\n"
+    for line in out.splitlines():
+        print(f"     {line}")
 PY
     # Stop the run (it drains) whatever the measure found, and wait for it.
     kill -INT "$run" 2>/dev/null || true

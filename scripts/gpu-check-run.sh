@@ -40,7 +40,8 @@
 #     H.264 over UDP; the server killed mid-run and started again after an outage longer than
 #     the stage's stall timeout: the run finishes, no watchdog kill, numbers rise across the gap,
 #     frames after it = the reference too; then bench-rtsp.sh N = 1 4 16 32 at 1080p30
-#     (BENCH_RTSP=0 skips it; its table also in results/bench-rtsp.txt). RTSP_DEVICE=cpu runs
+#     (BENCH_RTSP=0 skips it; its table also in results/bench-rtsp.txt; with PROBE=1, the
+#     server's own lateness under each row: RTSP_BENCH_PROBE=0 leaves it out). RTSP_DEVICE=cpu runs
 #     it in the cpu domain (a check of this section without a GPU).
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -992,7 +993,7 @@ left=$(pgrep -f "gpuipc-host __stage" || true)
 [ -z "$left" ] || fail "stage processes left: $left"
 if [ "${BENCH_RTSP:-1}" != 0 ]; then
     echo "bench-rtsp.sh (N rtsp cameras at 1080p30 on this GPU's NVDEC):"
-    DEVICE=$rdev SECONDS_EACH=${RTSP_BENCH_SECONDS:-10} bash "$here/bench-rtsp.sh" | tee "$results/bench-rtsp.txt" | sed 's/^/    /' ||
+    DEVICE=$rdev SECONDS_EACH=${RTSP_BENCH_SECONDS:-10} PROBE=${RTSP_BENCH_PROBE:-1} bash "$here/bench-rtsp.sh" | tee "$results/bench-rtsp.txt" | sed 's/^/    /' ||
         fail "bench-rtsp.sh"
 fi
 fi

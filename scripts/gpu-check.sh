@@ -114,6 +114,7 @@ done
 # without B-frames for it to serve (made here: the GPU machine may have no ffmpeg), and the cpu
 # decoder's frames of each (their hashes) for NVDEC's frames from the stream to be compared with.
 cp scripts/rtsp-file-server.py "$bundle/rtsp-file-server.py"
+cp scripts/rtsp-probe.py "$bundle/rtsp-probe.py"
 cp scripts/bench-rtsp.sh "$bundle/bench-rtsp.sh"
 chmod +x "$bundle/bench-rtsp.sh"
 r=$bundle/video/rtsp

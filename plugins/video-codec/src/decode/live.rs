@@ -59,6 +59,10 @@ pub type Units = Box<dyn FnMut(Duration) -> Next<AccessUnit> + Send>;
 /// How long the feeder of ffmpeg waits for an access unit at a time (it has nothing else to do).
 const FEED_WAIT: Duration = Duration::from_secs(1);
 
+/// Making NVDEC's decoder longer than this is worth a warning (a camera at 30 frames/s has
+/// queued a third of the rtsp source's default queue meanwhile).
+const SLOW_DECODER_MS: f64 = 300.0;
+
 /// Access units given to a decoder whose frames have not come out yet, by key.
 type Pending = Arc<Mutex<BTreeMap<u64, u64>>>;
 
@@ -254,7 +258,22 @@ impl LiveCuda {
             };
             let pts = i64::try_from(unit.key).unwrap_or(i64::MAX);
             let packet = nvdec::Packet { data: &unit.data, pts, end_of_stream: false };
+            // NVDEC makes the decoder at the stream's first sequence header, on this thread,
+            // while the camera sends: N stages starting at once make N at once, and a stage
+            // whose decoder comes late finds its queue full. Said, so a start-up drop has a why.
+            let making = self.decoder.format().is_none().then(Instant::now);
             self.decoder.push(packet).map_err(|e| Error::new(format!("{}: {e}", self.what)))?;
+            if let Some(began) = making.filter(|_| self.decoder.format().is_some()) {
+                let ms = began.elapsed().as_secs_f64() * 1000.0;
+                if ms >= SLOW_DECODER_MS {
+                    gpuipc_plugin_api::warn!(
+                        "{}: NVDEC took {ms:.0} ms to make the decoder at the first key frame; the camera's frames queued meanwhile",
+                        self.what
+                    );
+                } else {
+                    gpuipc_plugin_api::info!("{}: NVDEC made the decoder in {ms:.0} ms", self.what);
+                }
+            }
             self.arrivals.insert(unit.key, unit.arrival_ns);
             // Pictures NVDEC never shows (undecodable) must not pile up.
             while self.arrivals.len() > 64 {
