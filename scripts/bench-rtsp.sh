@@ -302,6 +302,8 @@ PY
     status=0
     wait "$run" || status=$?
     run=""
+    # KEEP_LOGS=DIR keeps each N's run log (the stages' warnings, e.g. a slow NVDEC decoder).
+    if [ -n "${KEEP_LOGS:-}" ]; then mkdir -p "$KEEP_LOGS" && cp "$work/run.err" "$KEEP_LOGS/run-$n.err"; fi
     if [ "$measured" != 0 ] || [ "$status" != 0 ]; then
         echo "bench-rtsp: N=$n failed (run exit $status):" >&2
         tail -20 "$work/run.err" >&2
