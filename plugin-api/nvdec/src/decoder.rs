@@ -18,7 +18,7 @@ use gpuipc_cuda::CudaError;
 
 use crate::error::NvdecError;
 use crate::ffi::*;
-use crate::format::{self, Codec, DecodeStatus, Surface, VideoFormat};
+use crate::format::{self, Codec, DecodeStatus, Sequence, Surface, VideoFormat};
 use crate::library::{self, Api};
 
 /// What a [`Decoder`] decodes, and where its work goes.
@@ -61,6 +61,20 @@ pub struct Packet<'a> {
     pub end_of_stream: bool,
 }
 
+/// What became of a decoder made by [`Decoder::prepare`], before the stream's first packet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Prepared {
+    /// None was made ahead (no `prepare`, or it failed).
+    No,
+    /// Made; no sequence header parsed yet.
+    Waiting,
+    /// The first sequence header had the format it was made for, and needed no more decode
+    /// surfaces than it has: kept. `needed`: what the header alone would have made it with.
+    Kept { needed: u32 },
+    /// The first sequence header had another (said): it was made anew.
+    MadeAnew(String),
+}
+
 /// The consumer's handler for each displayed picture.
 pub type OnFrame<'f> = dyn FnMut(DecodedFrame<'_>) -> Result<(), NvdecError> + 'f;
 
@@ -97,6 +111,8 @@ struct State {
     format: Option<VideoFormat>,
     surface: Option<Surface>,
     decode_surfaces: u32,
+    /// What became of a decoder made by [`Decoder::prepare`].
+    prepared: Prepared,
     /// During `cuvidParseVideoData` only: points at a `&mut OnFrame` on `decode`'s stack.
     on_frame: *mut c_void,
     /// Pictures displayed during a [`Decoder::push`], not yet taken by [`Decoder::pop_frame`].
@@ -132,6 +148,7 @@ impl Decoder {
             format: None,
             surface: None,
             decode_surfaces: 0,
+            prepared: Prepared::No,
             on_frame: std::ptr::null_mut(),
             queued: std::collections::VecDeque::new(),
             queueing: false,
@@ -171,6 +188,42 @@ impl Decoder {
         // are this module's, which take exactly this `State`.
         decoder.parser = unsafe { api.create_video_parser(&mut params)? };
         Ok(decoder)
+    }
+
+    /// Make the decoder now, before any packet, for the stream `sequence` describes (from a
+    /// description's parameter sets), so that its making is out of the stream's time. The
+    /// first sequence header the parser reads decides: a format equal to this one, needing no
+    /// more decode surfaces than it was made with, keeps the decoder; any other makes it anew,
+    /// as without this call ([`Decoder::prepared`] says which). An error leaves no decoder
+    /// made; the parser makes it at the first sequence header then, as without this call.
+    pub fn prepare(&mut self, sequence: &Sequence) -> Result<(), NvdecError> {
+        if sequence.codec != self.codec() {
+            return Err(NvdecError::WrongCodec { expected: self.codec(), found: sequence.codec.raw() });
+        }
+        let current = self.api.current_context()?;
+        if current != self.context {
+            return Err(CudaError::NotCurrent { expected: self.context, current }.into());
+        }
+        // SAFETY: `&mut self`: no parse is running, so no callback uses the state.
+        let state = unsafe { self.state.as_mut() };
+        if state.format.is_some() || self.stopped.is_some() {
+            return Err(NvdecError::Invalid { op: "Decoder::prepare", reason: "the decoder is already made".into() });
+        }
+        let raw = format::sequence_format(sequence)?;
+        state.make(&raw)?;
+        state.prepared = Prepared::Waiting;
+        Ok(())
+    }
+
+    /// What became of the decoder [`Decoder::prepare`] made.
+    pub fn prepared(&self) -> Prepared {
+        // SAFETY: `&self` excludes `decode`, so no callback is using the state.
+        unsafe { self.state.as_ref() }.prepared.clone()
+    }
+
+    fn codec(&self) -> Codec {
+        // SAFETY: as in `prepared`.
+        unsafe { self.state.as_ref() }.codec
     }
 
     /// Say whether every packet holds exactly one whole picture (an MP4 sample, one access
@@ -394,6 +447,26 @@ impl State {
             .filter(|&c| c == self.codec)
             .ok_or(NvdecError::WrongCodec { expected: self.codec, found: raw.codec })?;
         let format = format::video_format(codec, raw)?;
+        if self.prepared == Prepared::Waiting {
+            // Made ahead from the description: kept only if it is exactly the decoder this
+            // header would make (the same format and surface), with surfaces enough for it.
+            let needed = format::decode_surfaces(raw.min_num_decode_surfaces, self.display_delay);
+            let surface = format::plan_surface(&format, raw).ok();
+            let made_for = self.format.expect("a prepared decoder has its format");
+            if made_for == format && surface.is_some() && surface == self.surface && needed <= self.decode_surfaces {
+                self.prepared = Prepared::Kept { needed };
+                return Ok(self.decode_surfaces as c_int);
+            }
+            self.prepared = Prepared::MadeAnew(if made_for != format || surface != self.surface {
+                format!("the stream is {format}, the decoder was made for {made_for}")
+            } else {
+                format!("the stream needs {needed} decode surfaces, the decoder was made with {}", self.decode_surfaces)
+            });
+            let decoder = std::mem::replace(&mut self.decoder, std::ptr::null_mut());
+            (self.format, self.surface, self.decode_surfaces) = (None, None, 0);
+            // SAFETY: live, made by `prepare`; no picture was decoded or mapped with it.
+            unsafe { self.api.destroy_decoder(decoder)? };
+        }
         if let Some(current) = self.format {
             if current != format {
                 return Err(NvdecError::FormatChanged { from: current, to: format });
@@ -409,6 +482,14 @@ impl State {
             }
             return Ok(self.decode_surfaces as c_int);
         }
+        self.make(raw).map(|surfaces| surfaces as c_int)
+    }
+
+    /// Make the decoder for `raw` (the first sequence header's format, or one built ahead);
+    /// answers its number of decode surfaces.
+    fn make(&mut self, raw: &CUVIDEOFORMAT) -> Result<u32, NvdecError> {
+        let codec = self.codec;
+        let format = format::video_format(codec, raw)?;
         let surface = format::plan_surface(&format, raw)?;
         let caps = self.api.decoder_caps(codec.raw(), raw.chroma_format, format.bit_depth)?;
         format::check_caps(&format, &format::Caps::from_raw(&caps), caps.nOutputFormatMask, surface.surface_format)?;
@@ -442,7 +523,7 @@ impl State {
         self.format = Some(format);
         self.surface = Some(surface);
         self.decode_surfaces = decode_surfaces;
-        Ok(decode_surfaces as c_int)
+        Ok(decode_surfaces)
     }
 
     /// A picture to decode, in decode order: start the hardware on it.

@@ -7,7 +7,7 @@ use std::ffi::c_int;
 use std::fmt;
 
 use crate::error::NvdecError;
-use crate::ffi::{self, CUVIDDECODECAPS, CUVIDEOFORMAT, CUVIDSHORTRECT, tcu_ulong};
+use crate::ffi::{self, CUVIDDECODECAPS, CUVIDEOFORMAT, CUVIDRECT, CUVIDSHORTRECT, tcu_ulong};
 
 /// A codec NVDEC decodes and this crate drives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,6 +149,50 @@ impl fmt::Display for VideoFormat {
             self.coded_height
         )
     }
+}
+
+/// What a stream's sequence header will tell the parser, known before its first packet (from a
+/// description's parameter sets), so [`Decoder::prepare`](crate::Decoder::prepare) can make
+/// the decoder ahead. The parser's own format decides in the end: a decoder made for another
+/// is made anew at the first sequence header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sequence {
+    pub codec: Codec,
+    /// The decoded picture's size, as the parser reports it (H.264: macroblocks times 16).
+    pub coded_width: u32,
+    pub coded_height: u32,
+    /// The display area inside the coded picture (the SPS's cropping): left, top, right, bottom.
+    pub display_area: (u32, u32, u32, u32),
+    /// `cudaVideoChromaFormat`: 0 monochrome, 1 4:2:0, 2 4:2:2, 3 4:4:4.
+    pub chroma_format: u32,
+    pub bit_depth_luma: u32,
+    pub bit_depth_chroma: u32,
+    /// The decode surfaces the stream needs at least (a bound: the parser's own
+    /// `min_num_decode_surfaces` must not be above it for the decoder to be kept).
+    pub min_decode_surfaces: u8,
+}
+
+/// The `CUVIDEOFORMAT` the parser's sequence callback would be handed for `sequence` (the
+/// fields the decoder's making reads; the rest zero).
+pub(crate) fn sequence_format(sequence: &Sequence) -> Result<CUVIDEOFORMAT, NvdecError> {
+    let invalid = |reason: String| NvdecError::Invalid { op: "Decoder::prepare", reason };
+    let int = |v: u32| c_int::try_from(v).map_err(|_| invalid(format!("a display area coordinate of {v}")));
+    let depth = |bits: u32| {
+        bits.checked_sub(8).and_then(|d| u8::try_from(d).ok()).ok_or_else(|| invalid(format!("a bit depth of {bits}")))
+    };
+    let (left, top, right, bottom) = sequence.display_area;
+    Ok(CUVIDEOFORMAT {
+        codec: sequence.codec.raw(),
+        bit_depth_luma_minus8: depth(sequence.bit_depth_luma)?,
+        bit_depth_chroma_minus8: depth(sequence.bit_depth_chroma)?,
+        min_num_decode_surfaces: sequence.min_decode_surfaces,
+        coded_width: sequence.coded_width,
+        coded_height: sequence.coded_height,
+        display_area: CUVIDRECT { left: int(left)?, top: int(top)?, right: int(right)?, bottom: int(bottom)? },
+        chroma_format: sequence.chroma_format as ffi::cudaVideoChromaFormat,
+        progressive_sequence: 1,
+        ..CUVIDEOFORMAT::default()
+    })
 }
 
 /// The output surfaces a decoder is made with, from the first sequence header.
@@ -372,6 +416,40 @@ mod tests {
             max_height: 4096,
             max_macroblocks: 65536,
         }
+    }
+
+    #[test]
+    fn a_sequence_known_ahead_gives_the_format_the_parser_reports() {
+        // h264-66x38.h264 as the parser reported it on an H100 (the gpu_ tests).
+        let sequence = Sequence {
+            codec: Codec::H264,
+            coded_width: 80,
+            coded_height: 48,
+            display_area: (0, 0, 66, 38),
+            chroma_format: 1,
+            bit_depth_luma: 8,
+            bit_depth_chroma: 8,
+            min_decode_surfaces: 17,
+        };
+        let raw = sequence_format(&sequence).unwrap();
+        let format = video_format(Codec::H264, &raw).unwrap();
+        let want = VideoFormat {
+            codec: Codec::H264,
+            coded_width: 80,
+            coded_height: 48,
+            width: 66,
+            height: 38,
+            bit_depth: 8,
+            chroma_format: 1,
+        };
+        assert_eq!(format, want);
+        assert_eq!(
+            plan_surface(&format, &raw).unwrap(),
+            plan_surface(&want, &header((80, 48), (0, 0, 66, 38), 0)).unwrap()
+        );
+        assert_eq!(raw.min_num_decode_surfaces, 17);
+        assert!(sequence_format(&Sequence { bit_depth_luma: 7, ..sequence }).is_err());
+        assert!(sequence_format(&Sequence { display_area: (0, 0, u32::MAX, 38), ..sequence }).is_err());
     }
 
     #[test]

@@ -13,7 +13,10 @@
 //! - [`caps`]: what the GPU's NVDEC decodes;
 //! - [`Decoder`]: a parser, and the decoder it makes at the first sequence header (checked
 //!   against the caps; NV12 for 8-bit content, P016 for 10-bit, the display area cropped,
-//!   never scaled), in the stage's context, working on the stage's stream.
+//!   never scaled), in the stage's context, working on the stage's stream. A caller that knows
+//!   the stream's format before its first packet ([`Sequence`], from a description's parameter
+//!   sets) may make the decoder ahead ([`Decoder::prepare`]); the first sequence header keeps
+//!   it only if it is exactly the decoder that header would make, with surfaces enough.
 //!
 //! # Threads and contexts
 //!
@@ -50,9 +53,9 @@ pub mod ffi;
 mod format;
 mod library;
 
-pub use decoder::{DecodedFrame, Decoder, DecoderOptions, Packet};
+pub use decoder::{DecodedFrame, Decoder, DecoderOptions, Packet, Prepared};
 pub use error::NvdecError;
-pub use format::{Caps, Codec, DecodeStatus, VideoFormat, copy_extents};
+pub use format::{Caps, Codec, DecodeStatus, Sequence, VideoFormat, copy_extents};
 
 /// Whether NVDEC can be used here: `libnvcuvid` loads, the CUDA driver loads, and every
 /// function this crate calls resolves. Cheap after the first call. Creates no context.

@@ -521,3 +521,49 @@ fn gpu_decoders_leave_nothing_behind() {
     eprintln!("device memory in use: {before} bytes before 30 decoders, {after} after");
     assert!(after <= before + (4 << 20), "{} bytes more after 30 decoders", after.saturating_sub(before));
 }
+
+/// A decoder made ahead (`prepare`) for the stream's own format is kept at its first sequence
+/// header; one made for another is made anew there. Either way every picture comes out.
+#[test]
+fn gpu_a_decoder_made_ahead_is_kept_for_its_format_and_made_anew_for_another() {
+    let Some((gpu, _one_at_a_time)) = nvdec_for_test() else {
+        return;
+    };
+    let right = Sequence {
+        codec: Codec::H264,
+        coded_width: 80,
+        coded_height: 48,
+        display_area: (0, 0, 66, 38),
+        chroma_format: 1,
+        bit_depth_luma: 8,
+        bit_depth_chroma: 8,
+        min_decode_surfaces: 17,
+    };
+    let wrong = Sequence { coded_width: 96, ..right };
+    for (sequence, kept) in [(right, true), (wrong, false)] {
+        let mut decoder = Decoder::new(DecoderOptions::new(Codec::H264, gpu.stream_ptr() as usize)).unwrap();
+        assert_eq!(decoder.prepared(), Prepared::No);
+        decoder.prepare(&sequence).unwrap();
+        assert_eq!(decoder.prepared(), Prepared::Waiting);
+        assert!(decoder.prepare(&sequence).is_err(), "made twice");
+        let mut frames = 0;
+        let mut count = |frame: DecodedFrame<'_>| -> Result<(), NvdecError> {
+            assert_eq!((frame.width(), frame.height()), (66, 38));
+            frames += 1;
+            Ok(())
+        };
+        decoder.decode(Packet { data: H264, pts: 1000, end_of_stream: true }, &mut count).unwrap();
+        assert_eq!(frames, 8, "{sequence:?}");
+        let prepared = decoder.prepared();
+        eprintln!("{sequence:?}: {prepared:?}, {} decode surfaces", decoder.decode_surfaces());
+        if kept {
+            assert!(
+                matches!(prepared, Prepared::Kept { needed } if needed <= decoder.decode_surfaces()),
+                "{prepared:?}"
+            );
+        } else {
+            assert!(matches!(&prepared, Prepared::MadeAnew(why) if why.contains("coded 96x48")), "{prepared:?}");
+        }
+        assert_eq!(decoder.format().map(|f| (f.coded_width, f.coded_height)), Some((80, 48)));
+    }
+}

@@ -499,7 +499,7 @@ impl Plugin for Rtsp {
         let units: Units = Box::new(move |wait| feed.pop(wait));
         let decoder = match program {
             Some(program) => LiveDecoder::cpu(info.clone(), program, &what, units),
-            None => LiveDecoder::cuda(info.clone(), &what, ctx, units),
+            None => LiveDecoder::cuda(info.clone(), set_up.sps.as_deref(), &what, ctx, units),
         }
         .map_err(|e| refuse(e.message().to_owned()))?;
         gpuipc_plugin_api::info!("{what}: set up ({}); PLAY when the pipeline starts", describe_stream(&info));

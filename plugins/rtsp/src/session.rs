@@ -245,6 +245,9 @@ fn transport(cfg: &Config) -> Transport {
 pub struct SetUp {
     pub codec: Codec,
     pub info: Option<StreamInfo>,
+    /// The description's sequence parameter set (NAL unit, no start code), when it has one:
+    /// NVDEC's decoder is made from it before PLAY.
+    pub sps: Option<Vec<u8>>,
 }
 
 /// What the receiving thread tells `create` once: the session set up, or why it could not be.
@@ -358,11 +361,13 @@ impl Receiver {
         let setup = SetupOptions::default().transport(transport(&self.cfg)).frame_format(FrameFormat::SIMPLE);
         within(&self.cfg, "cannot SETUP", d.session.setup(d.stream, setup)).await?;
         if let Some(started) = self.started.take() {
-            let info = match d.session.streams()[d.stream].parameters() {
-                Some(ParametersRef::Video(p)) => Some(stream_info(&self.cfg, d.codec, p)?),
-                _ => None,
+            let (info, sps) = match d.session.streams()[d.stream].parameters() {
+                Some(ParametersRef::Video(p)) => {
+                    (Some(stream_info(&self.cfg, d.codec, p)?), sps_of(d.codec, p.extra_data()))
+                }
+                _ => (None, None),
             };
-            let _ = started.send(Ok(SetUp { codec: d.codec, info }));
+            let _ = started.send(Ok(SetUp { codec: d.codec, info, sps }));
         }
         if !self.wait_for_go() {
             return Ok(());

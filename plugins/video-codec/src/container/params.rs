@@ -69,6 +69,67 @@ pub fn h264_sps(nal: &[u8]) -> Result<SpsFacts, String> {
     })
 }
 
+/// The most frames an H.264 decoded picture buffer holds (`MaxDpbFrames`, 16 at any level).
+const H264_MAX_DPB_FRAMES: u8 = 16;
+
+/// What NVDEC's parser will report for an H.264 stream with this SPS (NAL unit, header byte
+/// included, no start code), so the decoder can be made before the stream's first packet:
+/// the coded size in macroblocks, the cropping as the display area, chroma and depths. The
+/// parser's own count of decode surfaces is not documented; this asks for the spec's most
+/// (a full picture buffer and the picture being decoded), so a conforming stream never needs
+/// more. The parser checks it all at the first sequence header and makes the decoder anew
+/// where it differs.
+pub fn h264_nvdec_sequence(nal: &[u8]) -> Result<gpuipc_nvdec::Sequence, String> {
+    use h264_reader::nal::sps::{ChromaFormat, FrameMbsFlags, SeqParameterSet};
+    use h264_reader::rbsp::{BitReader, ByteReader};
+    let body = nal.get(1..).ok_or("an empty H.264 sequence parameter set")?;
+    let sps = SeqParameterSet::from_bits(BitReader::new(ByteReader::without_skip(body)))
+        .map_err(|e| format!("cannot read its H.264 sequence parameter set: {e:?}"))?;
+    let (width, height) =
+        sps.pixel_dimensions().map_err(|e| format!("its H.264 sequence parameter set gives no picture size: {e:?}"))?;
+    let too_large = || "its H.264 sequence parameter set gives too large a picture".to_owned();
+    let coded_width =
+        sps.pic_width_in_mbs_minus1.checked_add(1).and_then(|w| w.checked_mul(16)).ok_or_else(too_large)?;
+    let field_pairs = if matches!(sps.frame_mbs_flags, FrameMbsFlags::Frames) { 1 } else { 2 };
+    let coded_height = sps
+        .pic_height_in_map_units_minus1
+        .checked_add(1)
+        .and_then(|h| h.checked_mul(16 * field_pairs))
+        .ok_or_else(too_large)?;
+    let chroma_format = match sps.chroma_info.chroma_format {
+        ChromaFormat::Monochrome => 0,
+        ChromaFormat::YUV420 => 1,
+        ChromaFormat::YUV422 => 2,
+        ChromaFormat::YUV444 => 3,
+        ChromaFormat::Invalid(v) => return Err(format!("its H.264 sequence parameter set has chroma_format_idc {v}")),
+    };
+    // The cropped picture's top left, in luma samples (pixel_dimensions gave its size): the
+    // crop units of the spec's 7.4.2.1.1, as pixel_dimensions counts them.
+    let (unit_x, unit_y) = match chroma_format {
+        1 => (2, 2 * field_pairs),
+        2 => (2, field_pairs),
+        _ => (1, field_pairs),
+    };
+    let (left, top) = sps
+        .frame_cropping
+        .as_ref()
+        .map_or((Some(0), Some(0)), |c| (c.left_offset.checked_mul(unit_x), c.top_offset.checked_mul(unit_y)));
+    let (Some(left), Some(top)) = (left, top) else { return Err(too_large()) };
+    let (Some(right), Some(bottom)) = (left.checked_add(width), top.checked_add(height)) else {
+        return Err(too_large());
+    };
+    Ok(gpuipc_nvdec::Sequence {
+        codec: gpuipc_nvdec::Codec::H264,
+        coded_width,
+        coded_height,
+        display_area: (left, top, right, bottom),
+        chroma_format,
+        bit_depth_luma: u32::from(sps.chroma_info.bit_depth_luma_minus8) + 8,
+        bit_depth_chroma: u32::from(sps.chroma_info.bit_depth_chroma_minus8) + 8,
+        min_decode_surfaces: H264_MAX_DPB_FRAMES + 1,
+    })
+}
+
 /// Read an HEVC SPS NAL unit (2-byte header included, no start code).
 pub fn hevc_sps(nal: &[u8]) -> Result<SpsFacts, String> {
     let sps = scuffle_h265::SpsNALUnit::parse(std::io::Cursor::new(nal))
@@ -141,6 +202,46 @@ fn leb128(data: &[u8]) -> Option<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The SPS NAL units (no start code) at the start of an Annex B stream.
+    fn h264_sps_of(stream: &[u8]) -> Vec<u8> {
+        let mut at = 0;
+        let starts: Vec<usize> = std::iter::from_fn(|| {
+            let found = stream[at..].windows(3).position(|w| w == [0, 0, 1])? + at + 3;
+            at = found;
+            Some(found)
+        })
+        .collect();
+        let start = *starts.iter().find(|&&s| stream[s] & 0x1f == H264_SPS).expect("an SPS");
+        let end = starts.iter().find(|&&s| s > start).map_or(stream.len(), |&s| s - 3);
+        // A 4-byte start code leaves its zero at the end of the unit before.
+        let mut nal = stream[start..end].to_vec();
+        while nal.last() == Some(&0) {
+            nal.pop();
+        }
+        nal
+    }
+
+    #[test]
+    fn h264_sequences_for_nvdec_give_the_coded_size_and_the_cropping() {
+        let testdata = concat!(env!("CARGO_MANIFEST_DIR"), "/../../plugin-api/nvdec/testdata/");
+        // Coded 80x48 and 48x32 as NVDEC reported them on an H100 (gpuipc-nvdec's tests).
+        for (file, coded, shown) in [("h264-66x38.h264", (80, 48), (66, 38)), ("h264-34x18.h264", (48, 32), (34, 18))] {
+            let stream = std::fs::read(format!("{testdata}{file}")).unwrap();
+            let sequence = h264_nvdec_sequence(&h264_sps_of(&stream)).unwrap();
+            assert_eq!(sequence.codec, gpuipc_nvdec::Codec::H264, "{file}");
+            assert_eq!((sequence.coded_width, sequence.coded_height), coded, "{file}");
+            assert_eq!(sequence.display_area, (0, 0, shown.0, shown.1), "{file}");
+            assert_eq!(
+                (sequence.chroma_format, sequence.bit_depth_luma, sequence.bit_depth_chroma),
+                (1, 8, 8),
+                "{file}"
+            );
+            assert_eq!(sequence.min_decode_surfaces, 17, "{file}");
+        }
+        assert!(h264_nvdec_sequence(&[]).is_err());
+        assert!(h264_nvdec_sequence(&[0x67, 0xff]).is_err());
+    }
 
     #[test]
     fn av1_sequence_headers_are_found_behind_other_obus() {

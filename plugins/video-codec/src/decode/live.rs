@@ -20,7 +20,7 @@ use gpuipc_nvdec as nvdec;
 use gpuipc_plugin_api::child::ChildProcess;
 use gpuipc_plugin_api::{CreateContext, Error, OutputFrame, Result, bail};
 
-use crate::container::StreamInfo;
+use crate::container::{StreamInfo, params};
 use crate::decode::{cpu, cuda};
 
 /// One access unit of a live stream (Annex B, parameter sets before each key frame).
@@ -78,12 +78,24 @@ impl LiveDecoder {
         LiveCpu::start(info, program, what, units).map(LiveDecoder::Cpu)
     }
 
-    /// NVDEC on the stage's context and stream, fed from `units` on the stage's thread.
-    pub fn cuda(info: StreamInfo, what: &str, ctx: &CreateContext<'_>, units: Units) -> Result<LiveDecoder> {
+    /// NVDEC on the stage's context and stream, fed from `units` on the stage's thread. With
+    /// the description's sequence parameter set (`sps`, H.264 for now), the decoder is made
+    /// here, before the camera sends, instead of at the stream's first key frame (NVDEC keeps
+    /// it if the stream's own sequence header says the same, else makes it anew there).
+    pub fn cuda(
+        info: StreamInfo,
+        sps: Option<&[u8]>,
+        what: &str,
+        ctx: &CreateContext<'_>,
+        units: Units,
+    ) -> Result<LiveDecoder> {
         cuda::check_caps(&info, what)?;
         let options = nvdec::DecoderOptions { codec: info.codec, stream: ctx.cuda_stream, display_delay: 0 };
         let mut decoder = nvdec::Decoder::new(options).map_err(|e| Error::new(format!("{what}: {e}")))?;
         decoder.set_one_picture_per_packet(true);
+        if let (nvdec::Codec::H264, Some(sps)) = (info.codec, sps) {
+            prepare(&mut decoder, sps, what);
+        }
         Ok(LiveDecoder::Cuda(LiveCuda {
             info,
             decoder,
@@ -233,6 +245,20 @@ impl Drop for LiveCpu {
     }
 }
 
+/// Make NVDEC's decoder from an H.264 SPS before the stream's first packet. Failing is no
+/// error: the parser makes it at the first key frame then, as without this.
+fn prepare(decoder: &mut nvdec::Decoder, sps: &[u8], what: &str) {
+    let began = Instant::now();
+    let prepared = params::h264_nvdec_sequence(sps).and_then(|s| decoder.prepare(&s).map_err(|e| e.to_string()));
+    let ms = began.elapsed().as_secs_f64() * 1000.0;
+    match prepared {
+        Ok(()) => gpuipc_plugin_api::info!("{what}: NVDEC made the decoder before PLAY in {ms:.0} ms"),
+        Err(e) => gpuipc_plugin_api::info!(
+            "{what}: NVDEC's decoder is not made before PLAY ({e}); it is made at the first key frame"
+        ),
+    }
+}
+
 /// NVDEC, fed on the stage's thread.
 pub struct LiveCuda {
     info: StreamInfo,
@@ -261,11 +287,28 @@ impl LiveCuda {
             // NVDEC makes the decoder at the stream's first sequence header, on this thread,
             // while the camera sends: N stages starting at once make N at once, and a stage
             // whose decoder comes late finds its queue full. Said, so a start-up drop has a why.
-            let making = self.decoder.format().is_none().then(Instant::now);
+            // A decoder made before PLAY is normally kept at the first sequence header; one
+            // made for another format is made anew there, and said so, with why.
+            let waiting = self.decoder.prepared() == nvdec::Prepared::Waiting;
+            let making = (waiting || self.decoder.format().is_none()).then(Instant::now);
             self.decoder.push(packet).map_err(|e| Error::new(format!("{}: {e}", self.what)))?;
-            if let Some(began) = making.filter(|_| self.decoder.format().is_some()) {
+            let prepared = self.decoder.prepared();
+            if let Some(began) =
+                making.filter(|_| self.decoder.format().is_some() && prepared != nvdec::Prepared::Waiting)
+            {
                 let ms = began.elapsed().as_secs_f64() * 1000.0;
-                if ms >= SLOW_DECODER_MS {
+                if let nvdec::Prepared::Kept { needed } = prepared {
+                    gpuipc_plugin_api::info!(
+                        "{}: NVDEC kept the decoder made before PLAY (its {} decode surfaces; the stream's own header would have made {needed})",
+                        self.what,
+                        self.decoder.decode_surfaces()
+                    );
+                } else if let nvdec::Prepared::MadeAnew(why) = &prepared {
+                    gpuipc_plugin_api::warn!(
+                        "{}: NVDEC made the decoder anew at the first key frame in {ms:.0} ms ({why}); the camera's frames queued meanwhile",
+                        self.what
+                    );
+                } else if ms >= SLOW_DECODER_MS {
                     gpuipc_plugin_api::warn!(
                         "{}: NVDEC took {ms:.0} ms to make the decoder at the first key frame; the camera's frames queued meanwhile",
                         self.what
