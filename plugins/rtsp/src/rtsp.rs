@@ -208,31 +208,7 @@ impl Params {
 
 /// The output format of a stream, or why the rtsp source cannot give it.
 pub fn output_format(info: &StreamInfo, what: &str) -> Result<FrameFormat> {
-    if info.chroma != Chroma::C420 {
-        bail!(
-            "{what}: {} {} has {} chroma; the rtsp source makes nv12 and p010 frames (4:2:0) only",
-            info.codec.name(),
-            info.profile,
-            info.chroma.name()
-        );
-    }
-    let pixel = match info.bit_depth {
-        8 => PixelFormat::Nv12,
-        10 => PixelFormat::P010,
-        depth => bail!(
-            "{what}: {} {} is {depth}-bit; the rtsp source decodes 8 and 10-bit video only",
-            info.codec.name(),
-            info.profile
-        ),
-    };
-    if info.width == 0 || info.height == 0 || !info.width.is_multiple_of(2) || !info.height.is_multiple_of(2) {
-        bail!(
-            "{what}: a picture of {}x{}; the rtsp source decodes pictures of an even width and height only",
-            info.width,
-            info.height
-        );
-    }
-    Ok(FrameFormat::new(pixel, info.width, info.height))
+    gpuipc_video_codec::decode::frame_format(info, &what, "rtsp")
 }
 
 /// The stream a pipeline was planned for (`output`), as the decoders need it, when the camera's

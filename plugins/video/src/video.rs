@@ -13,7 +13,7 @@ use gpuipc_plugin_api::{
 };
 use serde::Deserialize;
 
-use crate::container::{Chroma, Index};
+use crate::container::Index;
 use crate::decode::{Decoder, Read1, cpu::CpuDecoder, cuda::GpuDecoder};
 
 /// The `params` table of a video stage.
@@ -48,35 +48,7 @@ impl Params {
 
 /// The output format of a stream, or why the video source cannot give it.
 pub fn output_format(index: &Index, path: &Path) -> Result<FrameFormat> {
-    let info = &index.info;
-    let what = path.display();
-    if info.chroma != Chroma::C420 {
-        bail!(
-            "{what}: {} {} has {} chroma; the video source makes nv12 and p010 frames (4:2:0) only",
-            info.codec.name(),
-            info.profile,
-            info.chroma.name()
-        );
-    }
-    let pixel = match info.bit_depth {
-        8 => PixelFormat::Nv12,
-        10 => PixelFormat::P010,
-        depth => bail!(
-            "{what}: {} {} is {depth}-bit; the video source decodes 8-bit (nv12) and 10-bit (p010) video only",
-            info.codec.name(),
-            info.profile
-        ),
-    };
-    // H.264 and HEVC crop 4:2:0 pictures in steps of 2; VP9 and AV1 may have odd sizes, which
-    // NVDEC rounds up and the source does not take yet.
-    if info.width == 0 || info.height == 0 || !info.width.is_multiple_of(2) || !info.height.is_multiple_of(2) {
-        bail!(
-            "{what}: a picture of {}x{}; the video source decodes pictures of an even width and height only",
-            info.width,
-            info.height
-        );
-    }
-    Ok(FrameFormat::new(pixel, info.width, info.height))
+    gpuipc_video_codec::decode::frame_format(&index.info, &path.display(), "video")
 }
 
 /// Where a realtime source is on the wall clock: when the frame it started at was due.
@@ -281,6 +253,7 @@ impl Video {
 
 #[cfg(test)]
 mod tests {
+    use crate::container::Chroma;
     use gpuipc_plugin_api::parse_params;
     use gpuipc_plugin_api::testing::check_doc_examples;
 
