@@ -11,12 +11,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::rtsp_server::RtspServer;
 use common::*;
 
 const REQUIRE_RTSP_ENV: &str = "GPUIPC_REQUIRE_RTSP";
@@ -61,63 +60,14 @@ fn server_for_test(test: &str) -> Option<String> {
     }
 }
 
-/// A running test server; killed when dropped.
-struct Server {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    port: u16,
-}
-
-impl Server {
-    fn start(python: &str, dir: &Path, port: u16, extra: &[&str]) -> Server {
-        let script = repo_root().join("scripts/rtsp-test-server.py");
-        let mut child = Command::new(python)
-            .arg(script)
-            .args(["--port", &port.to_string(), "--record", &dir.to_string_lossy()])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, lines) = mpsc::channel();
-        let out = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut server = Server { child, lines, port: 0 };
-        let said = server.wait_for("port ");
-        server.port = said["port ".len()..].trim().parse().unwrap();
-        server
-    }
-
-    /// The first line from now on that starts with `needle`.
-    fn wait_for(&mut self, needle: &str) -> String {
-        loop {
-            match self.lines.recv_timeout(WAIT) {
-                Ok(line) if line.starts_with(needle) => return line,
-                Ok(_) => {}
-                Err(e) => panic!("the RTSP test server said no `{needle}`: {e}"),
-            }
-        }
-    }
-
-    fn signal(&self, signal: rustix::process::Signal) {
-        rustix::process::kill_process(rustix::process::Pid::from_child(&self.child), signal).unwrap();
-    }
-
-    fn url(&self, credentials: &str) -> String {
-        format!("rtsp://{credentials}127.0.0.1:{}/cam0", self.port)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// GStreamer's test server on `port` (0: any), what it sends each client written under `dir`.
+fn gst_server(python: &str, dir: &Path, port: u16, extra: &[&str]) -> RtspServer {
+    let mut command = Command::new(python);
+    command
+        .arg(repo_root().join("scripts/rtsp-test-server.py"))
+        .args(["--port", &port.to_string(), "--record", &dir.to_string_lossy()])
+        .args(extra);
+    RtspServer::start(command)
 }
 
 fn camera_pipeline(dir: &Path, name: &str, frames: u64, params: &str) -> PathBuf {
@@ -190,7 +140,7 @@ fn no_credentials(done: &Finished, dir: &Path) {
 fn frames_equal_ffmpegs_decode_of_what_the_server_sent() {
     let Some(python) = server_for_test("frames_equal_ffmpegs_decode_of_what_the_server_sent") else { return };
     let dir = scratch("rtsp-equal");
-    let server = Server::start(&python, &dir, 0, &["--frames", "120", "--size", "320x240"]);
+    let server = gst_server(&python, &dir, 0, &["--frames", "120", "--size", "320x240"]);
     let url = server.url(&format!("viewer:{PASSWORD}@"));
     let p = camera_pipeline(&dir, "equal", 60, &format!("url = \"{url}\""));
     let done = run_ok(&dir, &p, &SUMS_AND_REPORT);
@@ -226,7 +176,7 @@ fn rising_across_a_gap(dir: &Path, frames: u64) -> Vec<u64> {
 fn a_server_killed_and_started_again_is_ridden_out() {
     let Some(python) = server_for_test("a_server_killed_and_started_again_is_ridden_out") else { return };
     let dir = scratch("rtsp-restart");
-    let mut server = Server::start(&python, &dir, 0, &[]);
+    let server = gst_server(&python, &dir, 0, &[]);
     let port = server.port;
     let url = server.url(&format!("viewer:{PASSWORD}@"));
     let p = camera_pipeline(&dir, "restart", 90, &format!("url = \"{url}\", reconnect = 0.2, reconnect_max = 0.5"));
@@ -247,7 +197,7 @@ fn a_server_killed_and_started_again_is_ridden_out() {
     for _ in 0..5 {
         run.wait_for_stderr("connecting again", WAIT);
     }
-    let mut again = Server::start(&python, &dir, port, &[]);
+    let again = gst_server(&python, &dir, port, &[]);
     again.wait_for("client");
     let done = run.finish(WAIT);
     assert!(done.status.success(), "{}", done.output());
@@ -266,7 +216,7 @@ fn a_server_killed_and_started_again_is_ridden_out() {
 fn a_stalled_stream_is_caught_and_connected_again() {
     let Some(python) = server_for_test("a_stalled_stream_is_caught_and_connected_again") else { return };
     let dir = scratch("rtsp-stall");
-    let mut server = Server::start(&python, &dir, 0, &[]);
+    let server = gst_server(&python, &dir, 0, &[]);
     let url = server.url("");
     let p = camera_pipeline(&dir, "stall", 90, &format!("url = \"{url}\", timeout = 1.0, reconnect = 0.2"));
     let p = p.to_string_lossy().to_string();
@@ -290,7 +240,7 @@ fn a_stalled_stream_is_caught_and_connected_again() {
 fn a_wrong_password_is_refused_naming_the_stage() {
     let Some(python) = server_for_test("a_wrong_password_is_refused_naming_the_stage") else { return };
     let dir = scratch("rtsp-401");
-    let server = Server::start(&python, &dir, 0, &["--user", "viewer", "--password", "right"]);
+    let server = gst_server(&python, &dir, 0, &["--user", "viewer", "--password", "right"]);
     let url = server.url(&format!("viewer:{PASSWORD}@"));
     let p = camera_pipeline(&dir, "denied", 10, &format!("url = \"{url}\""));
     let done = run_file(&dir, &p, &[]);
@@ -321,7 +271,7 @@ fn a_bad_url_is_refused_at_validate() {
 fn the_camera_pipeline_runs_against_the_test_server() {
     let Some(python) = server_for_test("the_camera_pipeline_runs_against_the_test_server") else { return };
     let dir = scratch("rtsp-pipeline");
-    let server = Server::start(&python, &dir, 0, &["--user", "viewer", "--password", PASSWORD]);
+    let server = gst_server(&python, &dir, 0, &["--user", "viewer", "--password", PASSWORD]);
     let text = std::fs::read_to_string(repo_root().join("pipelines/cameras/rtsp-camera.toml")).unwrap();
     let text = text.replace("rtsp://camera.local:554/stream1", &server.url(""));
     let p = pipeline(&dir, "rtsp-camera", &text);

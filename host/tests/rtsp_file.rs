@@ -10,12 +10,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
+use common::rtsp_server::RtspServer;
 use common::*;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -23,63 +22,11 @@ const SIZE: (usize, usize) = (320, 240);
 /// Frames in each file: the runs take more, so the stream loops.
 const FILE_FRAMES: usize = 20;
 
-/// A running file server; killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-    /// Its standard output's lines (`client K` at each PLAY, `paused`, ...), read on.
-    lines: mpsc::Receiver<String>,
-}
-
-impl Server {
-    fn start(file: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new("python3")
-            .arg(repo_root().join("scripts/rtsp-file-server.py"))
-            .arg(file)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, rx) = mpsc::channel();
-        let out = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let line = rx.recv_timeout(WAIT).expect("the file server says its port");
-        let port = line.strip_prefix("port ").unwrap_or_else(|| panic!("not a port: {line}")).parse().unwrap();
-        Server { child, port, lines: rx }
-    }
-
-    /// The lines it says up to and including the first that is `needle`.
-    fn lines_until(&self, needle: &str) -> Vec<String> {
-        let mut seen = Vec::new();
-        loop {
-            let line = self.lines.recv_timeout(WAIT).unwrap_or_else(|e| panic!("the server said no `{needle}`: {e}"));
-            seen.push(line);
-            if seen.last().unwrap() == needle {
-                return seen;
-            }
-        }
-    }
-
-    fn signal(&self, signal: rustix::process::Signal) {
-        rustix::process::kill_process(rustix::process::Pid::from_child(&self.child), signal).unwrap();
-    }
-
-    fn url(&self, credentials: &str) -> String {
-        format!("rtsp://{credentials}127.0.0.1:{}/cam0", self.port)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The pure-Python server looping `file`.
+fn file_server(file: &Path, extra: &[&str]) -> RtspServer {
+    let mut command = Command::new("python3");
+    command.arg(repo_root().join("scripts/rtsp-file-server.py")).arg(file).args(extra);
+    RtspServer::start(command)
 }
 
 /// An Annex B file of `FILE_FRAMES` frames without B-frames, a key frame every 10.
@@ -146,7 +93,7 @@ fn frames_equal_the_files(test: &str, codec: &str, transport: &str) {
     }
     let dir = scratch(&format!("rtsp-file-{codec}-{transport}"));
     let file = make_file(&dir, codec);
-    let server = Server::start(&file, &["--user", "viewer", "--password", "right"]);
+    let server = file_server(&file, &["--user", "viewer", "--password", "right"]);
     let frames = FILE_FRAMES as u64 * 3 / 2;
     let params = format!("url = \"{}\", transport = \"{transport}\"", server.url("viewer:right@"));
     let p = camera_pipeline(&dir, "equal", frames, &params);
@@ -184,7 +131,7 @@ fn a_wrong_password_is_refused_with_401() {
     }
     let dir = scratch("rtsp-file-401");
     let file = make_file(&dir, "h264");
-    let server = Server::start(&file, &["--user", "viewer", "--password", "right"]);
+    let server = file_server(&file, &["--user", "viewer", "--password", "right"]);
     let p = camera_pipeline(&dir, "denied", 10, &format!("url = \"{}\"", server.url("viewer:wrong@")));
     let done = run(&dir, &["validate", &p.to_string_lossy()]);
     assert_ne!(done.status.code(), Some(0), "{}", done.output());
@@ -202,7 +149,7 @@ fn sender_reports_stamp_the_frames_with_clock_sender() {
     }
     let dir = scratch("rtsp-file-sender");
     let file = make_file(&dir, "h264");
-    let server = Server::start(&file, &["--clock-offset", "-3600"]);
+    let server = file_server(&file, &["--clock-offset", "-3600"]);
     let p50 = |clock: &str| {
         let p = camera_pipeline(&dir, clock, 15, &format!("url = \"{}\", clock = \"{clock}\"", server.url("")));
         let done = run_ok(&dir, &p, &SUMS_AND_REPORT);
@@ -233,7 +180,7 @@ fn width_and_height_plan_without_the_camera_and_are_checked_when_it_comes() {
     assert_eq!(done.status.code(), Some(0), "{}", done.output());
     assert!(done.output().contains("planned as H.264 or HEVC, 320x240"), "{}", done.output());
     let file = make_file(&dir, "h264");
-    let server = Server::start(&file, &[]);
+    let server = file_server(&file, &[]);
     let url = server.url("");
     let p = camera_pipeline(&dir, "size", 10, &format!("url = \"{url}\", width = 640, height = 480"));
     let done = run_file(&dir, &p, &[]);
@@ -267,7 +214,7 @@ fn the_camera_plays_only_once_the_pipeline_has_started() {
     }
     let dir = scratch("rtsp-file-start");
     let file = make_file(&dir, "h264");
-    let server = Server::start(&file, &[]);
+    let server = file_server(&file, &[]);
     let gate = dir.join("gate");
     let made = Command::new("mkfifo").arg(&gate).status().unwrap();
     assert!(made.success());

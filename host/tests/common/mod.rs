@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod netns;
+pub mod rtsp_server;
 mod runs;
 
 // Each test crate uses some of these, as with `dead_code` above.
