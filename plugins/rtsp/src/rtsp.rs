@@ -12,6 +12,7 @@ use gpuipc_plugin_api::{
     ProcessContext, Result, bail,
 };
 use gpuipc_video_codec::container::{Chroma, Codec, StreamInfo};
+use gpuipc_video_codec::decode::cpu;
 use gpuipc_video_codec::decode::live::{LiveDecoder, Next, Units};
 use serde::Deserialize;
 
@@ -166,9 +167,7 @@ impl Params {
             }
             _ => {}
         }
-        if self.ffmpeg.as_deref() == Some("") {
-            problems.push("param `ffmpeg` is empty; leave it out for `ffmpeg` on PATH".to_owned());
-        }
+        problems.extend(cpu::ffmpeg_param_problem(self.ffmpeg.as_deref()));
         if problems.is_empty() { Ok(()) } else { Err(Error::new(problems.join("; "))) }
     }
 
@@ -380,13 +379,7 @@ impl Plugin for Rtsp {
             range: "",
             description: "the codec the camera must send; another is refused when the stream comes",
         },
-        ParamInfo {
-            name: "ffmpeg",
-            kind: "string",
-            default: ParamInfo::NONE,
-            range: "",
-            description: "cpu domain: the ffmpeg program that decodes; $GPUIPC_FFMPEG when not given, else `ffmpeg` on PATH",
-        },
+        cpu::FFMPEG_PARAM,
     ];
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {

@@ -14,7 +14,7 @@ use gpuipc_plugin_api::{
 use serde::Deserialize;
 
 use crate::container::Index;
-use crate::decode::{Decoder, Read1, cpu::CpuDecoder, cuda::GpuDecoder};
+use crate::decode::{Decoder, Read1, cpu, cpu::CpuDecoder, cuda::GpuDecoder};
 
 /// The `params` table of a video stage.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -39,9 +39,7 @@ impl Params {
         if self.path.as_os_str().is_empty() {
             problems.push("param `path` is empty; give the video file to decode".to_owned());
         }
-        if self.ffmpeg.as_deref() == Some("") {
-            problems.push("param `ffmpeg` is empty; leave it out for `ffmpeg` on PATH".to_owned());
-        }
+        problems.extend(cpu::ffmpeg_param_problem(self.ffmpeg.as_deref()));
         if problems.is_empty() { Ok(()) } else { Err(Error::new(problems.join("; "))) }
     }
 }
@@ -140,13 +138,7 @@ impl Plugin for Video {
             range: "",
             description: "hand frames on at the pace of their timestamps, as a camera would; otherwise as fast as the pipeline takes them",
         },
-        ParamInfo {
-            name: "ffmpeg",
-            kind: "string",
-            default: ParamInfo::NONE,
-            range: "",
-            description: "cpu domain: the ffmpeg program that decodes; $GPUIPC_FFMPEG when not given, else `ffmpeg` on PATH",
-        },
+        cpu::FFMPEG_PARAM,
     ];
 
     fn check(params: &Params, _inputs: &[FrameFormat]) -> Result<()> {

@@ -16,9 +16,24 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use gpuipc_plugin_api::child::ChildProcess;
-use gpuipc_plugin_api::{Error, OutputFrame, Result, bail};
+use gpuipc_plugin_api::{Error, OutputFrame, ParamInfo, Result, bail};
 
 use crate::container::{Codec, Entry, Index, Packets, StreamInfo};
+
+/// The `ffmpeg` param of the sources that decode with this (`video`, `rtsp`), as `inspect`
+/// shows it.
+pub const FFMPEG_PARAM: ParamInfo = ParamInfo {
+    name: "ffmpeg",
+    kind: "string",
+    default: ParamInfo::NONE,
+    range: "",
+    description: "cpu domain: the ffmpeg program that decodes; $GPUIPC_FFMPEG when not given, else `ffmpeg` on PATH",
+};
+
+/// What is wrong with an `ffmpeg` param, if anything: an empty one.
+pub fn ffmpeg_param_problem(ffmpeg: Option<&str>) -> Option<String> {
+    (ffmpeg == Some("")).then(|| "param `ffmpeg` is empty; leave it out for `ffmpeg` on PATH".to_owned())
+}
 
 /// A pass of ffmpeg over the file.
 #[derive(Debug)]
