@@ -421,16 +421,7 @@ mod tests {
     #[test]
     fn a_sequence_known_ahead_gives_the_format_the_parser_reports() {
         // h264-66x38.h264 as the parser reported it on an H100 (the gpu_ tests).
-        let sequence = Sequence {
-            codec: Codec::H264,
-            coded_width: 80,
-            coded_height: 48,
-            display_area: (0, 0, 66, 38),
-            chroma_format: 1,
-            bit_depth_luma: 8,
-            bit_depth_chroma: 8,
-            min_decode_surfaces: 17,
-        };
+        let sequence = crate::tests::H264_66X38;
         let raw = sequence_format(&sequence).unwrap();
         let format = video_format(Codec::H264, &raw).unwrap();
         let want = VideoFormat {

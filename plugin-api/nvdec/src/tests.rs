@@ -10,6 +10,19 @@ use gpuipc_cuda::{DeviceMemory, Gpu, memory_in_use, testing};
 
 use super::*;
 
+/// testdata/h264-66x38.h264's sequence as NVDEC's parser reported it on an H100 (80x48 coded,
+/// 66x38 shown, 4:2:0 8-bit), with the decode surfaces `prepare` plans for H.264.
+pub(crate) const H264_66X38: Sequence = Sequence {
+    codec: Codec::H264,
+    coded_width: 80,
+    coded_height: 48,
+    display_area: (0, 0, 66, 38),
+    chroma_format: 1,
+    bit_depth_luma: 8,
+    bit_depth_chroma: 8,
+    min_decode_surfaces: 17,
+};
+
 const H264: &[u8] = include_bytes!("../testdata/h264-66x38.h264");
 /// ffmpeg's decode of [`H264`] to nv12, 8 frames in display order.
 const H264_NV12: &[u8] = include_bytes!("../testdata/h264-66x38.nv12");
@@ -529,16 +542,7 @@ fn gpu_a_decoder_made_ahead_is_kept_for_its_format_and_made_anew_for_another() {
     let Some((gpu, _one_at_a_time)) = nvdec_for_test() else {
         return;
     };
-    let right = Sequence {
-        codec: Codec::H264,
-        coded_width: 80,
-        coded_height: 48,
-        display_area: (0, 0, 66, 38),
-        chroma_format: 1,
-        bit_depth_luma: 8,
-        bit_depth_chroma: 8,
-        min_decode_surfaces: 17,
-    };
+    let right = H264_66X38;
     let wrong = Sequence { coded_width: 96, ..right };
     for (sequence, kept) in [(right, true), (wrong, false)] {
         let mut decoder = Decoder::new(DecoderOptions::new(Codec::H264, gpu.stream_ptr() as usize)).unwrap();
