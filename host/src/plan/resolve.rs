@@ -848,6 +848,8 @@ fn wire_links(stages: &[StagePlan]) -> Vec<LinkPlan> {
             links[input.link].policies.push(input.policy);
         }
     }
+    // From which frame size a ring on another GPU than its producer's is pushed into.
+    let push_min_bytes = super::tuning::Overrides::from_env(None).peer_push_min_bytes();
     for link in links.iter_mut() {
         // Every process is an end: replicas spread over GPUs read and write from each of them.
         let ends = |s: usize| -> Vec<(gpuipc_plugin_api::Domain, Option<u32>)> {
@@ -869,7 +871,7 @@ fn wire_links(stages: &[StagePlan]) -> Vec<LinkPlan> {
         if remote().any(|&c| stages[c].input_transport == crate::config::InputTransport::Nccl) {
             consumers.push((stages[link.producer].domain, stages[link.producer].device));
         }
-        let push = link.layout.total_bytes >= super::tuning::Overrides::from_env(None).peer_push_min_bytes();
+        let push = link.layout.total_bytes >= push_min_bytes;
         link.memory = link_memory(&ends(link.producer), &consumers, stages[link.producer].transport, push, &Driver);
     }
     links
