@@ -176,10 +176,35 @@ pub const MAX_GRID_Y: u32 = 65535;
 /// The largest `gridDim.x` CUDA allows.
 pub const MAX_GRID_X: u32 = i32::MAX as u32;
 
+/// Set by the host for a cuda stage's process: the most rows a kernel launched with
+/// [`row_grid`] works on at once (block rows; its grid-stride loop covers the other rows), 0
+/// or unset for one block row a row. The host bounds them on a GPU whose large frames cross
+/// to another GPU through its copy engines: a kernel that takes all of the GPU's memory
+/// bandwidth for a moment starves the copies, and the link then carries less than it can
+/// (docs/gpu.md, "Kernels paced beside the link").
+pub const KERNEL_ROWS_ENV: &str = "GPUIPC_KERNEL_ROWS";
+
 /// The grid of a row kernel with grid-stride loops in both dimensions: enough blocks of
-/// `block_x` threads for `threads_per_row` threads in x, one block row per row in y, each
-/// clamped to CUDA's limits (a grid-stride kernel covers the rest) and at least 1.
+/// `block_x` threads for `threads_per_row` threads in x, one block row per row in y (at most
+/// as many as this stage's [`KERNEL_ROWS_ENV`] allows), each clamped to CUDA's limits (a
+/// grid-stride kernel covers the rest) and at least 1.
 pub fn row_grid(threads_per_row: u64, rows: u64, block_x: u32) -> (u32, u32, u32) {
+    row_grid_within(threads_per_row, rows, block_x, paced_rows())
+}
+
+/// [`row_grid`] with at most `max_rows` block rows (0: no bound but CUDA's).
+pub fn row_grid_within(threads_per_row: u64, rows: u64, block_x: u32, max_rows: u32) -> (u32, u32, u32) {
     let x = threads_per_row.div_ceil(block_x.max(1) as u64);
-    (x.clamp(1, MAX_GRID_X as u64) as u32, rows.clamp(1, MAX_GRID_Y as u64) as u32, 1)
+    let max_y = match max_rows {
+        0 => MAX_GRID_Y,
+        n => n.min(MAX_GRID_Y),
+    };
+    (x.clamp(1, MAX_GRID_X as u64) as u32, rows.clamp(1, max_y as u64) as u32, 1)
+}
+
+/// This process's [`KERNEL_ROWS_ENV`], read once (a launch is too frequent to read it each
+/// time); 0 where it is unset or not a number.
+fn paced_rows() -> u32 {
+    static ROWS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| std::env::var(KERNEL_ROWS_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0))
 }
