@@ -30,9 +30,13 @@
 #           cuda:0) in one pipeline: the link used both ways, as by the split chain, with no
 #           chain between the directions; the slower chain's frames/s ("yuv" or "yuv2")
 #   WAY-dN  WAY with every ring N slots deep (the default is 8 at 4K)
+#   WAY+rN  WAY with every cuda stage's row kernels working on at most N rows at once
+#           (GPUIPC_KERNEL_ROWS=N; 0: unpaced). By default stages on a GPU that 4K frames cross
+#           to or from another GPU are paced at 64 rows, others not (docs/gpu.md, "Kernels
+#           paced beside the link")
 #
-# WAYS="push copy read one oneway-push oneway-copy sink-push sink-copy sink-read sink-one
-# duplex-push duplex-copy" by default.
+# WAYS="push push+r0 copy copy+r0 read one oneway-push oneway-copy sink-push sink-copy
+# sink-read sink-one duplex-push duplex-copy" by default.
 #
 # SIZES="3840x2160 1920x1080" by default.
 set -uo pipefail
@@ -98,8 +102,12 @@ for size in ${SIZES:-3840x2160 1920x1080}; do
     h=${size#*x}
     bytes=$(( (w * 3 + 63) / 64 * 64 * h ))
     for round in $(seq 1 "$rounds"); do
-        for way in ${WAYS:-push copy read one oneway-push oneway-copy sink-push sink-copy sink-read sink-one duplex-push duplex-copy}; do
-            base=${way%@*}
+        for way in ${WAYS:-push push+r0 copy copy+r0 read one oneway-push oneway-copy sink-push sink-copy sink-read sink-one duplex-push duplex-copy}; do
+            rows_env=()
+            base=$way
+            case $way in *+r[0-9]*) rows_env=(GPUIPC_KERNEL_ROWS="${way##*+r}"); base=${way%+r*} ;; esac
+            lanes=$base
+            base=${base%@*}
             file=$work/$way-$size.toml
             split "$w" "$h" "$base" > "$file"
             env=()
@@ -109,8 +117,9 @@ for size in ${SIZES:-3840x2160 1920x1080}; do
                 *push) env=(GPUIPC_PEER_PUSH_MIN_BYTES=0) ;;
                 copy-spin) env=(GPUIPC_PEER_PUSH_MIN_BYTES=18446744073709551615 GPUIPC_READY_SPIN_US=200) ;;
             esac
-            if [ "$base" != "$way" ]; then env+=(GPUIPC_PEER_COPY_LANES="${way#*@}"); fi
-            log=$results/$way-$size-r$round.txt
+            if [ "$base" != "$lanes" ]; then env+=(GPUIPC_PEER_COPY_LANES="${lanes#*@}"); fi
+            env+=("${rows_env[@]}")
+            log=$results/${way//[:+@]/_}-$size-r$round.txt
             if [ "$round" = 1 ]; then env "${env[@]}" "$host" validate "$file" | grep -E "^gen|^grade" | sed 's/^/    /'; fi
             if ! (cd "$work" && env "${env[@]}" "$host" run "$file" --frames "$frames" > "$log" 2>&1); then
                 echo "$size $way r$round failed: see $log"

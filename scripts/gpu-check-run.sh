@@ -183,6 +183,12 @@ for t in tests/*; do
     GPUIPC_REQUIRE_GPU=1 GPUIPC_REQUIRE_NVRTC=1 "$t" gpu_ 2>&1 | grep -E "^test |test result|panicked|assert" | sed "s|^|    $(basename "$t"): |" 
     [ "${PIPESTATUS[0]}" = 0 ] || fail "$(basename "$t") gpu tests"
 done
+# Paced kernels (docs/gpu.md, "Kernels paced beside the link"): the plugins' kernels with 3
+# rows at once, their grid-stride loops covering the rest, against the CPU reference again.
+for t in tests/gpuipc-generator tests/gpuipc-rgb-process tests/gpuipc-yuv420 tests/gpuipc-yuv-to-rgb; do
+    GPUIPC_KERNEL_ROWS=3 GPUIPC_REQUIRE_GPU=1 GPUIPC_REQUIRE_NVRTC=1 "$t" gpu_ 2>&1 | grep -E "test result|panicked|assert" | sed "s|^|    $(basename "$t") (3 rows at once): |"
+    [ "${PIPESTATUS[0]}" = 0 ] || fail "$(basename "$t") gpu tests with 3 rows at once"
+done
 fi
 
 if want 1c; then
@@ -265,6 +271,13 @@ else
         fi
     done
     GPUIPC_PEER_PUSH_MIN_BYTES=0 "$host" validate "$here/work/two-gpus-mps-auto.toml" | grep -c "pushed into it" | sed 's/^/    links pushed into at every size: /'
+    # Every cuda stage's kernels paced to 7 rows at once (by default only beside 4K links).
+    GPUIPC_KERNEL_ROWS=7 run_into "$here/work/two-gpus-paced" "$here/work/two-gpus-mps-auto.toml"
+    if diff -r "$here/work/two-gpus-cpu/sums" "$here/work/two-gpus-paced/sums" > /dev/null; then
+        echo "match  two-gpus (mps-auto, kernels paced to 7 rows at once): cuda:0/cuda:1 = cpu byte for byte"
+    else
+        fail "two-gpus (kernels paced): output differs from cpu"
+    fi
     # The links between the GPUs read in place over peer access instead of copied in first.
     GPUIPC_PEER_PUSH_MIN_BYTES=18446744073709551615 GPUIPC_PEER_COPY_MIN_BYTES=18446744073709551615 \
         run_into "$here/work/two-gpus-read" "$here/work/two-gpus-mps-auto.toml"
@@ -292,10 +305,19 @@ else
     "$host" validate "$here/work/4k-two-gpus.toml" | sed -n '/^links:/,$p' | sed 's/^/    /'
     sed -e 's/^name = "gen"/&\ndevice = "cuda:0"/' -e 's/^name = "grade"/&\ndevice = "cuda:0"/' \
         -e 's/^name = "yuv"/&\ndevice = "cuda:0"/' "$here/pipelines/4k-yuv.toml" > "$here/work/4k-one-gpu.toml"
+    "$host" validate "$here/work/4k-two-gpus.toml" | grep "^paced kernels" | sed 's/^/    /' ||
+        fail "the 4K chain split over two GPUs is not paced"
     for placement in two-gpus one-gpu; do
         (cd "$here/work" && "$host" run "4k-$placement.toml" --frames 5000 > "4k-$placement.txt" 2>&1) || fail "4K on $placement"
         echo "    4K, $placement: $(awk '$1 == "yuv" {print $5 " frames/s"}' "$here/work/4k-$placement.txt")"
+        run_into "$here/work/4k-$placement-sums" "$here/work/4k-$placement.toml" --frames 300
     done
+    # Split and paced, against one GPU unpaced.
+    if diff -r "$here/work/4k-one-gpu-sums/sums" "$here/work/4k-two-gpus-sums/sums" > /dev/null; then
+        echo "match  4K split over two GPUs, kernels paced: $(cat "$here/work/4k-two-gpus-sums"/sums/*.sum | wc -l) stage outputs = one GPU's byte for byte"
+    else
+        fail "4K split over two GPUs: output differs from one GPU's"
+    fi
 fi
 fi
 

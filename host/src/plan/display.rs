@@ -140,7 +140,15 @@ pub fn render_text(plan: &Plan) -> String {
     if let Some(share) = plan.cpu_threads() {
         let _ = writeln!(out, "{}", cpu_threads_line(&share));
     }
-    if let Some(line) = tuning_line(plan.spin_us, &super::tuning::Overrides::from_env(None)) {
+    let overrides = super::tuning::Overrides::from_env(None);
+    if let Some(line) = tuning_line(plan.spin_us, &overrides) {
+        let _ = writeln!(out, "{line}");
+    }
+    let rows: Vec<u32> =
+        (0..plan.stages.len()).map(|s| super::tuning::Tuning::resolve(plan, s, &overrides).kernel_rows).collect();
+    let paced: Vec<&str> =
+        plan.stages.iter().zip(&rows).filter(|(_, r)| **r > 0).map(|(s, _)| s.name.as_str()).collect();
+    if let Some(line) = paced_kernels_line(&paced, rows.iter().copied().max().unwrap_or(0)) {
         let _ = writeln!(out, "{line}");
     }
     if !plan.hosts.is_empty() {
@@ -182,7 +190,6 @@ pub fn render_text(plan: &Plan) -> String {
     out
 }
 
-/// How the cpu stages share the cores, in words.
 /// The knobs set away from their defaults (`plan::tuning`): the file's `spin_us` and the
 /// environment's variables; `None` when nothing is.
 pub fn tuning_line(file_spin_us: Option<u32>, overrides: &super::tuning::Overrides) -> Option<String> {
@@ -192,6 +199,21 @@ pub fn tuning_line(file_spin_us: Option<u32>, overrides: &super::tuning::Overrid
         .then(|| format!("tuning, for every stage: {} (docs/pipeline-file.md, \"Tuning\")", set.join(", ")))
 }
 
+/// The cuda stages whose row kernels work on at most `rows` rows at once
+/// (`Tuning::kernel_rows`: the same for every stage paced), in words; `None` when none are.
+pub fn paced_kernels_line(stages: &[&str], rows: u32) -> Option<String> {
+    let names: Vec<String> = stages.iter().map(|name| format!("'{name}'")).collect();
+    (!names.is_empty()).then(|| {
+        format!(
+            "paced kernels: {} launch their row kernels over at most {rows} rows at once, leaving memory bandwidth \
+             to the copies between GPUs ({}; docs/gpu.md)",
+            names.join(", "),
+            gpuipc_plugin_api::cuda::KERNEL_ROWS_ENV
+        )
+    })
+}
+
+/// How the cpu stages share the cores, in words.
 pub fn cpu_threads_line(share: &super::CpuThreads) -> String {
     format!(
         "cpu threads: {} in the cpu domain on {}: a cpu stage's `threads = 0` takes {} (at most {})",
@@ -354,6 +376,16 @@ mod tests {
         assert_eq!(
             cpu_threads_line(&CpuThreads::new(2, 3)),
             "cpu threads: 3 stage processes in the cpu domain on 2 cores: a cpu stage's `threads = 0` takes 1 thread (at most 8)"
+        );
+    }
+
+    #[test]
+    fn validate_names_the_paced_stages_and_their_rows() {
+        assert_eq!(paced_kernels_line(&[], 64), None);
+        assert_eq!(
+            paced_kernels_line(&["gen", "grade"], 64).unwrap(),
+            "paced kernels: 'gen', 'grade' launch their row kernels over at most 64 rows at once, leaving memory \
+             bandwidth to the copies between GPUs (GPUIPC_KERNEL_ROWS; docs/gpu.md)"
         );
     }
 }

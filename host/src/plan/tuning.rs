@@ -45,6 +45,11 @@ pub struct Tuning {
     /// How many streams such copies run on, the slots' in turn (copies of consecutive frames
     /// side by side).
     pub peer_copy_lanes: u32,
+    /// The most rows a row kernel of this stage works on at once (0: no bound): the grid
+    /// `cuda::row_grid` gives its plugin's kernels, which the host passes the stage's process
+    /// in [`gpuipc_plugin_api::cuda::KERNEL_ROWS_ENV`]. [`PACED_KERNEL_ROWS`] for a cuda stage
+    /// on a GPU whose large frames cross to another GPU, none for others.
+    pub kernel_rows: u32,
 }
 
 /// Knobs set from outside the pipeline file: the command line's, then the environment's.
@@ -62,11 +67,12 @@ pub struct Overrides {
     pub peer_copy_lanes: Option<u32>,
     /// `GPUIPC_PEER_PUSH_MIN_BYTES` ([`Overrides::peer_push_min_bytes`]).
     pub peer_push_min_bytes: Option<u64>,
+    pub kernel_rows: Option<u32>,
 }
 
 /// The environment variables that set knobs, with the field each sets (the docs' table lists
 /// the same names; `validate` names the one that set a value).
-pub const VARIABLES: [&str; 9] = [
+pub const VARIABLES: [&str; 10] = [
     "GPUIPC_WAKE_BATCH",
     "GPUIPC_WAKE_AHEAD_US",
     "GPUIPC_WAKE_AHEAD_IDLE_US",
@@ -76,6 +82,7 @@ pub const VARIABLES: [&str; 9] = [
     "GPUIPC_PEER_COPY_MIN_BYTES",
     "GPUIPC_PEER_COPY_LANES",
     "GPUIPC_PEER_PUSH_MIN_BYTES",
+    gpuipc_plugin_api::cuda::KERNEL_ROWS_ENV,
 ];
 
 impl Overrides {
@@ -99,6 +106,7 @@ impl Overrides {
             peer_copy_min_bytes: number(VARIABLES[6]),
             peer_copy_lanes: small(VARIABLES[7]),
             peer_push_min_bytes: number(VARIABLES[8]),
+            kernel_rows: small(VARIABLES[9]),
         }
     }
 
@@ -127,6 +135,7 @@ impl Overrides {
             self.peer_copy_min_bytes,
             self.peer_copy_lanes.map(u64::from),
             self.peer_push_min_bytes,
+            self.kernel_rows.map(u64::from),
         ];
         for (name, value) in VARIABLES.iter().zip(vars) {
             if let Some(v) = value {
@@ -178,6 +187,18 @@ const PEER_COPY_LANES: u32 = 2;
 /// reading 353-358 and 343-351. At 1080p, where the link is not the bound, the same chain made
 /// 31,024-33,943 pushed against 34,565-34,638 copied in (docs/benchmarks.md, "Two GPUs").
 const PEER_PUSH_MIN_BYTES: u64 = LARGE_FRAME_BYTES;
+/// The rows a row kernel works on at once on a GPU whose frames of [`LARGE_FRAME_BYTES`] or
+/// more cross to another GPU (pushed, copied in, or read in place). A kernel launched one
+/// block row a row takes all of its GPU's memory bandwidth while it runs, and the copy
+/// engines moving frames over the link starve meanwhile; at 64 rows a time the kernels take
+/// longer but leave the copies their share. On two H100s joined by NVLink a 4K chain split
+/// cuda:0 -> cuda:1 -> cuda:0 made 13,355-13,433 frames/s pushed (87.5-88.0 % of doctor's
+/// ceiling) against 12,411-12,532 unpaced (81-82 %), copied in 12,755-12,801 against
+/// 11,619-11,679, and two links both ways 13,185-13,338 against 12,219-12,259; 48 and 96 rows
+/// did as well, 33 (0.2 of an SM a row kernel) and 132 worse. On one GPU the same bound cost
+/// the chain 27 % (17,175-17,183 frames/s against 23,590-23,832), so only stages beside such a
+/// link are paced (docs/benchmarks.md, "Two GPUs").
+pub const PACED_KERNEL_ROWS: u32 = 64;
 
 /// What a stage's defaults depend on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,6 +208,9 @@ struct Facts {
     large_frames: bool,
     /// Any of its inputs on a GPU ring is.
     large_gpu_inputs: bool,
+    /// A cuda stage on a GPU that frames of at least [`LARGE_FRAME_BYTES`] cross to or from
+    /// another GPU ([`gpus_crossed_by_large_frames`]).
+    beside_large_crossing: bool,
 }
 
 impl Tuning {
@@ -202,10 +226,13 @@ impl Tuning {
         // A stage's output counts whether anyone reads it or not (its frames are made anyway).
         let output_bytes =
             s.output.as_ref().and_then(|o| gpuipc_plugin_api::FrameLayout::for_format(o.format)).map(|l| l.total_bytes);
+        let crossed = gpus_crossed_by_large_frames(plan);
         let facts = Facts {
             cuda: s.domain == Domain::Cuda,
             large_frames: input_bytes(false).chain(output_bytes).any(|b| b >= LARGE_FRAME_BYTES),
             large_gpu_inputs: input_bytes(true).any(|b| b >= LARGE_FRAME_BYTES),
+            beside_large_crossing: s.domain == Domain::Cuda
+                && s.devices().into_iter().any(|d| crossed.contains(&(s.host, d))),
         };
         Tuning::decide(facts, plan.spin_us, overrides)
     }
@@ -221,8 +248,28 @@ impl Tuning {
             ready_spin_us: o.ready_spin_us.unwrap_or(if f.large_gpu_inputs { 0 } else { SMALL_FRAMES_READY_SPIN_US }),
             peer_copy_min_bytes: o.peer_copy_min_bytes.unwrap_or(PEER_COPY_MIN_BYTES),
             peer_copy_lanes: o.peer_copy_lanes.unwrap_or(PEER_COPY_LANES).max(1),
+            kernel_rows: match f.cuda {
+                true => o.kernel_rows.unwrap_or(if f.beside_large_crossing { PACED_KERNEL_ROWS } else { 0 }),
+                false => 0,
+            },
         }
     }
+}
+
+/// The GPUs, with their hosts, that frames of at least [`LARGE_FRAME_BYTES`] cross between:
+/// every GPU holding or mapping a GPU ring that has ends on more than one GPU (its producer's
+/// and its consumers'; the copy engines of one or the other move each frame over the link).
+pub fn gpus_crossed_by_large_frames(plan: &Plan) -> Vec<(Option<usize>, u32)> {
+    let mut crossed = Vec::new();
+    for link in plan.links.iter().filter(|l| l.layout.total_bytes >= LARGE_FRAME_BYTES) {
+        if let LinkMemory::Device { device, peers, .. } = &link.memory
+            && !peers.is_empty()
+        {
+            let host = plan.stages[link.producer].host;
+            crossed.extend(std::iter::once(*device).chain(peers.iter().copied()).map(|d| (host, d)));
+        }
+    }
+    crossed
 }
 
 #[cfg(test)]
@@ -241,7 +288,11 @@ mod tests {
     fn defaults_follow_the_domain_and_the_frame_size() {
         let none = Overrides::default();
         let cuda = |large_frames, large_gpu_inputs| {
-            Tuning::decide(Facts { cuda: true, large_frames, large_gpu_inputs }, None, &none)
+            Tuning::decide(
+                Facts { cuda: true, large_frames, large_gpu_inputs, beside_large_crossing: false },
+                None,
+                &none,
+            )
         };
         assert_eq!(
             cuda(true, true),
@@ -254,7 +305,8 @@ mod tests {
                 gpu_lead: 64,
                 ready_spin_us: 0,
                 peer_copy_min_bytes: 0,
-                peer_copy_lanes: 2
+                peer_copy_lanes: 2,
+                kernel_rows: 0
             }
         );
         let hd = cuda(false, false);
@@ -262,6 +314,56 @@ mod tests {
         // A 4K cpu chain, planned: no wake-ups held or ahead, the cpu spin, a lead nobody uses.
         let cpu = Tuning::resolve(&chain(""), 1, &none);
         assert_eq!((cpu.spin_us, cpu.wake_batch, cpu.wake_ahead_us, cpu.gpu_lead), (DEFAULT_SPIN_US, 1, 0, 64));
+    }
+
+    #[test]
+    fn cuda_stages_on_gpus_that_large_frames_cross_between_are_paced() {
+        use crate::config::Transport;
+        // gen on cuda:0 -> grade on cuda:1 -> sink on cuda:2, 4K rgb8 frames.
+        let (mut plan, _) = plan_of(
+            "[pipeline]\ndevice = \"cpu\"\n[[stage]]\nname = \"gen\"\nplugin = \"generator.so\"\nparams = { width = 3840, height = 2160 }\n[[stage]]\nname = \"grade\"\nplugin = \"rgb_process.so\"\ninputs = [\"gen\"]\n[[stage]]\nname = \"sink\"\nplugin = \"rgb_process.so\"\ninputs = [\"grade\"]\n",
+        );
+        for (d, s) in plan.stages.iter_mut().enumerate() {
+            (s.domain, s.device) = (Domain::Cuda, Some(d as u32));
+        }
+        let device =
+            |device, peers: Vec<u32>| LinkMemory::Device { transport: Transport::Vmm, device, peers, pushed: false };
+        let pushed =
+            |device, from| LinkMemory::Device { transport: Transport::Vmm, device, peers: vec![from], pushed: true };
+        let rows = |plan: &Plan, o: &Overrides| -> Vec<u32> {
+            (0..plan.stages.len()).map(|s| Tuning::resolve(plan, s, o).kernel_rows).collect()
+        };
+        let none = Overrides::default();
+        // gen -> grade crosses cuda:0 -> cuda:1 (pushed into a ring on cuda:1); grade -> sink
+        // is read on cuda:2 out of a ring on cuda:1.
+        plan.links[0].memory = pushed(1, 0);
+        plan.links[1].memory = device(1, vec![2]);
+        assert_eq!(gpus_crossed_by_large_frames(&plan), [(None, 1), (None, 0), (None, 1), (None, 2)]);
+        assert_eq!(rows(&plan, &none), [PACED_KERNEL_ROWS; 3]);
+        // The sink beside grade on cuda:1: its GPU is one the first link crosses to.
+        plan.stages[2].device = Some(1);
+        plan.links[1].memory = device(1, vec![]);
+        assert_eq!(rows(&plan, &none), [PACED_KERNEL_ROWS, PACED_KERNEL_ROWS, PACED_KERNEL_ROWS]);
+        // On cuda:3, reached through host memory: no copy between GPUs beside it.
+        plan.stages[2].device = Some(3);
+        plan.links[1].memory = LinkMemory::HostStaged { no_peer: Some((3, 1)) };
+        assert_eq!(rows(&plan, &none), [PACED_KERNEL_ROWS, PACED_KERNEL_ROWS, 0]);
+        // The variable wins, 0 (no bound) included; a cpu stage is never paced.
+        let set = |n| Overrides { kernel_rows: Some(n), ..Overrides::default() };
+        assert_eq!(rows(&plan, &set(0)), [0, 0, 0]);
+        assert_eq!(rows(&plan, &set(8)), [8, 8, 8]);
+        plan.stages[2].domain = Domain::Cpu;
+        assert_eq!(rows(&plan, &set(8)), [8, 8, 0]);
+        // 1080p frames do not count: the link is not their bound.
+        let (mut hd, _) = plan_of(
+            "[pipeline]\ndevice = \"cpu\"\n[[stage]]\nname = \"gen\"\nplugin = \"generator.so\"\nparams = { width = 1920, height = 1080 }\n[[stage]]\nname = \"grade\"\nplugin = \"rgb_process.so\"\ninputs = [\"gen\"]\n",
+        );
+        for (d, s) in hd.stages.iter_mut().enumerate() {
+            (s.domain, s.device) = (Domain::Cuda, Some(d as u32));
+        }
+        hd.links[0].memory = device(0, vec![1]);
+        assert!(gpus_crossed_by_large_frames(&hd).is_empty());
+        assert_eq!(rows(&hd, &none), [0, 0]);
     }
 
     #[test]
@@ -281,6 +383,7 @@ mod tests {
             "GPUIPC_GPU_LEAD" => Some("lots".to_owned()),
             "GPUIPC_READY_SPIN_US" => Some("0".to_owned()),
             "GPUIPC_PEER_COPY_MIN_BYTES" => Some("1048576".to_owned()),
+            "GPUIPC_KERNEL_ROWS" => Some("0".to_owned()),
             _ => None,
         };
         let o = Overrides::from_vars(Some(5), vars);
@@ -291,6 +394,7 @@ mod tests {
                 wake_batch: Some(8),
                 ready_spin_us: Some(0),
                 peer_copy_min_bytes: Some(1 << 20),
+                kernel_rows: Some(0),
                 ..Overrides::default()
             }
         );
@@ -300,7 +404,8 @@ mod tests {
                 "spin_us = 5 (command line)",
                 "GPUIPC_WAKE_BATCH=8",
                 "GPUIPC_READY_SPIN_US=0",
-                "GPUIPC_PEER_COPY_MIN_BYTES=1048576"
+                "GPUIPC_PEER_COPY_MIN_BYTES=1048576",
+                "GPUIPC_KERNEL_ROWS=0"
             ]
         );
         assert!(Overrides::default().describe().is_empty());

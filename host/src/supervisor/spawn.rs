@@ -104,13 +104,19 @@ impl Launch<'_> {
         let fds = self.fds(p);
         // A process started again after its stage failed says so to its plugin, so a sink
         // goes on with the file its earlier processes wrote (plugin-api `restarted`).
+        let setup = self.setup(p, incarnation);
         let mut env = self.env.to_vec();
         if incarnation > 0 {
             env.push((gpuipc_plugin_api::RESTART_ENV.to_owned(), incarnation.to_string()));
         }
+        // The plugin's own copy of plugin-api shapes its launches (`cuda::row_grid`); the
+        // environment is what reaches it, as the cpu threads' share does.
+        if stage.domain == gpuipc_plugin_api::Domain::Cuda {
+            env.push((gpuipc_plugin_api::cuda::KERNEL_ROWS_ENV.to_owned(), setup.tuning.kernel_rows.to_string()));
+        }
         let child = spawn_stage(&self.options.stage_exe, name, stage.is_source(), &env)
             .map_err(|e| format!("cannot start stage '{name}': {e}"))?;
-        match child.socket.send(&ToStage::Setup(Box::new(self.setup(p, incarnation))), &fds) {
+        match child.socket.send(&ToStage::Setup(Box::new(setup)), &fds) {
             Ok(()) => Ok(child),
             // A stage that died before reading its setup shows up in the watch loop.
             Err(SocketError::Io(e)) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) => {
