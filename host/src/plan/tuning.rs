@@ -194,10 +194,11 @@ const PEER_PUSH_MIN_BYTES: u64 = LARGE_FRAME_BYTES;
 /// longer but leave the copies their share. On two H100s joined by NVLink a 4K chain split
 /// cuda:0 -> cuda:1 -> cuda:0 made 13,355-13,433 frames/s pushed (87.5-88.0 % of doctor's
 /// ceiling) against 12,411-12,532 unpaced (81-82 %), copied in 12,755-12,801 against
-/// 11,619-11,679, and two links both ways 13,185-13,338 against 12,219-12,259; 48 and 96 rows
-/// did as well, 33 (0.2 of an SM a row kernel) and 132 worse. On one GPU the same bound cost
-/// the chain 27 % (17,175-17,183 frames/s against 23,590-23,832), so only stages beside such a
-/// link are paced (docs/benchmarks.md, "Two GPUs").
+/// 11,619-11,679, and two links both ways 13,185-13,338 against 12,219-12,259; 48 to 96 rows
+/// did about as well, 33 and 132 worse. On one GPU the same bound cost the chain 27 %
+/// (17,175-17,183 frames/s against 23,590-23,832), so only stages beside such a link are
+/// paced, and only for frames this large: at 1080p the link is not the bound and pacing gained
+/// nothing (docs/benchmarks.md, "Kernels paced beside the link").
 pub const PACED_KERNEL_ROWS: u32 = 64;
 
 /// What a stage's defaults depend on.
