@@ -26,6 +26,7 @@ pub struct Needs {
 
 pub fn needs(plan: &Plan) -> Needs {
     let mut n = Needs { host: 4096 * plan.stages.len() as u64, ..Needs::default() };
+    let overrides = super::tuning::Overrides::from_env(None);
     // Only what this machine holds: another host's agent checks its own.
     for link in plan.links.iter().filter(|l| plan.stages[l.producer].host.is_none()) {
         let frame = link.layout.total_bytes;
@@ -36,6 +37,24 @@ pub fn needs(plan: &Plan) -> Needs {
                 // A pushed ring's producer makes each frame in a buffer of its own GPU first.
                 if *pushed && let Some(&from) = peers.first() {
                     *n.gpu.entry(from).or_default() += frame * link.depth as u64;
+                }
+                // A consumer on another GPU copies each frame into a buffer of its own GPU, one a
+                // slot, where its tuning says a copy wins (`link::backing::device::CopyIn`).
+                if !*pushed {
+                    for &c in &link.consumers {
+                        let consumer = &plan.stages[c];
+                        if consumer.host.is_some()
+                            || frame < super::tuning::Tuning::resolve(plan, c, &overrides).peer_copy_min_bytes
+                        {
+                            continue;
+                        }
+                        for r in 0..consumer.replicas() {
+                            let d = consumer.device_of(Some(r)).unwrap_or(0);
+                            if consumer.domain == Domain::Cuda && d != *device {
+                                *n.gpu.entry(d).or_default() += frame * link.depth as u64;
+                            }
+                        }
+                    }
                 }
                 // Each replica's part of the ring on the GPU that replica runs on.
                 match producer.replica_devices() {
@@ -160,6 +179,29 @@ pub fn check(needs: &Needs, has: &Has) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_crossing_between_gpus_count_their_buffers_on_both() {
+        use crate::config::Transport;
+        // gen on cuda:0 -> grade on cuda:1, 4K rgb8, 8 slots.
+        let (mut plan, _) = crate::plan::split::tests::plan_of(
+            "[pipeline]\ndevice = \"cpu\"\n[[stage]]\nname = \"gen\"\nplugin = \"generator.so\"\nparams = { width = 3840, height = 2160 }\n[[stage]]\nname = \"grade\"\nplugin = \"rgb_process.so\"\ninputs = [\"gen\"]\n",
+        );
+        for (d, s) in plan.stages.iter_mut().enumerate() {
+            (s.domain, s.device) = (Domain::Cuda, Some(d as u32));
+        }
+        let (frame, depth) = (plan.links[0].layout.total_bytes, plan.links[0].depth as u64);
+        let ring = frame.next_multiple_of(GPU_GRANULE) * depth;
+        let private_output = plan.stages[1].output.as_ref().map_or(0, |o| o.layout.total_bytes);
+        // The ring on cuda:0; grade copies each frame into cuda:1 first.
+        plan.links[0].memory =
+            LinkMemory::Device { transport: Transport::Vmm, device: 0, peers: vec![1], pushed: false };
+        assert_eq!(needs(&plan).gpu, BTreeMap::from([(0, ring), (1, frame * depth + private_output)]));
+        // Pushed: the ring on cuda:1, gen's frames made on cuda:0 first.
+        plan.links[0].memory =
+            LinkMemory::Device { transport: Transport::Vmm, device: 1, peers: vec![0], pushed: true };
+        assert_eq!(needs(&plan).gpu, BTreeMap::from([(0, frame * depth), (1, ring + private_output)]));
+    }
 
     #[test]
     fn a_plan_beyond_the_machine_is_refused_with_the_numbers() {
