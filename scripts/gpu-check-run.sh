@@ -1011,6 +1011,29 @@ if [ -n "$rtsp_port" ]; then
     rtsp_compare "$rw/restart/sums/cam.sum" "$rclips/reference/h264.h264.sum" "$rw/restart/report.json" gap ||
         fail "rtsp: the run across the server's restart"
 fi
+# The camera gone away in one process (`run --in-process`): the source has no frame and keeps
+# trying to connect; SIGINT must still end the run.
+rtsp_server "$rclips/h264.h264" "$rw/away.server"
+if [ -n "$rtsp_port" ]; then
+    camera_toml "rtsp://127.0.0.1:$rtsp_port/cam0" 100000 ", reconnect = 0.2, reconnect_max = 0.5" "" > "$rw/away.toml"
+    rm -rf "$rw/away" && mkdir -p "$rw/away"
+    (cd "$rw/away" && exec "$host" run "$rw/away.toml" --in-process --checksums sums > run.txt 2> err.txt) &
+    awaypid=$!
+    for _ in $(seq 1 300); do [ "$(frames_in "$rw/away/sums/cam.sum")" -ge 30 ] && break; sleep 0.1; done
+    rtsp_stop
+    for _ in $(seq 1 300); do [ "$(grep -c "connecting again" "$rw/away/err.txt" 2>/dev/null)" -ge 3 ] && break; sleep 0.1; done
+    kill -INT "$awaypid"
+    for _ in $(seq 1 150); do kill -0 "$awaypid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$awaypid" 2>/dev/null; then
+        fail "run --in-process with the camera gone did not end within 15 s of SIGINT"
+        kill -KILL "$awaypid"
+        wait "$awaypid"
+    else
+        wait "$awaypid"
+        echo "camera gone, --in-process: SIGINT ended the run (exit $?) after $(frames_in "$rw/away/sums/cam.sum") frames and $(grep -c "connecting again" "$rw/away/err.txt") tries to connect"
+        grep -E "^run " "$rw/away/run.txt" | sed 's/^/    /'
+    fi
+fi
 left=$(pgrep -f "gpuipc-host __stage" || true)
 [ -z "$left" ] || fail "stage processes left: $left"
 if [ "${BENCH_RTSP:-1}" != 0 ]; then

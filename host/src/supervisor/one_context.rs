@@ -149,9 +149,10 @@ pub fn run(
         let stamp = now_ns();
         let mut source_ended = false;
         for (i, stage) in stages.iter_mut().enumerate() {
-            match stage.process(seq, stamp, &mut outputs, &stats[i]) {
+            match stage.process(seq, stamp, &mut outputs, &stats[i], stop) {
                 Ok(true) => {}
-                // A source's stream is over: frame `seq` is not made, the run ends here.
+                // A source's stream is over, or a live one had no frame when the run was
+                // stopped: frame `seq` is not made, the run ends here.
                 Ok(false) => {
                     source_ended = true;
                     break;
@@ -164,6 +165,9 @@ pub fn run(
             }
         }
         if failure.is_some() || source_ended {
+            if source_ended && failure.is_none() && stop.load(Ordering::Relaxed) {
+                interrupted = Some("a stop signal");
+            }
             break;
         }
         if probe.gpu_time || probe.latency {
@@ -233,13 +237,15 @@ fn build_stage<'p>(
 
 impl Stage<'_> {
     /// Frame `seq` through this stage: its inputs are the outputs already made for `seq`.
-    /// `false` when the stage, a source, ended its stream instead.
+    /// `false` when the stage, a source, ended its stream instead, or was a live source with
+    /// no frame yet when `stop` was set.
     fn process(
         &mut self,
         seq: u64,
         stamp: u64,
         outputs: &mut [Option<RawFrame>],
         stats: &StatsMap,
+        stop: &AtomicBool,
     ) -> Result<bool, StageError> {
         let span = self.span.clone();
         let _in_stage = span.enter();
@@ -255,8 +261,12 @@ impl Stage<'_> {
         }
         let mut started = now_ns();
         let mut result = self.instance.process(&inputs, out.as_mut(), &ctx);
-        // A live source with no frame yet (its camera away) is asked again for the same one.
+        // A live source with no frame yet (its camera away) is asked again for the same one,
+        // until the run is stopped.
         while matches!(result, Ok(Processed::NoFrame)) && self.inputs.is_empty() {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(false);
+            }
             started = now_ns();
             result = self.instance.process(&inputs, out.as_mut(), &ctx);
         }
