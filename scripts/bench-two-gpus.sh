@@ -96,7 +96,7 @@ split() {  # W H WAY: the 4K file resized, its stages placed
         -e "s/^name = \"yuv\"/&\ndevice = \"cuda:$5\"/" "$here/pipelines/4k-yuv.toml"
 }
 
-printf '%-10s %-12s %6s %12s %14s %12s\n' size way round "frames/s" "GB/s each way" "of ceiling"
+printf '%-10s %-16s %6s %12s %14s %12s\n' size way round "frames/s" "GB/s each way" "of ceiling"
 for size in ${SIZES:-3840x2160 1920x1080}; do
     w=${size%x*}
     h=${size#*x}
@@ -105,7 +105,17 @@ for size in ${SIZES:-3840x2160 1920x1080}; do
         for way in ${WAYS:-push push+r0 copy copy+r0 read one oneway-push oneway-copy sink-push sink-copy sink-read sink-one duplex-push duplex-copy}; do
             rows_env=()
             base=$way
-            case $way in *+r[0-9]*) rows_env=(GPUIPC_KERNEL_ROWS="${way##*+r}"); base=${way%+r*} ;; esac
+            case $way in
+                *+r*)
+                    rows=${way##*+r}
+                    if [[ ! $rows =~ ^[0-9]+$ ]]; then
+                        echo "way $way: +rN comes last, N a number of rows" >&2
+                        exit 2
+                    fi
+                    rows_env=(GPUIPC_KERNEL_ROWS="$rows")
+                    base=${way%+r*}
+                    ;;
+            esac
             lanes=$base
             base=${base%@*}
             file=$work/$way-$size.toml
@@ -128,10 +138,11 @@ for size in ${SIZES:-3840x2160 1920x1080}; do
             fi
             # The last stage's frames/s; two chains (duplex): the slower one's.
             fps=$(awk '$1 == "yuv" || $1 == "yuv2" {print $5}' "$log" | sort -n | head -1)
-            awk -v size="$size" -v way="$way" -v r="$round" -v fps="$fps" -v bytes="$bytes" -v c="${ceiling:-0}" 'BEGIN {
+            # The same pipeline on one GPU (`one`, `sink-one`) has no link: no share of it.
+            awk -v size="$size" -v way="$way" -v base="$base" -v r="$round" -v fps="$fps" -v bytes="$bytes" -v c="${ceiling:-0}" 'BEGIN {
                 gb = fps * bytes / 1e9
-                share = (c > 0 && way !~ /one$/) ? sprintf("%.1f %%", 100 * gb / c) : "-"
-                printf "%-10s %-12s %6s %12.1f %14.1f %12s\n", size, way, "r" r, fps, gb, share
+                share = (c > 0 && base !~ /one(-d[0-9]+)?$/) ? sprintf("%.1f %%", 100 * gb / c) : "-"
+                printf "%-10s %-16s %6s %12.1f %14.1f %12s\n", size, way, "r" r, fps, gb, share
             }'
         done
     done

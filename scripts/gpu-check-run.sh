@@ -1022,16 +1022,28 @@ if [ -n "$rtsp_port" ]; then
     for _ in $(seq 1 300); do [ "$(frames_in "$rw/away/sums/cam.sum")" -ge 30 ] && break; sleep 0.1; done
     rtsp_stop
     for _ in $(seq 1 300); do [ "$(grep -c "connecting again" "$rw/away/err.txt" 2>/dev/null)" -ge 3 ] && break; sleep 0.1; done
-    kill -INT "$awaypid"
-    for _ in $(seq 1 150); do kill -0 "$awaypid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$awaypid" 2>/dev/null; then
-        fail "run --in-process with the camera gone did not end within 15 s of SIGINT"
-        kill -KILL "$awaypid"
+    got=$(frames_in "$rw/away/sums/cam.sum")
+    tries=$(grep -c "connecting again" "$rw/away/err.txt")
+    if [ "$got" -lt 30 ] || [ "$tries" -lt 3 ] || ! kill -0 "$awaypid" 2>/dev/null; then
+        fail "camera gone, --in-process: the run was not waiting for the camera ($got frames, $tries tries to connect)"
+        kill -KILL "$awaypid" 2>/dev/null
         wait "$awaypid"
+        tail -3 "$rw/away/run.txt" "$rw/away/err.txt"
     else
-        wait "$awaypid"
-        echo "camera gone, --in-process: SIGINT ended the run (exit $?) after $(frames_in "$rw/away/sums/cam.sum") frames and $(grep -c "connecting again" "$rw/away/err.txt") tries to connect"
-        grep -E "^run " "$rw/away/run.txt" | sed 's/^/    /'
+        kill -INT "$awaypid"
+        for _ in $(seq 1 150); do kill -0 "$awaypid" 2>/dev/null || break; sleep 0.1; done
+        if kill -0 "$awaypid" 2>/dev/null; then
+            fail "run --in-process with the camera gone did not end within 15 s of SIGINT"
+            kill -KILL "$awaypid"
+            wait "$awaypid"
+        else
+            wait "$awaypid"
+            code=$?
+            echo "camera gone, --in-process: SIGINT ended the run (exit $code) after $got frames and $tries tries to connect"
+            grep -E "^run " "$rw/away/run.txt" | sed 's/^/    /'
+            [ "$code" = 0 ] && grep -q "stopped by a stop signal" "$rw/away/run.txt" ||
+                fail "camera gone, --in-process: the run did not end as stopped (exit $code)"
+        fi
     fi
 fi
 left=$(pgrep -f "gpuipc-host __stage" || true)

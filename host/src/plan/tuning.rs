@@ -209,8 +209,8 @@ struct Facts {
     large_frames: bool,
     /// Any of its inputs on a GPU ring is.
     large_gpu_inputs: bool,
-    /// A cuda stage on a GPU that frames of at least [`LARGE_FRAME_BYTES`] cross to or from
-    /// another GPU ([`gpus_crossed_by_large_frames`]).
+    /// On a GPU that frames of at least [`LARGE_FRAME_BYTES`] cross to or from another GPU
+    /// ([`gpus_crossed_by_large_frames`]; counts for a cuda stage only).
     beside_large_crossing: bool,
 }
 
@@ -228,12 +228,16 @@ impl Tuning {
         let output_bytes =
             s.output.as_ref().and_then(|o| gpuipc_plugin_api::FrameLayout::for_format(o.format)).map(|l| l.total_bytes);
         let crossed = gpus_crossed_by_large_frames(plan);
+        // A cuda stage without a device number runs on cuda:0, as its links are planned.
+        let devices = match s.devices() {
+            none if none.is_empty() => vec![s.device.unwrap_or(0)],
+            devices => devices,
+        };
         let facts = Facts {
             cuda: s.domain == Domain::Cuda,
             large_frames: input_bytes(false).chain(output_bytes).any(|b| b >= LARGE_FRAME_BYTES),
             large_gpu_inputs: input_bytes(true).any(|b| b >= LARGE_FRAME_BYTES),
-            beside_large_crossing: s.domain == Domain::Cuda
-                && s.devices().into_iter().any(|d| crossed.contains(&(s.host, d))),
+            beside_large_crossing: devices.into_iter().any(|d| crossed.contains(&(s.host, d))),
         };
         Tuning::decide(facts, plan.spin_us, overrides)
     }
@@ -249,9 +253,10 @@ impl Tuning {
             ready_spin_us: o.ready_spin_us.unwrap_or(if f.large_gpu_inputs { 0 } else { SMALL_FRAMES_READY_SPIN_US }),
             peer_copy_min_bytes: o.peer_copy_min_bytes.unwrap_or(PEER_COPY_MIN_BYTES),
             peer_copy_lanes: o.peer_copy_lanes.unwrap_or(PEER_COPY_LANES).max(1),
-            kernel_rows: match f.cuda {
-                true => o.kernel_rows.unwrap_or(if f.beside_large_crossing { PACED_KERNEL_ROWS } else { 0 }),
-                false => 0,
+            kernel_rows: if f.cuda {
+                o.kernel_rows.unwrap_or(if f.beside_large_crossing { PACED_KERNEL_ROWS } else { 0 })
+            } else {
+                0
             },
         }
     }
@@ -260,8 +265,8 @@ impl Tuning {
 /// The GPUs, with their hosts, that frames of at least [`LARGE_FRAME_BYTES`] cross between:
 /// every GPU holding or mapping a GPU ring that has ends on more than one GPU (its producer's
 /// and its consumers'; the copy engines of one or the other move each frame over the link).
-pub fn gpus_crossed_by_large_frames(plan: &Plan) -> Vec<(Option<usize>, u32)> {
-    let mut crossed = Vec::new();
+fn gpus_crossed_by_large_frames(plan: &Plan) -> std::collections::BTreeSet<(Option<usize>, u32)> {
+    let mut crossed = std::collections::BTreeSet::new();
     for link in plan.links.iter().filter(|l| l.layout.total_bytes >= LARGE_FRAME_BYTES) {
         if let LinkMemory::Device { device, peers, .. } = &link.memory
             && !peers.is_empty()
@@ -339,7 +344,7 @@ mod tests {
         // is read on cuda:2 out of a ring on cuda:1.
         plan.links[0].memory = pushed(1, 0);
         plan.links[1].memory = device(1, vec![2]);
-        assert_eq!(gpus_crossed_by_large_frames(&plan), [(None, 1), (None, 0), (None, 1), (None, 2)]);
+        assert_eq!(gpus_crossed_by_large_frames(&plan), [(None, 0), (None, 1), (None, 2)].into());
         assert_eq!(rows(&plan, &none), [PACED_KERNEL_ROWS; 3]);
         // The sink beside grade on cuda:1: its GPU is one the first link crosses to.
         plan.stages[2].device = Some(1);
@@ -349,6 +354,13 @@ mod tests {
         plan.stages[2].device = Some(3);
         plan.links[1].memory = LinkMemory::HostStaged { no_peer: Some((3, 1)) };
         assert_eq!(rows(&plan, &none), [PACED_KERNEL_ROWS, PACED_KERNEL_ROWS, 0]);
+        // On another host's cuda:1: the GPUs the first link crosses are this host's.
+        (plan.stages[2].device, plan.stages[2].host) = (Some(1), Some(0));
+        plan.links[1].memory = LinkMemory::Host;
+        assert_eq!(rows(&plan, &none), [PACED_KERNEL_ROWS, PACED_KERNEL_ROWS, 0]);
+        // A cuda stage without a device number is on cuda:0, which the first link crosses.
+        (plan.stages[2].device, plan.stages[2].host) = (None, None);
+        assert_eq!(rows(&plan, &none), [PACED_KERNEL_ROWS; 3]);
         // The variable wins, 0 (no bound) included; a cpu stage is never paced.
         let set = |n| Overrides { kernel_rows: Some(n), ..Overrides::default() };
         assert_eq!(rows(&plan, &set(0)), [0, 0, 0]);

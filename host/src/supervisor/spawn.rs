@@ -102,10 +102,10 @@ impl Launch<'_> {
         let stage = self.stage(p);
         let name = self.name(p);
         let fds = self.fds(p);
-        // A process started again after its stage failed says so to its plugin, so a sink
-        // goes on with the file its earlier processes wrote (plugin-api `restarted`).
         let setup = self.setup(p, incarnation);
         let mut env = self.env.to_vec();
+        // A process started again after its stage failed says so to its plugin, so a sink
+        // goes on with the file its earlier processes wrote (plugin-api `restarted`).
         if incarnation > 0 {
             env.push((gpuipc_plugin_api::RESTART_ENV.to_owned(), incarnation.to_string()));
         }

@@ -23,13 +23,12 @@ fn planes_are_checked_against_the_buffer() {
 
 #[test]
 fn row_grids_are_clamped() {
-    assert_eq!(row_grid(243, 2160, 128), (2, 2160, 1));
-    assert_eq!(row_grid(1, 100_000, 128), (1, 65535, 1));
-    assert_eq!(row_grid(0, 0, 128), (1, 1, 1));
+    assert_eq!(row_grid_within(243, 2160, 128, 0), (2, 2160, 1));
+    assert_eq!(row_grid_within(1, 100_000, 128, 0), (1, 65535, 1));
+    assert_eq!(row_grid_within(0, 0, 128, 0), (1, 1, 1));
     // Paced: at most that many block rows, the kernel's grid-stride loop covering the rest.
     assert_eq!(row_grid_within(243, 2160, 128, 64), (2, 64, 1));
     assert_eq!(row_grid_within(243, 20, 128, 64), (2, 20, 1));
-    assert_eq!(row_grid_within(243, 2160, 128, 0), (2, 2160, 1));
     assert_eq!(row_grid_within(1, 100_000, 128, 70_000), (1, 65535, 1));
 }
 
