@@ -277,7 +277,7 @@ fn kill_replicas_twenty_times(on_loss: &str) {
         finished.stdout
     );
     if on_loss == "retry" {
-        assert_eq!(counted, 0, "with retry a killed replica's frame is made by a sibling\n{}", finished.stdout);
+        assert_eq!(counted, 0, "with retry a killed replica's frame is made by a sibling\n{}", finished.output());
     }
     let reference = reference_run(&dir, &file, Some(produced));
     assert_like_reference(&sums, &reference, "grade", 4);
