@@ -21,6 +21,7 @@
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use super::error::LinkError;
 use super::header::CacheLine;
@@ -205,6 +206,25 @@ impl QueueMap {
         Ok(TakeGuard { queue: self, pid })
     }
 
+    /// The host, settling replica process `dead_pid`: take the lock as `pid` if it comes
+    /// within `within`, so no live sibling is between claiming a frame on the inputs and
+    /// recording it in its holding entry while the host tells the dead one's claims from
+    /// theirs. `None` where the dead one holds it (then nobody else is taking) or a sibling
+    /// keeps it longer (waiting for input: on a one-input stage it has claimed nothing yet).
+    pub fn lock_for_settling(&self, pid: u32, dead_pid: u32, within: Duration) -> Option<TakeGuard<'_>> {
+        let h = self.header();
+        let deadline = Instant::now() + within;
+        loop {
+            // Acquire: the last holder's takes happen before what the host reads.
+            match h.lock_holder.0.compare_exchange(0, pid, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return Some(TakeGuard { queue: self, pid }),
+                Err(holder) if holder == dead_pid => return None,
+                Err(_) if Instant::now() >= deadline => return None,
+                Err(_) => std::thread::sleep(Duration::from_micros(20)),
+            }
+        }
+    }
+
     /// The host: free the lock if `dead_pid` held it when it died.
     pub fn break_lock_of(&self, dead_pid: u32) {
         let h = self.header();
@@ -368,7 +388,9 @@ impl QueueMap {
     /// Replica `replica` (process `pid`) died. Its frame is owed or abandoned by `on_loss`
     /// (`retry`), unless it was done with it already (`done`). `untracked`: a frame the host found
     /// claimed under the stage's consumer index that no replica holds: the dead one took it
-    /// and died before it could draw its ticket (it held the take lock then).
+    /// and died before it could draw its ticket (it held the take lock then). A take lock the
+    /// dead one holds stays held: break it ([`QueueMap::break_lock_of`]) once its claims on
+    /// the inputs are settled too, or a sibling takes past a frame still claimed for it.
     pub fn settle_dead(
         &self,
         replica: u32,
@@ -422,8 +444,8 @@ impl QueueMap {
                 Settled::Abandoned(held)
             }
         });
-        // Last: until now the dead process's lock kept takers out of what was repaired above.
-        self.break_lock_of(pid);
+        // The dead process's take lock stays: it keeps takers out until the caller has also
+        // repaired the claims on the inputs, then breaks it (`break_lock_of`).
         self.skip_abandoned();
         self.wake_turn();
         settled
@@ -690,6 +712,7 @@ mod tests {
         {
             abandoned.lock().unwrap().push(h.ticket);
         }
+        q.break_lock_of(pid);
     }
 
     #[test]
@@ -738,6 +761,34 @@ mod tests {
         // Each kill before a publish abandons one ticket (a thread that runs out of frames
         // before its kill's turn is not killed: the threads share 2,000 frames as they go).
         assert!((1..=3).contains(&abandoned.len()), "{abandoned:?}");
+    }
+
+    #[test]
+    fn the_host_settles_a_dead_replica_with_the_take_lock_unless_the_dead_one_or_a_slow_taker_holds_it() {
+        let q = QueueMap::create("gpuipc-test-queue", 2).unwrap();
+        let h = q.header();
+        let (host, dead, live) = (100, 7, 8);
+        // Free: the host holds it until it is done, and a sibling's take waits for that.
+        let guard = q.lock_for_settling(host, dead, Duration::from_millis(50)).expect("a free lock");
+        assert_eq!(h.lock_holder.0.load(Ordering::Acquire), host);
+        drop(guard);
+        assert_eq!(h.lock_holder.0.load(Ordering::Acquire), 0);
+        // The dead one holds it: nobody else can be taking, so no wait (the host breaks it once
+        // the dead one's frames are settled).
+        h.lock_holder.0.store(dead, Ordering::Release);
+        assert!(q.lock_for_settling(host, dead, Duration::from_secs(60)).is_none());
+        // A live sibling keeps it past the wait (waiting for input): settled without it.
+        h.lock_holder.0.store(live, Ordering::Release);
+        assert!(q.lock_for_settling(host, dead, Duration::from_millis(5)).is_none());
+        assert_eq!(h.lock_holder.0.load(Ordering::Acquire), live, "a live holder's lock stays its own");
+        // One that lets go within the wait: the host gets it.
+        let q2 = reopen(&q);
+        let letting_go = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(5));
+            q2.header().lock_holder.0.store(0, Ordering::Release);
+        });
+        assert!(q.lock_for_settling(host, dead, Duration::from_secs(60)).is_some());
+        letting_go.join().unwrap();
     }
 
     #[test]

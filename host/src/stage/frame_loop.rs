@@ -122,6 +122,7 @@ impl FrameLoop<'_, '_> {
             return false;
         }
         for owed in replica.queue.abandon_all_owed() {
+            tracing::debug!("the last replica ends: owed frame {} given up", owed.seq);
             for input in &self.inputs {
                 if let Some(slot) = input.claim_seq(owed.seq) {
                     drop(slot);

@@ -47,6 +47,11 @@ impl Replica {
                     None => {
                         // Overwritten upstream before it was taken again: given up, counted
                         // (once: a full abandoned list owes it again, to be given up later).
+                        tracing::debug!(
+                            "owed frame {} (ticket {}) gone from an input: given up",
+                            owed.seq,
+                            owed.ticket
+                        );
                         if self.queue.give_up(self.index, self.pid, owed, self.has_turn) {
                             for input in inputs.iter() {
                                 input.count_dropped(1);

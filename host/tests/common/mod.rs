@@ -85,7 +85,9 @@ pub fn start_wrapped(dir: &Path, wrap: &[&str], args: &[&str], stdin: Stdio) -> 
     let mut child = command
         .args(args)
         .current_dir(dir)
-        .env("GPUIPC_LOG", "info")
+        // The host's lines are what tests wait for; GPUIPC_TEST_LOG adds more (a filter in
+        // GPUIPC_LOG's syntax, e.g. `info,gpuipc_host=debug`) to find why a test failed.
+        .env("GPUIPC_LOG", std::env::var("GPUIPC_TEST_LOG").unwrap_or_else(|_| "info".to_owned()))
         .stdin(stdin)
         .stdout(fs::File::create(&stdout).unwrap())
         .stderr(Stdio::piped())

@@ -394,6 +394,7 @@ impl Consumer {
                 }
                 if s < seq {
                     if !self.keeps(s) {
+                        tracing::debug!("claiming frame {seq}: frame {s} passed over, given up");
                         gave_up |= self.give_up(i, st);
                     }
                 } else if s == seq {
@@ -422,6 +423,12 @@ impl Consumer {
         // (Most frames follow the last one taken: no locked add of nothing.)
         let missed = slot.meta.ordinal.saturating_sub(self.next_ordinal);
         if missed > 0 {
+            tracing::debug!(
+                "frame {} (ordinal {}) taken: {missed} missed since ordinal {}",
+                slot.meta.seq,
+                slot.meta.ordinal,
+                self.next_ordinal
+            );
             c.dropped.fetch_add(missed, Ordering::Relaxed);
         }
         // One writer at a time (this process, or the replica holding the take lock; the host
@@ -447,6 +454,9 @@ impl Consumer {
         let published = h.producer.0.published.load(Ordering::Acquire);
         let before = c.next_ordinal.fetch_max(published, Ordering::AcqRel);
         self.next_ordinal = self.next_ordinal.max(published);
+        if published > before {
+            tracing::debug!("stream ended: {} frames published after ordinal {before} never taken", published - before);
+        }
         c.dropped.fetch_add(published.saturating_sub(before), Ordering::Relaxed);
     }
 
