@@ -424,15 +424,7 @@ mod tests {
         let sequence = crate::tests::H264_66X38;
         let raw = sequence_format(&sequence).unwrap();
         let format = video_format(Codec::H264, &raw).unwrap();
-        let want = VideoFormat {
-            codec: Codec::H264,
-            coded_width: 80,
-            coded_height: 48,
-            width: 66,
-            height: 38,
-            bit_depth: 8,
-            chroma_format: 1,
-        };
+        let want = crate::tests::H264_66X38_FORMAT;
         assert_eq!(format, want);
         assert_eq!(
             plan_surface(&format, &raw).unwrap(),

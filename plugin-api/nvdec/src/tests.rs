@@ -23,6 +23,17 @@ pub(crate) const H264_66X38: Sequence = Sequence {
     min_decode_surfaces: 17,
 };
 
+/// The format the parser reports for testdata/h264-66x38.h264 ([`H264_66X38`]'s).
+pub(crate) const H264_66X38_FORMAT: VideoFormat = VideoFormat {
+    codec: Codec::H264,
+    coded_width: 80,
+    coded_height: 48,
+    width: 66,
+    height: 38,
+    bit_depth: 8,
+    chroma_format: 1,
+};
+
 const H264: &[u8] = include_bytes!("../testdata/h264-66x38.h264");
 /// ffmpeg's decode of [`H264`] to nv12, 8 frames in display order.
 const H264_NV12: &[u8] = include_bytes!("../testdata/h264-66x38.nv12");
@@ -292,15 +303,7 @@ fn gpu_decodes_h264_like_ffmpeg() {
     let Some((gpu, _one_at_a_time)) = nvdec_for_test() else {
         return;
     };
-    let expected_format = VideoFormat {
-        codec: Codec::H264,
-        coded_width: 80,
-        coded_height: 48,
-        width: 66,
-        height: 38,
-        bit_depth: 8,
-        chroma_format: 1,
-    };
+    let expected_format = H264_66X38_FORMAT;
     let caps = caps(Codec::H264, 8).unwrap();
     assert!(caps.supported, "{caps:?}");
     assert!(caps.min_width <= 80 && caps.min_height <= 48 && caps.max_width >= 4096, "{caps:?}");
