@@ -43,9 +43,7 @@ pub fn needs(plan: &Plan) -> Needs {
                 if !*pushed {
                     for &c in &link.consumers {
                         let consumer = &plan.stages[c];
-                        if consumer.host.is_some()
-                            || frame < super::tuning::Tuning::resolve(plan, c, &overrides).peer_copy_min_bytes
-                        {
+                        if consumer.host.is_some() || !super::tuning::copies_in(plan, link, c, &overrides) {
                             continue;
                         }
                         for r in 0..consumer.replicas() {

@@ -301,9 +301,7 @@ fn link_memory(plan: &Plan, link: usize) -> String {
             // A consumer on another GPU copies the frames in, or its kernels read them in place,
             // as the tuning says for frames of this size (the same for every stage).
             let overrides = super::tuning::Overrides::from_env(None);
-            let copied = l.consumers.first().is_some_and(|&c| {
-                l.layout.total_bytes >= super::tuning::Tuning::resolve(plan, c, &overrides).peer_copy_min_bytes
-            });
+            let copied = l.consumers.first().is_some_and(|&c| super::tuning::copies_in(plan, l, c, &overrides));
             let peers: Vec<String> = peers.iter().map(|p| format!("cuda:{p}")).collect();
             if copied {
                 text.push_str(&format!(

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{CUDA_SPIN_US, DEFAULT_SPIN_US, LARGE_FRAME_BYTES, LinkMemory, Plan};
+use super::{CUDA_SPIN_US, DEFAULT_SPIN_US, LARGE_FRAME_BYTES, LinkMemory, LinkPlan, Plan};
 use gpuipc_plugin_api::Domain;
 
 /// A stage's knobs, as decided for it. Times in microseconds.
@@ -260,6 +260,13 @@ impl Tuning {
             },
         }
     }
+}
+
+/// Whether stage `consumer`, reading `link` on another GPU than the ring's, copies each frame
+/// into its own GPU before its kernels read it (its `peer_copy_min_bytes`; the stage runner
+/// decides the same from the tuning in its setup), rather than reading it in place.
+pub fn copies_in(plan: &Plan, link: &LinkPlan, consumer: usize, overrides: &Overrides) -> bool {
+    link.layout.total_bytes >= Tuning::resolve(plan, consumer, overrides).peer_copy_min_bytes
 }
 
 /// The GPUs, with their hosts, that frames of at least [`LARGE_FRAME_BYTES`] cross between:
